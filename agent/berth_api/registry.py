@@ -1,0 +1,143 @@
+"""The Registry custom resource: spec, status and the object itself."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from .server import Health, Http, Redis, Validation
+from .storage import Storage
+from .types import ApiModel, Quantity
+
+GROUP = "berth.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Registry"
+PLURAL = "registries"
+SINGULAR = "registry"
+SHORT_NAMES = ["reg"]
+DEFAULT_IMAGE = "docker.io/library/registry:3"
+
+ConditionType = Literal["Ready", "Progressing", "Degraded"]
+
+
+class Log(ApiModel):
+    level: Literal["error", "warn", "info", "debug"] = Field("info", description="Registry log level.")
+
+
+class Config(ApiModel):
+    log: Log = Field(default_factory=Log, description="Registry logging.")
+    storage: Storage = Field(description="Storage backend and storage options.")
+
+
+class Resources(ApiModel):
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Resources requested by the registry.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits of the registry.")
+
+
+class RegistrySpec(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.config.storage.cache) || self.config.storage.cache.blobdescriptor != 'redis'"
+                    " || has(self.redis)",
+                    "message": "config.storage.cache.blobdescriptor redis needs spec.redis",
+                }
+            ]
+        }
+    }
+
+    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Registry container image.")
+    replicas: int = Field(1, ge=0, description="Number of registry pods.")
+    distribution: Literal["2", "3"] | None = Field(
+        None, description="Major version of Distribution in the image; derived from the image tag when absent."
+    )
+    resources: Resources = Field(default_factory=Resources, description="Resources of the registry container.")
+    config: Config = Field(description="Registry configuration applied by the agent without restarting pods.")
+    http: Http = Field(default_factory=Http, description="HTTP server options.")
+    redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
+    health: Health = Field(default_factory=Health, description="Registry health checks.")
+    validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
+
+    @model_validator(mode="after")
+    def _redis_cache_needs_redis(self) -> RegistrySpec:
+        cache = self.config.storage.cache
+        if cache is not None and cache.blobdescriptor == "redis" and self.redis is None:
+            raise ValueError("config.storage.cache.blobdescriptor redis needs spec.redis")
+        return self
+
+    @property
+    def distribution_major(self) -> Literal["2", "3"]:
+        """The explicit distribution, else the major version in the image tag, else 3."""
+        if self.distribution is not None:
+            return self.distribution
+        return distribution_from_image(self.image)
+
+
+def distribution_from_image(image: str) -> Literal["2", "3"]:
+    reference = image.split("@", 1)[0]
+    last = reference.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    match = re.match(r"^v?([0-9]+)(\.|-|$)", tag)
+    if match and match.group(1) == "2":
+        return "2"
+    return "3"
+
+
+class Condition(ApiModel):
+    type: ConditionType = Field(description="Ready, Progressing or Degraded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description="CamelCase reason.")
+    message: str = Field("", max_length=32768, description="Human-readable detail.")
+    last_transition_time: str = Field(alias="lastTransitionTime", description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", ge=0, description="metadata.generation the condition was set for."
+    )
+
+
+class AgentRecord(ApiModel):
+    """What one pod's agent last applied, written by that agent."""
+
+    config_hash: str = Field("", alias="configHash", description="sha256 of the config the registry now runs.")
+    applied_at: str | None = Field(None, alias="appliedAt", description="When that config was applied (RFC 3339).")
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="metadata.generation the agent rendered from."
+    )
+    error: str | None = Field(None, description="Why the latest input was not applied; empty when it was.")
+
+
+class RegistryStatus(ApiModel):
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="metadata.generation last reconciled by the operator."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing and Degraded.")
+    replicas: int | None = Field(None, ge=0, description="Registry pods that exist.")
+    ready_replicas: int | None = Field(None, alias="readyReplicas", ge=0, description="Registry pods that are ready.")
+    selector: str | None = Field(None, description="Label selector of the registry pods (for the scale subresource).")
+    url: str | None = Field(None, description="In-cluster URL of the registry.")
+    agents: dict[str, AgentRecord] = Field(
+        default_factory=dict, description="Per pod, the config its agent has applied, keyed by pod name."
+    )
+
+
+class Registry(ApiModel):
+    """A CNCF Distribution registry managed by Berth."""
+
+    api_version: Literal["berth.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["Registry"] = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: RegistrySpec
+    status: RegistryStatus | None = None
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each naming the field by its API path (e.g. spec.config.storage.filesystem)."""
+    lines = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        message = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{path or '(root)'}: {message}")
+    return "; ".join(lines)

@@ -1,0 +1,180 @@
+"""spec.config.storage: the backend and the storage-level options of the registry.
+
+Field names and nesting follow the architecture document, section 2.3.3 (delete, redirect, cache,
+maintenance and auth sit under storage there, and so they do here).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .types import ApiModel, Duration, ObjectName, Quantity, SecretKeyRef
+
+# Smallest chunk S3 accepts for a multipart upload part, and the registry's own floor.
+MIN_CHUNK_SIZE = 5 * 1024 * 1024
+
+
+class FilesystemStorage(ApiModel):
+    """Registry data on a PersistentVolumeClaim: an existing claim, or one the operator creates from a class."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.persistentVolumeClaim) != has(self.storageClass)",
+                    "message": "set exactly one of persistentVolumeClaim and storageClass",
+                }
+            ]
+        }
+    }
+
+    persistent_volume_claim: ObjectName | None = Field(
+        None, alias="persistentVolumeClaim", description="Name of an existing PersistentVolumeClaim to store data on."
+    )
+    storage_class: ObjectName | None = Field(
+        None,
+        alias="storageClass",
+        description="StorageClass from which the operator creates a PersistentVolumeClaim for this registry.",
+    )
+    size: Quantity = Field("10Gi", description="Requested size of the claim created from storageClass.")
+
+    @model_validator(mode="after")
+    def _claim_xor_class(self) -> FilesystemStorage:
+        if (self.persistent_volume_claim is None) == (self.storage_class is None):
+            raise ValueError("set exactly one of persistentVolumeClaim and storageClass")
+        return self
+
+
+class ObjectStorage(ApiModel):
+    """Registry data in an S3 bucket provisioned through COSI (objectstorage.k8s.io)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.bucketClaim) != has(self.bucketClass)",
+                    "message": "set exactly one of bucketClaim and bucketClass",
+                },
+                {
+                    "rule": "has(self.bucketAccess) != has(self.bucketAccessClass)",
+                    "message": "set exactly one of bucketAccess and bucketAccessClass",
+                },
+            ]
+        }
+    }
+
+    bucket_claim: ObjectName | None = Field(None, alias="bucketClaim", description="Name of an existing BucketClaim.")
+    bucket_class: ObjectName | None = Field(
+        None, alias="bucketClass", description="BucketClass from which the operator creates a BucketClaim."
+    )
+    bucket_access: ObjectName | None = Field(
+        None, alias="bucketAccess", description="Name of an existing BucketAccess whose credentials Secret is used."
+    )
+    bucket_access_class: ObjectName | None = Field(
+        None, alias="bucketAccessClass", description="BucketAccessClass from which the operator creates a BucketAccess."
+    )
+    chunk_size: int | None = Field(
+        None,
+        alias="chunkSize",
+        ge=MIN_CHUNK_SIZE,
+        description="Size in bytes of each part of a multipart upload to S3 (at least 5 MiB).",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_each(self) -> ObjectStorage:
+        if (self.bucket_claim is None) == (self.bucket_class is None):
+            raise ValueError("set exactly one of bucketClaim and bucketClass")
+        if (self.bucket_access is None) == (self.bucket_access_class is None):
+            raise ValueError("set exactly one of bucketAccess and bucketAccessClass")
+        return self
+
+
+class InMemoryStorage(ApiModel):
+    """In-memory storage, lost when the registry process restarts. For tests only; takes no parameters."""
+
+
+class Delete(ApiModel):
+    enabled: bool = Field(False, description="Allow deleting blobs and manifests by digest.")
+
+
+class Redirect(ApiModel):
+    disabled: bool = Field(False, description="Serve blobs through the registry instead of redirecting to storage.")
+
+
+class Cache(ApiModel):
+    blobdescriptor: Literal["inmemory", "redis"] = Field(
+        description="Where to cache blob descriptors; redis needs spec.redis."
+    )
+    blobdescriptorsize: int | None = Field(
+        None, ge=1, description="Entries in the in-memory blob descriptor cache (Distribution 3 only)."
+    )
+
+
+class UploadPurging(ApiModel):
+    enabled: bool = Field(True, description="Periodically remove abandoned uploads.")
+    age: Duration = Field("168h", description="Uploads older than this are purged.")
+    interval: Duration = Field("24h", description="How often to purge.")
+    dryrun: bool = Field(False, description="Only log what would be purged.")
+
+
+class ReadOnly(ApiModel):
+    enabled: bool = Field(False, description="Refuse writes (pushes and deletes), e.g. during garbage collection.")
+
+
+class Maintenance(ApiModel):
+    uploadpurging: UploadPurging = Field(
+        default_factory=UploadPurging, description="Removal of abandoned uploads."
+    )
+    readonly: ReadOnly = Field(default_factory=ReadOnly, description="Read-only mode.")
+
+
+class Htpasswd(ApiModel):
+    secret: SecretKeyRef = Field(description="Secret key holding an htpasswd file (bcrypt entries).")
+
+
+class Auth(ApiModel):
+    htpasswd: Htpasswd | None = Field(None, description="Basic authentication from an htpasswd file.")
+
+
+class Storage(ApiModel):
+    """Exactly one backend (filesystem, objectStorage or inmemory) plus storage options."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.filesystem), has(self.objectStorage), has(self.inmemory)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one storage backend: filesystem, objectStorage or inmemory",
+                }
+            ]
+        }
+    }
+
+    filesystem: FilesystemStorage | None = Field(None, description="Store data on a PersistentVolumeClaim.")
+    object_storage: ObjectStorage | None = Field(
+        None, alias="objectStorage", description="Store data in an S3 bucket through COSI."
+    )
+    inmemory: InMemoryStorage | None = Field(None, description="Keep data in memory (tests only).")
+    delete: Delete = Field(default_factory=Delete, description="Deletion of blobs and manifests.")
+    redirect: Redirect = Field(default_factory=Redirect, description="Redirects to the storage backend.")
+    cache: Cache | None = Field(None, description="Blob descriptor cache.")
+    maintenance: Maintenance = Field(default_factory=Maintenance, description="Upload purging and read-only mode.")
+    auth: Auth = Field(default_factory=Auth, description="Authentication; only htpasswd is supported.")
+
+    @model_validator(mode="after")
+    def _exactly_one_backend(self) -> Storage:
+        backends = [self.filesystem, self.object_storage, self.inmemory]
+        if sum(b is not None for b in backends) != 1:
+            raise ValueError("set exactly one storage backend: filesystem, objectStorage or inmemory")
+        return self
+
+    @property
+    def backend(self) -> Literal["filesystem", "objectStorage", "inmemory"]:
+        if self.filesystem is not None:
+            return "filesystem"
+        if self.object_storage is not None:
+            return "objectStorage"
+        return "inmemory"
