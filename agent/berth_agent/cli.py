@@ -1,0 +1,21 @@
+"""berth-agent: `render` prints a config once; `run` is the sidecar that keeps the registry configured."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import render_command, run_command
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="berth-agent", description=__doc__)
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    render_command.add_parser(subcommands)
+    run_command.add_parser(subcommands)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
