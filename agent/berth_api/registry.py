@@ -113,11 +113,21 @@ class RegistryStatus(ApiModel):
     observed_generation: int | None = Field(
         None, alias="observedGeneration", description="metadata.generation last reconciled by the operator."
     )
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing and Degraded.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing and Degraded.",
+        # One entry per type, merged by type under server-side apply (the Kubernetes convention for conditions).
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     replicas: int | None = Field(None, ge=0, description="Registry pods that exist.")
     ready_replicas: int | None = Field(None, alias="readyReplicas", ge=0, description="Registry pods that are ready.")
     selector: str | None = Field(None, description="Label selector of the registry pods (for the scale subresource).")
     url: str | None = Field(None, description="In-cluster URL of the registry.")
+    storage: Literal["filesystem", "objectStorage", "inmemory"] | None = Field(
+        None,
+        description="Storage backend of spec.config.storage, for the Storage printer column (JSONPath cannot "
+        "name a key).",
+    )
     agents: dict[str, AgentRecord] = Field(
         default_factory=dict, description="Per pod, the config its agent has applied, keyed by pod name."
     )
@@ -126,11 +136,15 @@ class RegistryStatus(ApiModel):
 class Registry(ApiModel):
     """A CNCF Distribution registry managed by Berth."""
 
-    api_version: Literal["berth.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["Registry"] = KIND
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: RegistrySpec
-    status: RegistryStatus | None = None
+    api_version: Literal["berth.dev/v1alpha1"] = Field(
+        API_VERSION, alias="apiVersion", description="Versioned schema of this object: berth.dev/v1alpha1."
+    )
+    kind: Literal["Registry"] = Field(KIND, description="Kind of this object: Registry.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: RegistrySpec = Field(description="The registry wanted: image, replicas and configuration.")
+    status: RegistryStatus | None = Field(
+        None, description="The registry observed, written by the operator and by each pod's agent."
+    )
 
 
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:

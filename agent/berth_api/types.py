@@ -13,8 +13,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 # Go's time.ParseDuration syntax, which is what the registry's config uses ("168h", "10ms", "1h30m").
 DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"
-# Kubernetes resource.Quantity, restricted to the non-negative forms people write for sizes.
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+# Kubernetes resource.Quantity, restricted to the non-negative forms people write for sizes and CPU (500m).
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
 # RFC 1123 subdomain: names of Secrets, PVCs, BucketClaims and classes.
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Keys of a Secret's data.
