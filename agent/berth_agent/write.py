@@ -1,0 +1,101 @@
+"""Atomic writes into the config volume: the registry only ever sees a whole old file or a whole new one.
+
+Temp file in the same directory (so rename(2) stays on one file system and is atomic), fsync the data, rename
+over the target, fsync the directory so the rename itself survives a crash. Files hold secrets (S3 keys,
+the http secret, the htpasswd hashes, the TLS key): mode 0600 from the moment they exist.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+SECRET_MODE = 0o600
+DIR_MODE = 0o700
+SUPERVISOR_NAME = "supervise.sh"
+CONFIG_NAME = "config.yml"
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = SECRET_MODE) -> bool:
+    """Write data to path atomically; False (and no write) when the file already holds exactly that data.
+
+    Skipping unchanged files keeps the htpasswd file's mtime still, which is what the registry watches
+    (field-notes §1).
+    """
+    path = Path(path)
+    try:
+        if path.read_bytes() == data and (path.stat().st_mode & 0o777) == mode:
+            return False
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as temp:
+            temp.write(data)
+            temp.flush()
+            os.fsync(temp.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        try:
+            os.unlink(temp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+    return True
+
+
+def fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_tree(root: Path, files: Mapping[str, bytes], *, mode: int = SECRET_MODE) -> list[str]:
+    """Write each relative path under root atomically; returns the paths whose content changed."""
+    changed = []
+    for relative, data in files.items():
+        target = safe_join(root, relative)
+        if write_atomic(target, data, mode=mode):
+            changed.append(relative)
+    return changed
+
+
+def remove_stale(root: Path, keep: set[str], managed: set[str]) -> list[str]:
+    """Delete files we wrote before (managed) that the new render no longer has (e.g. TLS turned off)."""
+    removed = []
+    for relative in sorted(managed - keep):
+        target = safe_join(root, relative)
+        try:
+            target.unlink()
+            removed.append(relative)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """root/relative, refusing absolute paths and '..' so a render can never write outside the config dir."""
+    candidate = Path(relative)
+    if candidate.is_absolute() or ".." in candidate.parts or not candidate.parts:
+        raise ValueError(f"refusing to write outside the config directory: {relative!r}")
+    return Path(root) / candidate
+
+
+def supervisor_script() -> bytes:
+    """The supervisor shipped as package data (the registry image does not contain it)."""
+    return resources.files("berth_agent").joinpath(SUPERVISOR_NAME).read_bytes()
+
+
+def install_supervisor(config_dir: Path) -> Path:
+    """Write supervise.sh into the config volume; not secret, but the registry container only needs to read it."""
+    target = Path(config_dir) / SUPERVISOR_NAME
+    write_atomic(target, supervisor_script(), mode=0o644)
+    return target
