@@ -1,0 +1,34 @@
+"""The generated HTTP secret (signs upload state; every replica must share it, field-notes section 1)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from berth_api import Registry
+
+from . import names
+from .context import ClusterFacts
+from .meta import object_meta
+
+
+def needed(reg: Registry) -> bool:
+    return reg.spec.http.secret is None
+
+
+def build(reg: Registry, facts: ClusterFacts, value: str) -> dict[str, Any] | None:
+    """None when spec.http.secret names a Secret of the user's. The apply layer generates `value` once and
+    never overwrites an existing Secret with a new one."""
+    if not needed(reg):
+        return None
+    if not value:
+        raise ValueError("the generated HTTP secret value is empty")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(reg, names.http_secret_name(reg), names.HTTP_SECRET_COMPONENT),
+        "type": "Opaque",
+        # data, not stringData: what is read back equals what was written, also on API servers (kmock) that do
+        # not convert stringData.
+        "data": {names.HTTP_SECRET_KEY: base64.b64encode(value.encode()).decode("ascii")},
+    }

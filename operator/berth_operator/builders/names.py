@@ -1,0 +1,95 @@
+"""Deterministic names, labels and selectors of everything the operator makes for one Registry."""
+
+from __future__ import annotations
+
+from berth_api import Registry
+
+# Key of the generated HTTP secret; the agent reads the same key (berth_agent.mounts.GENERATED_HTTP_SECRET_KEY).
+HTTP_SECRET_KEY = "secret"
+
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+
+# Values of the component label.
+REGISTRY_COMPONENT = "registry"
+AGENT_COMPONENT = "agent"
+STORAGE_COMPONENT = "storage"
+HTTP_SECRET_COMPONENT = "http-secret"
+
+
+def registry_name(reg: Registry) -> str:
+    try:
+        return reg.metadata["name"]
+    except KeyError:
+        raise ValueError("the Registry has no metadata.name") from None
+
+
+def namespace(reg: Registry) -> str:
+    try:
+        return reg.metadata["namespace"]
+    except KeyError:
+        raise ValueError(f"Registry {registry_name(reg)} has no metadata.namespace") from None
+
+
+def deployment_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
+def service_account_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-agent"
+
+
+def role_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-agent"
+
+
+def role_binding_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-agent"
+
+
+def service_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
+def http_secret_name(reg: Registry) -> str:
+    """The Secret the operator generates when spec.http.secret is absent (key HTTP_SECRET_KEY)."""
+    return f"{registry_name(reg)}-http-secret"
+
+
+def pvc_name(reg: Registry) -> str:
+    """The PersistentVolumeClaim the operator creates from spec.config.storage.filesystem.storageClass."""
+    return f"{registry_name(reg)}-data"
+
+
+def bucket_claim_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-bucket"
+
+
+def bucket_access_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-bucket-access"
+
+
+def cosi_secret_name(reg: Registry) -> str:
+    """credentialsSecretName of the BucketAccess the operator creates."""
+    return f"{registry_name(reg)}-cosi-credentials"
+
+
+def pdb_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
+def selector_labels(reg: Registry) -> dict[str, str]:
+    """Labels that pick this Registry's pods (Deployment, Service, PodDisruptionBudget). Never change them:
+    a Deployment's selector is immutable."""
+    return {NAME_LABEL: "registry", INSTANCE_LABEL: registry_name(reg)}
+
+
+def selector_string(reg: Registry) -> str:
+    """selector_labels as a label selector string, for status.selector (the scale subresource)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(reg).items()))
+
+
+def labels(reg: Registry, component: str) -> dict[str, str]:
+    return {**selector_labels(reg), MANAGED_BY_LABEL: "berth", COMPONENT_LABEL: component}

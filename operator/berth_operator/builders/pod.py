@@ -1,0 +1,221 @@
+"""The registry pod template: the agent (native sidecar) and the registry container, with the volumes of the
+mount contract (docs/design.md section 3).
+
+Only what needs a new pod may shape this template: the images, which Secrets and claim are mounted, the port,
+the resources. Everything the agent applies hot stays out, so editing it never rolls the pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth_api import Registry
+
+from . import names, service, storage
+from .context import ClusterFacts
+
+# One non-root identity for both containers: the agent signals the registry process (kill(2) needs the same
+# UID, field-notes section 3) and writes config files (mode 0600) that the registry must read.
+RUN_AS = 65532
+
+MOUNT_ROOT = "/var/run/berth"
+CONFIG_DIR = "/etc/berth"
+DATA_DIR = "/var/lib/registry"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+AGENT_HEALTH_PORT = 8081
+
+# Fixed on purpose: spec.http.drainTimeout is applied hot, so it may not shape the pod. Long enough for any
+# sensible drain; problems() warns when the drain timeout would not fit.
+TERMINATION_GRACE_PERIOD_SECONDS = 300
+# Kubelet's projected-token default (3607 s: one hour plus the jitter the kubelet itself uses).
+TOKEN_EXPIRATION_SECONDS = 3607
+# Secret files readable by the pod's group (fsGroup) and nobody else.
+SECRET_MODE = 0o440
+# Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def container_security_context() -> dict[str, Any]:
+    """Meets the restricted Pod Security Standard on its own, whatever the pod level says."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security_context(reg: Registry) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        # Makes the PVC writable and the Secret files (SECRET_MODE) readable by RUN_AS.
+        "fsGroup": RUN_AS,
+        # Skip the recursive chown of a large registry volume when its root already has the right group.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if reg.spec.http.port < FIRST_UNPRIVILEGED_PORT:
+        context["sysctls"] = [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
+    return context
+
+
+def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
+    """Volume name -> Secret name, for every Secret the spec needs (mount contract)."""
+    spec = reg.spec
+    sources: dict[str, str] = {}
+    cosi = storage.cosi_secret(reg, facts)
+    if cosi is not None:
+        sources["cosi"] = cosi
+    htpasswd = spec.config.storage.auth.htpasswd
+    if htpasswd is not None:
+        sources["htpasswd"] = htpasswd.secret.name
+    sources["http-secret"] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
+    if spec.redis is not None:
+        sources["redis"] = spec.redis.secret.name
+    if spec.http.tls is not None:
+        sources["tls"] = spec.http.tls.secret_name
+    return sources
+
+
+def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = [
+        {"name": "config", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        {
+            "name": "agent-token",
+            "projected": {
+                "defaultMode": 0o444,
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_SECONDS}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {
+                        "downwardAPI": {
+                            "items": [
+                                {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                            ]
+                        }
+                    },
+                ],
+            },
+        },
+    ]
+    # Whole Secrets: no items, and the mounts below use no subPath, so the kubelet keeps them current.
+    for volume, secret in secret_sources(reg, facts).items():
+        result.append({"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}})
+    claim = storage.claim_name(reg)
+    if claim is not None:
+        result.append({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+    return result
+
+
+def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
+    mounts = [
+        {"name": "config", "mountPath": CONFIG_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True},
+    ]
+    for volume in secret_sources(reg, facts):
+        mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{volume}", "readOnly": True})
+    if storage.claim_name(reg) is not None:
+        mounts.append({"name": "data", "mountPath": DATA_DIR})
+
+    def probe(path: str, **timing: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": "agent-health"}, "timeoutSeconds": 2, **timing}
+
+    return {
+        "name": "agent",
+        "image": facts.agent_image,
+        # A native sidecar: starts before the registry container, whose start waits for the startupProbe,
+        # i.e. for the first rendered config (field-notes section 3).
+        "restartPolicy": "Always",
+        "command": ["berth-agent"],
+        "args": [
+            "run",
+            "--registry", f"{names.namespace(reg)}/{names.registry_name(reg)}",
+            "--mounts", MOUNT_ROOT,
+            "--config-dir", CONFIG_DIR,
+            "--data-dir", DATA_DIR,
+            "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
+        ],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+        "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],
+        # Generous: the first render may wait for a Secret or the API server.
+        "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
+        "readinessProbe": probe("/readyz", periodSeconds=10, failureThreshold=3),
+        "livenessProbe": probe("/livez", periodSeconds=10, failureThreshold=6),
+        "resources": {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts,
+    }
+
+
+def registry_container(reg: Registry) -> dict[str, Any]:
+    port_name = service.port_name(reg)
+    mounts = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if storage.claim_name(reg) is not None:
+        mounts.append({"name": "data", "mountPath": DATA_DIR})
+    resources = {key: dict(value) for key, value in reg.spec.resources.model_dump().items() if value}
+    return {
+        "name": "registry",
+        "image": reg.spec.image,
+        "command": ["sh", f"{CONFIG_DIR}/supervise.sh"],
+        "env": [
+            {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/config.yml"},
+            {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
+            # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
+            {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
+        ],
+        "ports": [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}],
+        # GET / answers 200 without auth, 503 while a configured health check fails (field-notes section 1):
+        # such a replica leaves the Service.
+        "readinessProbe": {
+            "httpGet": {"path": "/", "port": port_name, "scheme": port_name.upper()},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 2,
+        },
+        # TCP, not GET /: a failing storage health check (or the agent's health file before a restart) must
+        # take the replica out of rotation, not get the container killed and restarted with back-off.
+        "livenessProbe": {"tcpSocket": {"port": port_name}, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 6},
+        "resources": resources,
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts,
+    }
+
+
+def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": names.labels(reg, names.REGISTRY_COMPONENT)},
+        "spec": {
+            "serviceAccountName": names.service_account_name(reg),
+            # The token goes to the agent container only, through the agent-token volume.
+            "automountServiceAccountToken": False,
+            # The agent restarts the registry process in place (field-notes section 3).
+            "shareProcessNamespace": True,
+            # Service link variables can collide with REGISTRY_* overrides (field-notes section 1).
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
+            "securityContext": pod_security_context(reg),
+            # Always present (not only when replicas > 1), so scaling never changes the template.
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": names.selector_labels(reg)},
+                }
+            ],
+            "initContainers": [agent_container(reg, facts)],
+            "containers": [registry_container(reg)],
+            "volumes": volumes(reg, facts),
+        },
+    }

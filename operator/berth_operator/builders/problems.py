@@ -1,0 +1,73 @@
+"""Specs that are valid but cannot be carried out as written. The controller reports them (Degraded); the
+builders still build, capped to what can run."""
+
+from __future__ import annotations
+
+import re
+
+from berth_api import Registry
+
+from . import names, storage
+from .context import ClusterFacts
+from .pod import TERMINATION_GRACE_PERIOD_SECONDS
+
+# A Service name (and the instance label value) must be an RFC 1035 label.
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_MAX_LABEL_LENGTH = 63
+# Seconds the registry needs after its drain to exit, and the agent after it.
+_STOP_MARGIN_SECONDS = 10
+_GO_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration_seconds(text: str) -> float:
+    """Seconds in a Go duration as the API accepts it ("30s", "1m30s", "0")."""
+    return sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in _GO_DURATION_PART.findall(text))
+
+
+def problems(reg: Registry, facts: ClusterFacts) -> list[str]:
+    found: list[str] = []
+    name = names.registry_name(reg)
+    if len(name) > _MAX_LABEL_LENGTH or not _DNS_1035_LABEL.match(name):
+        found.append(
+            f"metadata.name: {name!r} cannot name the registry's Service: it must be at most 63 characters of "
+            "lower-case letters, digits and '-', starting with a letter"
+        )
+
+    replicas = reg.spec.replicas
+    filesystem = reg.spec.config.storage.filesystem
+    if replicas > 1 and storage.single_writer(reg, facts):
+        if filesystem is not None and filesystem.persistent_volume_claim is not None:
+            modes = facts.pvc_access_modes
+            claim = (
+                f"claim {filesystem.persistent_volume_claim!r} "
+                + (f"(accessModes {', '.join(modes)})" if modes is not None else "(accessModes not known yet)")
+            )
+        else:
+            claim = f"the ReadWriteOnce claim created from storageClass {filesystem.storage_class!r}"
+        found.append(
+            f"spec.replicas: {replicas} needs ReadWriteMany storage; filesystem storage on {claim} "
+            "is capped at 1 replica"
+        )
+    if replicas > 1 and storage.pod_local_data(reg):
+        found.append(
+            f"spec.replicas: {replicas} with spec.config.storage.inmemory gives every pod its own data, so pulls "
+            "fail on pods that did not receive the push; capped at 1 replica"
+        )
+
+    object_storage = reg.spec.config.storage.object_storage
+    if storage.waiting_for_credentials(reg, facts) and object_storage is not None:
+        found.append(
+            f"spec.config.storage.objectStorage.bucketAccess: waiting for BucketAccess "
+            f"{object_storage.bucket_access!r} to name its credentials Secret (spec.credentialsSecretName); "
+            "the Deployment is not built until then"
+        )
+
+    drain = go_duration_seconds(reg.spec.http.drain_timeout)
+    if drain + _STOP_MARGIN_SECONDS > TERMINATION_GRACE_PERIOD_SECONDS:
+        found.append(
+            f"spec.http.drainTimeout: {reg.spec.http.drain_timeout} does not fit the pod's termination grace period "
+            f"of {TERMINATION_GRACE_PERIOD_SECONDS}s; a stopping pod is killed after "
+            f"{TERMINATION_GRACE_PERIOD_SECONDS - _STOP_MARGIN_SECONDS}s of draining"
+        )
+    return found

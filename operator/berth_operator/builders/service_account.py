@@ -1,0 +1,21 @@
+"""The agent's ServiceAccount."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth_api import Registry
+
+from . import names
+from .context import ClusterFacts
+from .meta import object_meta
+
+
+def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": object_meta(reg, names.service_account_name(reg), names.AGENT_COMPONENT),
+        # The pod template mounts the token into the agent container only.
+        "automountServiceAccountToken": False,
+    }
