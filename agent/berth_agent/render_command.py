@@ -1,0 +1,78 @@
+"""`berth-agent render`: print the config.yml a Registry and its mounted Secrets render to.
+
+Exit 0 with the config on stdout; exit 2 with one line on stderr (naming the field, or the mounted file and
+key) for bad input. The error never contains a secret value and is never a stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from berth_api import Registry, describe_validation_error
+
+from .errors import InputError
+from .mounts import DEFAULT_MOUNT_ROOT, read_inputs
+from .render import RenderPaths, render
+
+EXIT_BAD_INPUT = 2
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "render", help="print the registry config.yml for a Registry", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--registry", required=True, type=Path, metavar="FILE", help="Registry manifest (YAML)")
+    parser.add_argument("--mounts", type=Path, default=DEFAULT_MOUNT_ROOT, metavar="DIR",
+                        help=f"mount root holding cosi/, htpasswd/, http-secret/, redis/, tls/ "
+                             f"(default {DEFAULT_MOUNT_ROOT})")
+    parser.add_argument("--distribution", choices=("2", "3"), default=None,
+                        help="Distribution major version (default: from spec.distribution or the image tag)")
+    parser.add_argument("--config-dir", type=Path, default=RenderPaths.config_dir, metavar="DIR",
+                        help=f"where the agent writes config.yml, htpasswd and tls/ (default {RenderPaths.config_dir})")
+    parser.add_argument("--data-dir", type=Path, default=RenderPaths.data_dir, metavar="DIR",
+                        help=f"filesystem storage root (default {RenderPaths.data_dir})")
+    parser.set_defaults(func=run)
+
+
+def load_registry(path: Path) -> Registry:
+    """Parse and validate a Registry manifest; raises InputError naming the file or the API field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "is not UTF-8 text") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        raise InputError(str(path), f"is not valid YAML{where}") from None
+    if not isinstance(document, dict):
+        raise InputError(str(path), "does not hold a Registry object (expected a YAML mapping)")
+    try:
+        return Registry.model_validate(document)
+    except ValidationError as exc:
+        raise InputError(str(path), describe_validation_error(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        registry = load_registry(args.registry)
+        inputs = read_inputs(registry.spec, args.mounts)
+        rendered = render(registry.spec, inputs, distribution=args.distribution,
+                          paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
+    except InputError as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message held
+        print(f"berth-agent render: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sys.stdout.buffer.write(rendered.config)
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,4 @@
+"""Fixtures for the rendering tests: the real registry and moto S3 from tests/support."""
+
+from support.registry import registry_factory  # noqa: F401  (pytest fixture)
+from support.s3 import moto_server  # noqa: F401  (pytest fixture)

@@ -1,0 +1,67 @@
+"""Smoke tests of the shared test parts others build on: ports, Secret volumes, the registry, moto."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from support.ports import free_port
+from support.registry import http_get, push_and_pull_back, running_registry
+from support.s3 import AccessKey
+from support.secretdir import DATA_LINK, current_data, swap_secret_dir, write_secret_dir
+
+
+def test_free_port_can_be_bound_on_loopback():
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_secret_dir_has_the_atomic_writer_layout_and_swaps(tmp_path):
+    volume = write_secret_dir(tmp_path / "s", {"a": b"1", "b": "2"})
+    first = os.readlink(volume / DATA_LINK)
+    assert first.startswith("..") and (volume / first).is_dir()
+    assert os.readlink(volume / "a") == f"{DATA_LINK}/a"
+    assert current_data(volume) == {"a": b"1", "b": b"2"}
+
+    assert swap_secret_dir(volume, {"a": b"3", "c": b"4"}) is True
+    second = os.readlink(volume / DATA_LINK)
+    assert second != first and not (volume / first).exists()
+    assert current_data(volume) == {"a": b"3", "c": b"4"}
+    assert not (volume / "b").is_symlink()
+    assert not (volume / "..data_tmp").exists()
+    assert swap_secret_dir(volume, {"a": b"3", "c": b"4"}) is False  # unchanged payload: not rewritten
+    assert os.readlink(volume / DATA_LINK) == second
+
+
+def test_registry_starts_on_loopback_and_round_trips_an_image(tmp_path):
+    config = f"""version: 0.1
+storage:
+  filesystem:
+    rootdirectory: {tmp_path / 'data'}
+http:
+  addr: :5000
+""".encode()
+    with running_registry(config, tmp_path / "registry") as registry:
+        assert registry.addr.startswith("127.0.0.1:")
+        assert http_get(registry.url + "/v2/").status == 200
+        pushed, pulled = push_and_pull_back(registry, tmp_path / "image")
+        assert pulled.blobs == pushed.blobs
+    assert not registry.alive()
+
+
+def test_moto_enforces_iam_and_deleted_keys_stop_working(moto_server):
+    key = moto_server.create_s3_user("reg", bucket="smoke")
+    moto_server.enforce_iam()
+    assert moto_server.list_objects("smoke", key) == []
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError):
+        moto_server.list_objects("smoke", AccessKey("x", "AKIANOTAKEY000000000", "wrong"))
+    second = moto_server.create_access_key("reg")
+    moto_server.delete_access_key("reg", key.access_key_id)
+    with pytest.raises(ClientError):
+        moto_server.list_objects("smoke", key)
+    assert moto_server.list_objects("smoke", second) == []
+    assert "hidden" in repr(second) and second.secret_access_key not in repr(second)

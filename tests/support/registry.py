@@ -1,0 +1,315 @@
+"""The real registry (Debian's /usr/bin/docker-registry, Distribution 2.8) on 127.0.0.1, and a real client.
+
+    with running_registry(config_bytes, tmp_path) as reg:      # or registry_factory fixture
+        assert http_get(reg.url + "/v2/").status == 200
+        image = make_oci_image(tmp_path / "image")
+        push_image(image, reg, "demo/app:1")
+        assert pull_image(reg, "demo/app:1", tmp_path / "back").blobs == image.blobs
+
+The config must listen on 127.0.0.1 (tests rewrite http.addr with `with_addr`). AWS_CA_BUNDLE is removed from
+the registry's environment: the 2.8 s3 driver panics at start when it is set (field-notes §6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .ports import free_port
+
+REGISTRY_BINARY = os.environ.get("BERTH_REGISTRY_BINARY", "/usr/bin/docker-registry")
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+
+
+def with_addr(config: bytes, addr: str) -> bytes:
+    """The same config listening on `addr` (e.g. 127.0.0.1:PORT) instead of its own http.addr."""
+    document = yaml.safe_load(config)
+    document.setdefault("http", {})["addr"] = addr
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+def config_addr(config: bytes) -> str:
+    return str(yaml.safe_load(config).get("http", {}).get("addr", ""))
+
+
+@dataclass
+class HttpAnswer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def http_get(url: str, *, auth: tuple[str, str] | None = None, timeout: float = 5.0,
+             method: str = "GET") -> HttpAnswer:
+    """One request; any HTTP status is an answer (no exception for 4xx/5xx). TLS is not verified."""
+    request = urllib.request.Request(url, method=method)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return HttpAnswer(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as exc:
+        return HttpAnswer(exc.code, dict(exc.headers), exc.read())
+
+
+@dataclass
+class RegistryProcess:
+    """A running docker-registry; stop() ends it (SIGTERM, then SIGKILL)."""
+
+    process: subprocess.Popen
+    config_path: Path
+    log_path: Path
+    addr: str
+    tls: bool = False
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def port(self) -> int:
+        return int(self.addr.rsplit(":", 1)[1])
+
+    @property
+    def host(self) -> str:
+        """host:port as image references name it."""
+        return self.addr
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.addr}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> int:
+        """Stop the process and return its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+        return self.process.returncode
+
+
+def registry_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE" and not k.startswith("REGISTRY_")}
+    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise send traces to localhost:4318 (field-notes §1)
+    return env
+
+
+def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None,
+                   timeout: float = START_TIMEOUT) -> RegistryProcess:
+    """Start `docker-registry serve` from config bytes or a config file and wait until GET /v2/ answers.
+
+    With `addr`, http.addr is rewritten to it; otherwise the config's own addr must be 127.0.0.1:PORT.
+    The registry's output goes to workdir/registry.log.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = Path(config).read_bytes() if isinstance(config, Path) else config
+    if addr is not None:
+        data = with_addr(data, addr)
+    listen = config_addr(data)
+    if not listen.startswith("127.0.0.1:"):
+        raise ValueError(f"the registry must listen on 127.0.0.1 in tests, not {listen!r}")
+    config_path = workdir / "registry-config.yml"
+    if isinstance(config, Path) and addr is None:
+        config_path = Path(config)
+    else:
+        config_path.write_bytes(data)
+    tls = bool((yaml.safe_load(data).get("http") or {}).get("tls"))
+    log_path = workdir / "registry.log"
+    log_file = open(log_path, "ab")
+    process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config_path)], stdout=log_file,
+                               stderr=subprocess.STDOUT, env=registry_env(), cwd=workdir)
+    registry = RegistryProcess(process, config_path, log_path, listen, tls, log_file)
+    deadline = time.monotonic() + timeout
+    while True:
+        if not registry.alive():
+            registry.stop()
+            raise RuntimeError(f"registry exited with {process.returncode} at start; log:\n{registry.log()}")
+        try:
+            http_get(registry.url + "/v2/", timeout=1.0)
+            return registry
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError, OSError):
+            if time.monotonic() > deadline:
+                registry.stop()
+                raise TimeoutError(f"registry gave no answer on /v2/ in {timeout}s; log:\n{registry.log()}") from None
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def running_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None) -> Iterator[RegistryProcess]:
+    """start_registry as a context manager; with no `addr` and a config not on 127.0.0.1, a free port is used."""
+    data = Path(config).read_bytes() if isinstance(config, Path) else config
+    if addr is None and not config_addr(data).startswith("127.0.0.1:"):
+        addr = f"127.0.0.1:{free_port()}"
+    registry = start_registry(config, workdir, addr=addr)
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture
+def registry_factory(tmp_path: Path) -> Iterator:
+    """Fixture: call it with config bytes (and optional addr) to get a started registry; all stop at teardown."""
+    started: list[RegistryProcess] = []
+
+    def start(config: bytes | Path, *, addr: str | None = None, name: str | None = None) -> RegistryProcess:
+        data = Path(config).read_bytes() if isinstance(config, Path) else config
+        if addr is None and not config_addr(data).startswith("127.0.0.1:"):
+            addr = f"127.0.0.1:{free_port()}"
+        registry = start_registry(config, tmp_path / (name or f"registry-{len(started)}"), addr=addr)
+        started.append(registry)
+        return registry
+
+    yield start
+    for registry in started:
+        registry.stop()
+
+
+# --- a small real image, pushed and pulled with skopeo ---------------------------------------------------
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+
+
+@dataclass
+class OciImage:
+    """An OCI image layout directory and the blobs it holds (digest -> bytes)."""
+
+    path: Path
+    manifest_digest: str
+    blobs: dict[str, bytes]
+
+    @property
+    def layer_digests(self) -> list[str]:
+        manifest = json.loads(self.blobs[self.manifest_digest])
+        return [layer["digest"] for layer in manifest["layers"]]
+
+
+def _put_blob(layout: Path, data: bytes, blobs: dict[str, bytes]) -> dict:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    (layout / "blobs" / "sha256" / digest.split(":", 1)[1]).write_bytes(data)
+    blobs[digest] = data
+    return {"digest": digest, "size": len(data)}
+
+
+def make_oci_image(layout: Path, *, layer_size: int = 256 * 1024, layers: int = 1) -> OciImage:
+    """Build an OCI layout with `layers` uncompressed layers of random bytes, a config and a manifest."""
+    layout = Path(layout)
+    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    blobs: dict[str, bytes] = {}
+    layer_descriptors, diff_ids = [], []
+    for index in range(layers):
+        staging = layout.parent / f".{layout.name}-layer{index}"
+        staging.mkdir(exist_ok=True)
+        payload = staging / f"random-{index}.bin"
+        payload.write_bytes(os.urandom(layer_size))
+        tar_path = staging / "layer.tar"
+        with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+            info = tar.gettarinfo(str(payload), arcname=payload.name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with open(payload, "rb") as handle:
+                tar.addfile(info, handle)
+        layer = tar_path.read_bytes()
+        shutil.rmtree(staging)
+        descriptor = _put_blob(layout, layer, blobs)
+        layer_descriptors.append({"mediaType": OCI_LAYER, **descriptor})
+        diff_ids.append(descriptor["digest"])
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }, sort_keys=True).encode()
+    config_descriptor = {"mediaType": OCI_CONFIG, **_put_blob(layout, config, blobs)}
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config_descriptor, "layers": layer_descriptors,
+    }, sort_keys=True).encode()
+    manifest_descriptor = {"mediaType": OCI_MANIFEST, **_put_blob(layout, manifest, blobs)}
+    (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [manifest_descriptor]}))
+    return OciImage(layout, manifest_descriptor["digest"], blobs)
+
+
+def read_oci_image(layout: Path) -> OciImage:
+    """The image an OCI layout holds (its first manifest) and every blob it references."""
+    layout = Path(layout)
+    index = json.loads((layout / "index.json").read_text())
+    manifest_digest = index["manifests"][0]["digest"]
+
+    def blob(digest: str) -> bytes:
+        return (layout / "blobs" / "sha256" / digest.split(":", 1)[1]).read_bytes()
+
+    manifest = json.loads(blob(manifest_digest))
+    blobs = {manifest_digest: blob(manifest_digest)}
+    for descriptor in [manifest["config"], *manifest["layers"]]:
+        blobs[descriptor["digest"]] = blob(descriptor["digest"])
+    return OciImage(layout, manifest_digest, blobs)
+
+
+def _skopeo(args: list[str], *, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    result = subprocess.run(["skopeo", "--insecure-policy", *args], capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"skopeo {' '.join(args[:1])} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
+def push_image(image: OciImage | Path, registry: RegistryProcess | str, reference: str, *,
+               creds: tuple[str, str] | None = None) -> None:
+    """skopeo copy oci:LAYOUT docker://HOST/REFERENCE (TLS not verified, basic auth with `creds`)."""
+    host = registry.host if isinstance(registry, RegistryProcess) else registry
+    layout = image.path if isinstance(image, OciImage) else Path(image)
+    args = ["copy", "--dest-tls-verify=false", "--preserve-digests"]
+    if creds is not None:
+        args.append(f"--dest-creds={creds[0]}:{creds[1]}")
+    _skopeo([*args, f"oci:{layout}", f"docker://{host}/{reference}"])
+
+
+def pull_image(registry: RegistryProcess | str, reference: str, layout: Path, *,
+               creds: tuple[str, str] | None = None) -> OciImage:
+    """skopeo copy docker://HOST/REFERENCE oci:LAYOUT, then read back what arrived."""
+    host = registry.host if isinstance(registry, RegistryProcess) else registry
+    args = ["copy", "--src-tls-verify=false", "--preserve-digests"]
+    if creds is not None:
+        args.append(f"--src-creds={creds[0]}:{creds[1]}")
+    _skopeo([*args, f"docker://{host}/{reference}", f"oci:{layout}"])
+    return read_oci_image(layout)
+
+
+def push_and_pull_back(registry: RegistryProcess, workdir: Path, *, reference: str = "berth/test:1",
+                       creds: tuple[str, str] | None = None, layer_size: int = 256 * 1024) -> tuple[OciImage, OciImage]:
+    """Push a fresh random image and pull it back; returns (pushed, pulled). Callers compare the blobs."""
+    workdir = Path(workdir)
+    pushed = make_oci_image(workdir / "push", layer_size=layer_size)
+    push_image(pushed, registry, reference, creds=creds)
+    pulled = pull_image(registry, reference, workdir / "pull", creds=creds)
+    return pushed, pulled
