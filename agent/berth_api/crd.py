@@ -89,8 +89,14 @@ def registry_schema() -> dict[str, Any]:
     for name in ("apiVersion", "kind"):
         raw["properties"][name] = {"type": "string", "description": raw["properties"][name]["description"]}
     raw["properties"]["metadata"] = {"type": "object"}
-    converter = _StructuralConverter(raw.pop("$defs", {}))
-    schema = converter.convert(raw, "")
+    return structural_schema(raw)
+
+
+def structural_schema(json_schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON schema (by_alias, with $defs) as a Kubernetes structural schema; CrdError if it can't be."""
+    json_schema = dict(json_schema)
+    converter = _StructuralConverter(json_schema.pop("$defs", {}))
+    schema = converter.convert(json_schema, "")
     if converter.errors:
         raise CrdError("; ".join(converter.errors))
     return schema

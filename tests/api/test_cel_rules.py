@@ -1,0 +1,89 @@
+"""The CRD's CEL rules and the models' cross-field validators agree, on every combination that matters.
+
+The rules are evaluated with cel-python on the object the API server would see (after its defaulting), and
+the verdict is compared with pydantic's, so neither can drift from the other unnoticed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from api.admission import apply_defaults, cel_problems, crd_schema, evaluate_rule
+from berth_api import Registry, describe_validation_error
+
+BACKENDS = ("filesystem", "objectStorage", "inmemory")
+# Each backend's possible shapes, valid and not: which of the either-or fields are set.
+FILESYSTEM_SHAPES = [
+    {k: v for k, v in (("persistentVolumeClaim", "data"), ("storageClass", "standard")) if k in chosen}
+    for chosen in [(), ("persistentVolumeClaim",), ("storageClass",), ("persistentVolumeClaim", "storageClass")]
+]
+BUCKET_FIELDS = {"bucketClaim": "claim", "bucketClass": "s3", "bucketAccess": "access", "bucketAccessClass": "rw"}
+OBJECT_STORAGE_SHAPES = [
+    {field: BUCKET_FIELDS[field] for field in chosen}
+    for size in range(len(BUCKET_FIELDS) + 1)
+    for chosen in itertools.combinations(BUCKET_FIELDS, size)
+]
+
+
+def storage_documents() -> list[dict[str, Any]]:
+    documents = []
+    for size in range(len(BACKENDS) + 1):
+        for backends in itertools.combinations(BACKENDS, size):
+            shapes = [FILESYSTEM_SHAPES if b == "filesystem" else OBJECT_STORAGE_SHAPES if b == "objectStorage"
+                      else [{}] for b in backends]
+            for chosen in itertools.product(*shapes):
+                documents.append({"config": {"storage": dict(zip(backends, chosen))}})
+    return documents
+
+
+def cache_documents() -> list[dict[str, Any]]:
+    redis = {"secret": {"name": "redis", "field": "url"}}
+    documents = []
+    for cache, with_redis in itertools.product([None, "inmemory", "redis"], [False, True]):
+        storage: dict[str, Any] = {"inmemory": {}}
+        if cache:
+            storage["cache"] = {"blobdescriptor": cache}
+        documents.append({"config": {"storage": storage}, **({"redis": redis} if with_redis else {})})
+    return documents
+
+
+SPECS = storage_documents() + cache_documents()
+
+
+def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
+    try:
+        Registry.model_validate(document)
+    except ValidationError as exc:
+        return {tuple(line.split(": ", 1)) for line in describe_validation_error(exc).split("; ")}
+    return set()
+
+
+def test_the_combinations_cover_valid_and_invalid() -> None:
+    verdicts = [not model_problems({"spec": spec}) for spec in SPECS]
+    assert len(SPECS) > 150
+    assert verdicts.count(True) >= 10 and verdicts.count(False) >= 100
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[str(i) for i in range(len(SPECS))])
+def test_cel_and_model_agree(spec: dict[str, Any]) -> None:
+    document = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "spec": spec}
+    by_model = model_problems(document)
+    schema = crd_schema()
+    by_cel = set(cel_problems(apply_defaults(document, schema), schema))
+    assert bool(by_model) == bool(by_cel), f"model says {by_model}, CEL says {by_cel}"
+    # pydantic stops at the innermost failing validator; CEL evaluates every rule. The model's complaints
+    # are therefore among CEL's, same path and same message.
+    assert by_model <= by_cel
+
+
+def test_rules_see_absent_and_empty_differently() -> None:
+    """`inmemory: {}` counts as a backend (has() is true for an empty object), as in the model."""
+    rule = crd_schema()["properties"]["spec"]["properties"]["config"]["properties"]["storage"][
+        "x-kubernetes-validations"][0]["rule"]
+    assert evaluate_rule(rule, {"inmemory": {}})
+    assert not evaluate_rule(rule, {})
+    assert not evaluate_rule(rule, {"inmemory": {}, "filesystem": {"storageClass": "standard"}})

@@ -1,0 +1,54 @@
+"""Every example (examples/*.yaml) and every fixture here is a Registry both the CRD and the model accept,
+and the API server's defaulting from the CRD yields the values the model defaults to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from api.admission import REPO, admit, apply_defaults, crd_schema
+from berth_api import Registry
+
+FILES = sorted((REPO / "examples").glob("*.yaml")) + sorted((Path(__file__).parent / "fixtures").glob("*.yaml"))
+DOCUMENTS = [
+    pytest.param(document, id=f"{path.relative_to(REPO)}#{index}")
+    for path in FILES
+    for index, document in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+]
+
+
+def test_there_are_documents_to_check() -> None:
+    assert len(DOCUMENTS) >= 3
+    names = {path.name for path in FILES}
+    assert {"tls-htpasswd.yaml", "redis-cache.yaml", "with-status.yaml"} <= names
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_the_api_server_would_accept_it(document: dict[str, Any]) -> None:
+    assert (document["apiVersion"], document["kind"]) == ("berth.dev/v1alpha1", "Registry")
+    assert admit(document) == []
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_the_model_accepts_it(document: dict[str, Any]) -> None:
+    Registry.model_validate(document)
+
+
+def leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """Scalar values by path; empty maps and lists have none."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in leaves(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for index, item in enumerate(value) for k, v in leaves(item, f"{path}.{index}").items()}
+    return {path: value}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_crd_defaults_match_model_defaults(document: dict[str, Any]) -> None:
+    by_crd = apply_defaults(document, crd_schema())
+    by_model = Registry.model_validate(document).model_dump(by_alias=True, exclude_none=True)
+    assert leaves(by_crd["spec"]) == leaves(by_model["spec"])
+    assert leaves(by_crd.get("status")) == leaves(by_model.get("status"))
