@@ -41,3 +41,53 @@ def supervisor_factory(tmp_path):
     yield start
     for supervisor in started:
         supervisor.stop()
+
+
+# ---- sources and reporting (sources engineer) ----
+
+
+class ChangeCollector:
+    """An Emit for the source tests: thread-safe, records every Change, and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.changes: list = []
+
+    def __call__(self, change) -> None:  # sources call this from their own threads
+        with self._lock:
+            self.changes.append(change)
+
+    def snapshot(self) -> list:
+        with self._lock:
+            return list(self.changes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.changes.clear()
+
+    async def wait_for(self, predicate, timeout: float = 20.0):
+        """The first recorded Change matching `predicate`, polling; generous timeout, never a timing claim."""
+        import asyncio
+
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            for change in self.snapshot():
+                if predicate(change):
+                    return change
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"no matching change within {timeout}s; saw {self.snapshot()!r}")
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def changes() -> ChangeCollector:
+    return ChangeCollector()
+
+
+@pytest.fixture
+def health():
+    from berth_agent.health import Health
+
+    return Health()

@@ -1,0 +1,112 @@
+"""Health of the agent: startup (first config written), readiness, liveness of the watch loops; the HTTP server.
+
+Liveness reflects real progress: each source loop registers with a maximum silence and beats on every
+iteration (a watch event, a reopened watch, a timer tick). A loop stuck in a read with no timeout stops
+beating, /livez turns 503 and the kubelet restarts the agent container (a native sidecar: the registry
+container keeps running). A loop that is merely retrying against an unreachable API still beats, because
+restarting the agent would not bring the API back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+
+class Health:
+    """Thread-safe: sources beat from watchdog and kubernetes-client threads."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_beat: dict[str, float] = {}
+        self._max_silence: dict[str, float] = {}
+        self._config_written = False
+        self._ready = True
+
+    def register(self, name: str, max_silence_seconds: float) -> None:
+        """From now on `name` must beat at least every `max_silence_seconds` for /livez to pass."""
+        with self._lock:
+            self._max_silence[name] = max_silence_seconds
+            self._last_beat[name] = self._clock()  # a fresh loop gets its full allowance
+
+    def unregister(self, name: str) -> None:
+        """A loop that ended on purpose (shutdown) no longer counts."""
+        with self._lock:
+            self._max_silence.pop(name, None)
+            self._last_beat.pop(name, None)
+
+    def registered(self) -> list[str]:
+        with self._lock:
+            return sorted(self._max_silence)
+
+    def beat(self, name: str) -> None:
+        with self._lock:
+            self._last_beat[name] = self._clock()
+
+    def mark_config_written(self) -> None:
+        """The first config is on disk: the registry container may start (the sidecar's startupProbe)."""
+        self._config_written = True
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready = ready
+
+    def startup_ok(self) -> bool:
+        return self._config_written
+
+    def ready_ok(self) -> bool:
+        return self._config_written and self._ready
+
+    def stale_loops(self) -> list[str]:
+        """Registered loops that have been silent longer than they may be, as 'name (silent Ns)'."""
+        now = self._clock()
+        with self._lock:
+            return [
+                f"{name} (silent {now - self._last_beat.get(name, 0.0):.0f}s)"
+                for name, limit in sorted(self._max_silence.items())
+                if now - self._last_beat.get(name, 0.0) > limit
+            ]
+
+    def live_ok(self) -> bool:
+        return not self.stale_loops()
+
+
+def _answer(ok: bool, reason: str) -> web.Response:
+    return web.Response(status=200 if ok else 503, text="ok\n" if ok else reason + "\n")
+
+
+def build_app(health: Health) -> web.Application:
+    async def startupz(_request: web.Request) -> web.Response:
+        return _answer(health.startup_ok(), "config not written yet")
+
+    async def readyz(_request: web.Request) -> web.Response:
+        reason = "config not written yet" if not health.startup_ok() else "not ready"
+        return _answer(health.ready_ok(), reason)
+
+    async def livez(_request: web.Request) -> web.Response:
+        stale = health.stale_loops()
+        return _answer(not stale, "loops not progressing: " + ", ".join(stale))
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/startupz", startupz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def start_health_server(health: Health, host: str, port: int) -> web.AppRunner:
+    """Serve the probes and /metrics on host:port; the caller stops it with `await runner.cleanup()`."""
+    runner = web.AppRunner(build_app(health), access_log=None)  # probes every few seconds are not actions
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+__all__ = ["Health", "build_app", "start_health_server"]

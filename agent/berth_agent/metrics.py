@@ -1,0 +1,60 @@
+"""The agent's Prometheus metrics (default registry, prefix berth_agent_), served on /metrics by health.py.
+
+Names are fixed by docs/design.md (agent interfaces). Label values are bounded sets chosen by our code
+(source names, failure reasons, a config hash), never user input and never secret values.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+_P = "berth_agent_"
+
+# prometheus_client appends "_total" to counter names itself.
+reloads_total = Counter(_P + "reloads", "Registry restarts that came up healthy on the new config.")
+reload_failures_total = Counter(
+    _P + "reload_failures", "Reloads that failed, by reason (preflight, restart, verify, write).", ["reason"]
+)
+rollbacks_total = Counter(_P + "rollbacks", "Times the last good config was restored after a failed reload.")
+last_reload_success_timestamp_seconds = Gauge(
+    _P + "last_reload_success_timestamp_seconds", "Unix time of the last successful reload."
+)
+config_info = Gauge(_P + "config_info", "1 for the hash of the config the registry runs now.", ["hash"])
+renders_total = Counter(_P + "renders", "Config renders attempted.")
+render_errors_total = Counter(_P + "render_errors", "Renders that failed on bad input, by source.", ["source"])
+htpasswd_updates_total = Counter(_P + "htpasswd_updates", "htpasswd rewrites applied without a restart.")
+watch_events_total = Counter(_P + "watch_events", "Events seen by the watch loops, by source.", ["source"])
+watch_errors_total = Counter(_P + "watch_errors", "Errors in the watch loops, by source.", ["source"])
+watch_restarts_total = Counter(_P + "watch_restarts", "Watches reopened (timeout, drop, relist), by source.", ["source"])
+pvc_capacity_bytes = Gauge(_P + "pvc_capacity_bytes", "Size of the filesystem holding the PVC mount path.")
+pvc_free_bytes = Gauge(_P + "pvc_free_bytes", "Bytes available to the registry on the PVC mount path.")
+pvc_ok = Gauge(_P + "pvc_ok", "1 when the PVC mount path exists and is writable, else 0.")
+# Not in the fixed list: failures to write status or Events (the reporter never raises, so this is where
+# they show), by kind ("status", "event", "lookup").
+report_errors_total = Counter(_P + "report_errors", "Failed writes of status or Events to the API, by kind.", ["kind"])
+
+
+def set_config_hash(config_hash: str) -> None:
+    """Make config_info show `config_hash` only: an info metric with one live series."""
+    config_info.clear()
+    config_info.labels(hash=config_hash).set(1)
+
+
+__all__ = [
+    "config_info",
+    "htpasswd_updates_total",
+    "last_reload_success_timestamp_seconds",
+    "pvc_capacity_bytes",
+    "pvc_free_bytes",
+    "pvc_ok",
+    "reload_failures_total",
+    "reloads_total",
+    "render_errors_total",
+    "renders_total",
+    "report_errors_total",
+    "rollbacks_total",
+    "set_config_hash",
+    "watch_errors_total",
+    "watch_events_total",
+    "watch_restarts_total",
+]

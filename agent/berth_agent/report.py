@@ -1,0 +1,216 @@
+"""Reporting what the agent did: per-pod record on the Registry status and Events (API), or log lines (file mode).
+
+A failure to report is logged and counted (berth_agent_report_errors_total), never raised: reporting must not
+stop the pipeline from keeping the registry configured. Nothing here logs a request or response body; log
+lines carry only the HTTP status and reason of a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from berth_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+from . import metrics
+from .sources.registry_api import describe_api_error
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "berth-agent"
+MERGE_PATCH = "application/merge-patch+json"
+MAX_EVENT_MESSAGE = 1024  # what the events.k8s.io API allows for a note; longer is cut
+
+
+class Reporter(Protocol):
+    async def applied(self, config_hash: str, generation: int | None) -> None: ...
+
+    async def failed(self, error: str, generation: int | None) -> None: ...  # error already secret-free
+
+    async def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+
+
+def rfc3339(ts: float | None = None, *, millis: bool = False) -> str:
+    moment = datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc)
+    return moment.isoformat(timespec="milliseconds" if millis else "seconds").replace("+00:00", "Z")
+
+
+class LogReporter:
+    """File mode, outside Kubernetes: the same facts as log lines."""
+
+    def __init__(self, subject: str = "") -> None:
+        self.subject = subject  # e.g. the registry file's path, so a line says what it is about
+
+    async def applied(self, config_hash: str, generation: int | None) -> None:
+        log.info("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
+                                                       "generation": generation}})
+
+    async def failed(self, error: str, generation: int | None) -> None:
+        log.warning("config not applied", extra={"fields": {"registry": self.subject, "error": error,
+                                                             "generation": generation}})
+
+    async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        log.log(logging.WARNING if warning else logging.INFO, message,
+                extra={"fields": {"registry": self.subject, "reason": reason, "type": _type(warning)}})
+
+
+def _type(warning: bool) -> str:
+    return "Warning" if warning else "Normal"
+
+
+class ApiReporter:
+    """Writes status.agents.<pod> (merge patch of the pod's own key, status subresource) and core/v1 Events.
+
+    Identical events within `coalesce_seconds` are folded into one Event whose count goes up (as the kubelet
+    and client-go's recorder do), so a input broken for an hour is one Event with a count, not hundreds.
+    An identical status record is not written again within `refresh_seconds`.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str,
+        name: str,
+        pod_name: str,
+        *,
+        request_timeout: float = 10.0,
+        coalesce_seconds: float = 600.0,
+        refresh_seconds: float = 600.0,
+        clock=time.time,
+    ) -> None:
+        from kubernetes import client  # ~46 MB: loaded only in API mode (field-notes §6)
+
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self.namespace, self.name, self.pod_name = namespace, name, pod_name
+        self.request_timeout = request_timeout
+        self.coalesce_seconds = coalesce_seconds
+        self.refresh_seconds = refresh_seconds
+        self._clock = clock
+        self._uid: str | None = None
+        self._last_record: tuple[tuple, float] | None = None  # (what was written, when)
+        self._recent_events: dict[tuple[str, str, str], dict] = {}  # (type, reason, message) -> name, count, first
+
+    # ---- status ----
+
+    async def applied(self, config_hash: str, generation: int | None) -> None:
+        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None}
+        await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
+
+    async def failed(self, error: str, generation: int | None) -> None:
+        # Only `error`: configHash, appliedAt and observedGeneration keep describing the config that still runs
+        # (the last good one), which is what status.agents.<pod> records.
+        await asyncio.to_thread(self._write_record, {"error": error}, ("failed", error))
+
+    def _write_record(self, record: dict, key: tuple) -> None:
+        now = self._clock()
+        if self._last_record and self._last_record[0] == key and now - self._last_record[1] < self.refresh_seconds:
+            return  # same record written recently: nothing new to say
+        if "appliedAt" in record:
+            record["appliedAt"] = rfc3339(now, millis=True)
+        body = {"status": {"agents": {self.pod_name: record}}}
+        try:
+            # The client already picks merge-patch for a dict body here; explicit, so a client change cannot
+            # turn it into a json-patch or a replace of the whole status.
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, body,
+                _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
+            ).release_conn()
+        except Exception as exc:  # noqa: BLE001 - reporting never raises into the pipeline
+            if getattr(exc, "status", None) == 404:
+                self._uid = None  # the Registry is gone (or being recreated with a new uid)
+            self._count_failure("status", exc)
+            return
+        self._last_record = (key, now)
+
+    # ---- events ----
+
+    async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        await asyncio.to_thread(self._write_event, reason, message[:MAX_EVENT_MESSAGE], _type(warning))
+
+    def _write_event(self, reason: str, message: str, event_type: str) -> None:
+        now = self._clock()
+        self._forget_old_events(now)
+        key = (event_type, reason, message)
+        seen = self._recent_events.get(key)
+        try:
+            if seen is not None:
+                try:
+                    self._bump_event(seen, now)
+                    return
+                except Exception as exc:  # noqa: BLE001
+                    if getattr(exc, "status", None) != 404:
+                        raise
+                    # The Event expired (the API server keeps them for an hour by default): write a new one.
+            self._recent_events[key] = self._create_event(reason, message, event_type, now)
+        except Exception as exc:  # noqa: BLE001 - reporting never raises into the pipeline
+            self._recent_events.pop(key, None)
+            self._count_failure("event", exc)
+
+    def _create_event(self, reason: str, message: str, event_type: str, now: float) -> dict:
+        name = f"{self.name}.{time.time_ns():x}{secrets.token_hex(2)}"  # client-go style: <object>.<unique>
+        stamp = rfc3339(now)
+        involved = {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "namespace": self.namespace}
+        uid = self._registry_uid()
+        if uid:
+            involved["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": COMPONENT, "host": self.pod_name},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.pod_name,
+        }
+        self._core.create_namespaced_event(
+            self.namespace, body, _request_timeout=self.request_timeout, _preload_content=False
+        ).release_conn()
+        return {"name": name, "count": 1, "last": now}
+
+    def _bump_event(self, seen: dict, now: float) -> None:
+        body = {"count": seen["count"] + 1, "lastTimestamp": rfc3339(now)}
+        self._core.patch_namespaced_event(
+            seen["name"], self.namespace, body,
+            # For a dict body this client would send application/json-patch+json (the first type the
+            # endpoint lists), which the server rejects for an object: say merge-patch.
+            _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
+        ).release_conn()
+        seen["count"] += 1
+        seen["last"] = now
+
+    def _forget_old_events(self, now: float) -> None:
+        for key in [k for k, v in self._recent_events.items() if now - v["last"] >= self.coalesce_seconds]:
+            del self._recent_events[key]
+
+    def _registry_uid(self) -> str | None:
+        if self._uid is None:
+            try:
+                obj = self._custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, self.name, _request_timeout=self.request_timeout
+                )
+                self._uid = (obj.get("metadata") or {}).get("uid")
+            except Exception as exc:  # noqa: BLE001 - the Event is still useful without the uid
+                self._count_failure("lookup", exc)
+        return self._uid
+
+    def _count_failure(self, kind: str, exc: BaseException) -> None:
+        metrics.report_errors_total.labels(kind=kind).inc()
+        log.warning(
+            "cannot report to the API",
+            extra={"fields": {"registry": f"{self.namespace}/{self.name}", "kind": kind,
+                              "error": describe_api_error(exc)}},
+        )
+
+
+__all__ = ["ApiReporter", "LogReporter", "Reporter", "rfc3339"]

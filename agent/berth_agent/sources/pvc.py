@@ -1,0 +1,115 @@
+"""PvcProbe: the registry's data path (the PVC, filesystem storage only): present, mounted, size, writable.
+
+Outside Kubernetes the data path is a plain directory, so "not a mount point" is reported (`mounted: false`,
+a warning in the log) but is not an error. A missing or unwritable path is an error naming the path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import metrics
+from ..health import Health
+from . import Change, Emit
+
+log = logging.getLogger(__name__)
+
+PROBE_FILE = ".berth-probe"
+
+
+@dataclass(frozen=True)
+class PvcState:
+    path: str
+    present: bool = False
+    mounted: bool = False
+    capacity_bytes: int | None = None
+    free_bytes: int | None = None
+    writable: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def probe_path(path: Path) -> PvcState:
+    """Look at `path` once; blocking (statvfs and a file write may hang on a stuck volume)."""
+    where = str(path)
+    if not path.exists():
+        return PvcState(where, error=f"data path {where}: does not exist")
+    if not path.is_dir():
+        return PvcState(where, present=True, error=f"data path {where}: is not a directory")
+    mounted = os.path.ismount(path)
+    try:
+        st = os.statvfs(path)
+        capacity, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize  # f_bavail: what non-root may use
+    except OSError as exc:
+        return PvcState(where, present=True, mounted=mounted, error=f"data path {where}: cannot stat ({_why(exc)})")
+    probe = path / PROBE_FILE
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return PvcState(
+            where, present=True, mounted=mounted, capacity_bytes=capacity, free_bytes=free,
+            error=f"data path {where}: not writable ({_why(exc)})",
+        )
+    return PvcState(where, present=True, mounted=mounted, capacity_bytes=capacity, free_bytes=free, writable=True)
+
+
+def _why(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else type(exc).__name__
+
+
+class PvcProbe:
+    name = "pvc"
+
+    def __init__(self, path: Path, health: Health, *, interval: float = 30.0) -> None:
+        self.path = Path(path)
+        self.health = health
+        self.interval = interval
+        self.last: PvcState | None = None
+        self._warned_not_mounted = False
+
+    def check(self) -> PvcState:
+        """Probe now, set the pvc_* metrics, remember the state; blocking (call via asyncio.to_thread)."""
+        state = probe_path(self.path)
+        metrics.pvc_ok.set(1 if state.ok else 0)
+        if state.capacity_bytes is not None:
+            metrics.pvc_capacity_bytes.set(state.capacity_bytes)
+            metrics.pvc_free_bytes.set(state.free_bytes or 0)
+        if state.present and not state.mounted and not self._warned_not_mounted:
+            self._warned_not_mounted = True  # once: normal outside Kubernetes, worth one line inside it
+            log.warning("data path is not a mount point", extra={"fields": {"path": state.path}})
+        self.last = state
+        return state
+
+    async def run(self, emit: Emit) -> None:
+        self.health.register(self.name, max_silence_seconds=3 * self.interval + 30)
+        reported: str | None = None  # the error last reported; None = ok (nothing to report at start)
+        try:
+            while True:
+                state = await asyncio.to_thread(self.check)
+                self.health.beat(self.name)
+                if state.error != reported:
+                    reported = state.error
+                    if state.error:
+                        metrics.watch_errors_total.labels(source=self.name).inc()
+                        log.warning("data path unusable", extra={"fields": {"path": state.path, "error": state.error}})
+                    else:
+                        log.info("data path usable again", extra={"fields": {"path": state.path}})
+                    emit(Change("pvc"))
+                await asyncio.sleep(self.interval)
+        finally:
+            self.health.unregister(self.name)
+
+
+__all__ = ["PROBE_FILE", "PvcProbe", "PvcState", "probe_path"]

@@ -1,0 +1,130 @@
+"""RegistryFileWatcher: `--registry-file FILE`, the Registry as a YAML file (outside Kubernetes).
+
+The file's DIRECTORY is watched, non-recursively, like the Secret mounts (field-notes §3, §4): editors replace
+files by rename and a ConfigMap mount swaps `..data`, neither of which a watch on the file itself sees. Every
+event re-reads the file and emits only when what it holds changed; a timer re-reads it too (safety net).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+import yaml
+from watchdog.events import FileSystemEvent
+
+from .. import metrics
+from ..health import Health
+from . import Change, Emit
+from .observer import DirObserver, ObserverFactory
+
+log = logging.getLogger(__name__)
+
+
+def read_registry_file(path: Path) -> tuple[dict | None, str | None]:
+    """(object, None) or (None, error). The error names the file and never quotes its content."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None, f"registry file {path}: not found"
+    except IsADirectoryError:
+        return None, f"registry file {path}: is a directory"
+    except OSError as exc:
+        return None, f"registry file {path}: cannot read ({os.strerror(exc.errno or 0)})"
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        # str(exc) would quote the offending line: give the position and the problem only.
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        return None, f"registry file {path}: invalid YAML{where}: {problem}"
+    except yaml.YAMLError:
+        return None, f"registry file {path}: invalid YAML"
+    if obj is None:
+        return None, f"registry file {path}: is empty"
+    if not isinstance(obj, dict):
+        return None, f"registry file {path}: must hold one YAML mapping (a Registry), not a {type(obj).__name__}"
+    return obj, None
+
+
+class RegistryFileWatcher:
+    name = "registry-file"
+
+    def __init__(
+        self,
+        path: Path,
+        health: Health,
+        *,
+        observer_factory: ObserverFactory | None = None,
+        force_polling: bool = False,
+        poll_seconds: float = 1.0,
+        recheck_seconds: float = 30.0,
+    ) -> None:
+        self.path = Path(path).absolute()
+        self.health = health
+        self.recheck_seconds = recheck_seconds
+        self._emit: Emit | None = None
+        self._lock = threading.Lock()  # the observer thread and the recheck timer both call _check
+        self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message)
+        self._observer = DirObserver(
+            self._on_event,
+            source=self.name,
+            observer_factory=observer_factory,
+            force_polling=force_polling,
+            poll_seconds=poll_seconds,
+        )
+
+    @property
+    def polling(self) -> bool:
+        return self._observer.polling
+
+    def _on_event(self, _watched: Path, _event: FileSystemEvent) -> None:
+        # Any change in the directory may be ours (a rename onto the file, a ..data swap): re-read and compare.
+        metrics.watch_events_total.labels(source=self.name).inc()
+        self._check()
+
+    def _check(self) -> None:
+        with self._lock:
+            obj, error = read_registry_file(self.path)
+            if error is not None:
+                state = ("error", error)
+            else:
+                state = ("ok", hashlib.sha256(yaml.safe_dump(obj, sort_keys=True).encode()).hexdigest())
+            if state == self._last:
+                return
+            self._last = state
+            emit = self._emit
+        if error is not None:
+            metrics.watch_errors_total.labels(source=self.name).inc()
+            log.warning("registry file unusable", extra={"fields": {"path": str(self.path), "error": error}})
+        if emit is not None:
+            emit(Change("registry", registry=obj, error=error))
+
+    async def run(self, emit: Emit) -> None:
+        self._emit = emit
+        self.health.register(self.name, max_silence_seconds=3 * self.recheck_seconds + 30)
+        directory = self.path.parent
+        await asyncio.to_thread(self._observer.start, [directory] if directory.is_dir() else [])
+        log.info(
+            "watching registry file", extra={"fields": {"path": str(self.path), "polling": self.polling}}
+        )
+        try:
+            while True:
+                await asyncio.to_thread(self._check)
+                if directory.is_dir():  # it may have appeared, or been replaced, since the last look
+                    await asyncio.to_thread(self._observer.sync, [directory])
+                if self._observer.alive():
+                    self.health.beat(self.name)
+                await asyncio.sleep(self.recheck_seconds)
+        finally:
+            self._emit = None
+            await asyncio.to_thread(self._observer.stop)
+            self.health.unregister(self.name)
+
+
+__all__ = ["RegistryFileWatcher", "read_registry_file"]

@@ -1,0 +1,173 @@
+"""MountWatcher against real directories laid out as the kubelet's AtomicWriter lays them out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+
+import pytest
+from berth_agent.sources.mounts import MountWatcher
+from watchdog.observers.polling import PollingObserver
+
+from support.secretdir import swap_secret_dir, write_secret_dir
+
+pytestmark = pytest.mark.asyncio
+
+
+@contextlib.asynccontextmanager
+async def running(source, emit):
+    task = asyncio.create_task(source.run(emit))
+    try:
+        await asyncio.sleep(0)
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _wait_watching(watcher, path, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while path not in watcher.watched:
+        assert asyncio.get_running_loop().time() < deadline, f"{path} never watched; watching {watcher.watched}"
+        await asyncio.sleep(0.05)
+
+
+def _from(source):
+    return lambda change: change.source == source
+
+
+async def test_secret_swap_is_seen(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "cosi", {"BucketInfo": '{"v": 1}'})
+    write_secret_dir(root / "htpasswd", {"htpasswd": "alice:x"})
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "cosi")
+        assert not watcher.polling
+        assert swap_secret_dir(root / "cosi", {"BucketInfo": '{"v": 2}'})
+        await changes.wait_for(_from("mount:cosi"))
+        # Only the swapped volume reports: the other directory saw nothing.
+        assert not [c for c in changes.snapshot() if c.source == "mount:htpasswd"]
+        assert health.live_ok()
+
+
+async def test_reading_the_files_is_not_a_change(tmp_path, health, changes):
+    """The pipeline reads what it watches; opens and reads must not count as changes (or it would loop)."""
+    root = tmp_path / "mounts"
+    (root / "tls").mkdir(parents=True)
+    (root / "tls" / "tls.crt").write_text("plain file, as outside Kubernetes")
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "tls")
+        for _ in range(5):
+            (root / "tls" / "tls.crt").read_text()
+        (root / "tls" / "tls.crt").write_text("new content")  # a marker that must arrive after the reads
+        await changes.wait_for(_from("mount:tls"))
+        await asyncio.sleep(0.3)  # let any stray event of the reads arrive, were there one
+        seen = [c for c in changes.snapshot() if c.source == "mount:tls"]
+        # The write gives modified + closed-after-write events; 5 reads would add at least 10 more.
+        assert 1 <= len(seen) <= 4, seen
+
+
+async def test_directory_created_after_start_is_watched(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    root.mkdir()
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root)
+        write_secret_dir(root / "redis", {"password": "one"})
+        await changes.wait_for(_from("mount:redis"))
+        await _wait_watching(watcher, root / "redis")
+        changes.clear()
+        assert swap_secret_dir(root / "redis", {"password": "two"})
+        await changes.wait_for(_from("mount:redis"))
+
+
+async def test_unknown_directories_are_ignored(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    root.mkdir()
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root)
+        (root / "not-a-source").mkdir()
+        write_secret_dir(root / "tls", {"tls.crt": "c"})  # a marker that must arrive after the other one
+        await changes.wait_for(_from("mount:tls"))
+        assert all(c.source == "mount:tls" for c in changes.snapshot())
+        assert root / "not-a-source" not in watcher.watched
+
+
+def _inotify_exhausted():
+    raise OSError(errno.EMFILE, "Too many open files")  # what watchdog raises at an inotify limit (field-notes §4)
+
+
+async def test_polling_fallback_when_inotify_is_exhausted(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "cosi", {"BucketInfo": '{"v": 1}'})
+    watcher = MountWatcher(root, health, resync_seconds=3600, observer_factory=_inotify_exhausted, poll_seconds=0.2)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "cosi")
+        assert watcher.polling
+        assert swap_secret_dir(root / "cosi", {"BucketInfo": '{"v": 2}'})
+        await changes.wait_for(_from("mount:cosi"))
+        write_secret_dir(root / "tls", {"tls.crt": "c"})
+        await changes.wait_for(_from("mount:tls"))
+
+
+async def test_polling_fallback_when_start_fails(tmp_path, health, changes):
+    """The limit can also hit when the observer starts its watches, not only when it is made."""
+
+    class ExhaustedObserver(PollingObserver):
+        def start(self):
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "http-secret", {"secret": "a"})
+    watcher = MountWatcher(root, health, resync_seconds=3600, observer_factory=ExhaustedObserver, poll_seconds=0.2)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "http-secret")
+        assert watcher.polling
+        assert swap_secret_dir(root / "http-secret", {"secret": "b"})
+        await changes.wait_for(_from("mount:http-secret"))
+
+
+async def test_forced_polling_sees_a_swap(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "htpasswd", {"htpasswd": "a"})
+    watcher = MountWatcher(root, health, resync_seconds=3600, force_polling=True, poll_seconds=0.2)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "htpasswd")
+        assert swap_secret_dir(root / "htpasswd", {"htpasswd": "b"})
+        await changes.wait_for(_from("mount:htpasswd"))
+
+
+async def test_periodic_resync(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    root.mkdir()
+    watcher = MountWatcher(root, health, resync_seconds=0.2)
+    async with running(watcher, changes):
+        await changes.wait_for(_from("resync"))
+        changes.clear()
+        await changes.wait_for(_from("resync"))  # again: it repeats
+
+
+async def test_missing_root_appears_later(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    watcher = MountWatcher(root, health, resync_seconds=0.2)
+    async with running(watcher, changes):
+        await changes.wait_for(_from("resync"))
+        write_secret_dir(root / "cosi", {"BucketInfo": "{}"})
+        # Picked up by the resync, which also reports the new directory itself.
+        await changes.wait_for(_from("mount:cosi"))
+        await _wait_watching(watcher, root / "cosi")
+
+
+async def test_liveness_registered_and_released(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    root.mkdir()
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root)
+        assert "mounts" in health.registered()
+    assert "mounts" not in health.registered()  # stopped on purpose: no longer counts against /livez
