@@ -19,6 +19,7 @@ from pathlib import Path
 
 PROC = Path("/proc")
 POLL_SECONDS = 0.01
+CRASHES_BEFORE_GIVING_UP = 2
 
 
 @dataclass(frozen=True)
@@ -139,14 +140,21 @@ def wait_until_serving(
     old = set(exclude)
     last_status: int | None = None
     current: RegistryProcess | None = None
+    seen: set[RegistryProcess] = set()
     while True:
         fresh = [p for p in find_registry_processes(config_path, proc=proc) if p not in old]
+        seen.update(fresh)
         if fresh:
             current = fresh[0]
             last_status = answers(endpoint, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
             # Only trust the answer if that process is still the one running (not one that died meanwhile).
             if is_up(last_status) and current.alive(proc):
                 return current, ""
+        # Registries that died without ever answering: the config is refused at start (the supervisor keeps
+        # retrying it once a second). No need to sit out the whole bound.
+        died = [p for p in seen if not p.alive(proc)]
+        if len(died) >= CRASHES_BEFORE_GIVING_UP:
+            return None, f"the registry exited at start {len(died)} times on {config_path} (a config it refuses?)"
         if time.monotonic() >= deadline:
             break
         time.sleep(POLL_SECONDS)

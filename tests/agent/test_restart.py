@@ -69,7 +69,8 @@ def test_restart_reports_a_registry_that_never_comes_up(supervisor_factory, regi
 
     assert not result.ok
     assert result.new is None
-    assert "within 3s" in result.detail
+    # Either it saw the refused starts die (early answer) or it waited out the bound.
+    assert "exited at start" in result.detail or "within 3s" in result.detail, result.detail
 
 
 def test_with_no_registry_running_the_next_one_is_awaited(supervisor_factory, registry_port, tmp_path):

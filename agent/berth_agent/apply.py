@@ -1,0 +1,146 @@
+"""Put a rendered config in place: pre-flight, atomic write, restart in place, verify, roll back on failure.
+
+Blocking (file writes, /proc scans, HTTP polls): the pipeline runs it in a worker thread, one call at a time.
+Returns an Outcome the pipeline turns into logs, metrics and status. Every message is secret-free: it names
+files, config paths, hashes and pids, never file contents.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .preflight import PreflightError, check_config, s3_target
+from .render import Rendered
+from .restart import Endpoint, RestartResult, find_registry_processes, restart_registry
+from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
+
+log = logging.getLogger(__name__)
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Beyond the drain: how long a fresh registry may take to answer (cold start is ~30 ms, field-notes §6).
+START_ALLOWANCE_SECONDS = 10.0
+
+
+def go_duration_seconds(text: str | None) -> float:
+    """Seconds in a Go duration ("30s", "1m30s", "500ms", "0"); 0 for anything else."""
+    if not text or text == "0":
+        return 0.0
+    parts = _DURATION_PART.findall(str(text))
+    if "".join(n + u for n, u in parts) != str(text):
+        return 0.0
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def endpoint_of(config: bytes) -> Endpoint:
+    http = (yaml.safe_load(config) or {}).get("http") or {}
+    return Endpoint.from_addr(str(http.get("addr", ":5000")), tls=bool(http.get("tls")))
+
+
+def restart_bound(config: bytes) -> float:
+    """How long a restart may take: the old registry's drain plus the new one's start."""
+    http = (yaml.safe_load(config) or {}).get("http") or {}
+    return go_duration_seconds(http.get("draintimeout")) + START_ALLOWANCE_SECONDS
+
+
+@dataclass
+class Outcome:
+    action: str  # "unchanged", "written" (first config), "htpasswd", "restarted", "preflight-failed",
+    #              "rolled-back", "failed"
+    ok: bool
+    detail: str = ""
+    restart: RestartResult | None = None
+    rollback: RestartResult | None = None
+    changed_files: list[str] | None = None
+
+
+class Applier:
+    """What is on disk and running, and how to move it to a new render (and back)."""
+
+    def __init__(self, config_dir: Path, *, restart_timeout: float | None = None, preflight: bool = True):
+        self.config_dir = Path(config_dir)
+        self.config_path = self.config_dir / CONFIG_NAME
+        self.restart_timeout = restart_timeout
+        self.preflight = preflight
+        self.current: Rendered | None = None  # the last good render: on disk and (when started) running
+
+    def adopt_existing(self, rendered: Rendered) -> bool:
+        """After an agent restart: if the files on disk already are this render, take them as current."""
+        try:
+            if self.config_path.read_bytes() != rendered.config:
+                return False
+            if any((self.config_dir / name).read_bytes() != data for name, data in rendered.files.items()):
+                return False
+        except OSError:
+            return False
+        self.current = rendered
+        return True
+
+    def apply(self, rendered: Rendered) -> Outcome:
+        previous = self.current
+        if previous is not None and previous.config == rendered.config and previous.files == rendered.files:
+            return Outcome("unchanged", True)
+        if previous is not None and not rendered.restart_needed(previous):
+            # Only the htpasswd file differs: the registry re-reads it on its next request (field-notes §1).
+            changed = write_tree(self.config_dir, rendered.files)
+            remove_stale(self.config_dir, set(rendered.files), set(previous.files))
+            self.current = rendered
+            return Outcome("htpasswd", True, changed_files=changed)
+
+        if self.preflight and _storage_changed(previous, rendered):
+            try:
+                check_config(rendered.config)
+            except PreflightError as exc:
+                return Outcome("preflight-failed", False, detail=str(exc))
+
+        running = find_registry_processes(self.config_path)
+        self._write(rendered, previous)
+        if previous is None and not running:
+            # The first config: the supervisor has been waiting for it and starts the registry now. There is
+            # nothing older to roll back to, so there is nothing to verify against here.
+            self.current = rendered
+            return Outcome("written", True)
+
+        timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
+        result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout)
+        if result.ok:
+            self.current = rendered
+            return Outcome("restarted", True, restart=result)
+        if previous is None:
+            return Outcome("failed", False, detail=result.detail, restart=result)
+
+        log.warning("registry did not come up, restoring the last good config",
+                    extra={"fields": {"config_hash": rendered.config_hash, "restore_hash": previous.config_hash,
+                                      "reason": result.detail}})
+        self._write(previous, rendered)
+        rollback = restart_registry(self.config_path, endpoint_of(previous.config),
+                                    timeout=self.restart_timeout or restart_bound(previous.config))
+        return Outcome("rolled-back", False, detail=result.detail, restart=result, rollback=rollback)
+
+    def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:
+        # Side files first, config.yml last: the supervisor starts the registry as soon as config.yml exists,
+        # and the files it names (htpasswd, TLS) must be there by then.
+        write_tree(self.config_dir, rendered.files)
+        write_atomic(self.config_path, rendered.config)
+        if replacing is not None:
+            remove_stale(self.config_dir, set(rendered.files), set(replacing.files))
+
+
+def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:
+    """Check the bucket only when the S3 target or key changes: other edits must not depend on S3 being up."""
+    new = s3_target(yaml.safe_load(rendered.config) or {})
+    if new is None:
+        return False
+    if previous is None:
+        return True
+    old = s3_target(yaml.safe_load(previous.config) or {})
+    return old is None or (old.endpoint, old.bucket, old.region, old.access_key, old.secret_key) != (
+        new.endpoint, new.bucket, new.region, new.access_key, new.secret_key)
+
+
+__all__ = ["Applier", "Outcome", "endpoint_of", "go_duration_seconds", "restart_bound"]

@@ -1,0 +1,252 @@
+"""The agent pipeline: one asyncio task that turns Changes into an applied config (docs/design.md §4.2).
+
+    Change queue -> debounce -> validate the Registry -> read mounts -> render -> (hash changed?) -> apply
+    (pre-flight, write, restart, verify, roll back) -> report (log line, metrics, status/Event, health)
+
+Debounce: a trailing quiet window with a maximum wait. A kubelet Secret swap is ~9 file events within a few
+milliseconds (field-notes §4); a quiet window of 100 ms coalesces it, and the maximum wait (2 s, longer than a
+burst of a second) keeps a stream of events from postponing the apply for ever.
+
+Bad input never touches what runs: the last good config keeps serving, the error goes to status, metrics and
+the log, and the next Change (or the periodic resync) re-renders, so fixing the input recovers by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from berth_api import RegistrySpec, describe_validation_error
+
+from . import metrics
+from .apply import Applier, Outcome
+from .errors import InputError
+from .health import Health
+from .mounts import SOURCES, read_inputs
+from .render import Rendered, RenderPaths, render
+from .sources import Change
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
+
+
+class Reporter:  # the protocol report.py implements (agent-interfaces.md); here for typing only
+    async def applied(self, config_hash: str, generation: int | None) -> None: ...
+    async def failed(self, error: str, generation: int | None) -> None: ...
+    async def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+
+
+@dataclass
+class PipelineSettings:
+    config_dir: Path = Path("/etc/berth")
+    data_dir: Path = Path("/var/lib/registry")
+    mount_root: Path = Path("/var/run/berth")
+    distribution: str | None = None  # "2" or "3"; default: the spec's (from its image)
+    quiet_seconds: float = 0.1
+    max_wait_seconds: float = 2.0
+    restart_timeout: float | None = None  # default: the drain timeout + 10 s
+    retry_seconds: float = RETRY_SECONDS
+    preflight: bool = True
+
+
+class Pipeline:
+    def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
+                 *, pvc_check: Callable[[], Any] | None = None) -> None:
+        self.settings = settings
+        self.reporter = reporter
+        self.health = health
+        self.pvc_check = pvc_check  # -> PvcState (sources/pvc.py); only used for filesystem storage
+        self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
+                               preflight=settings.preflight)
+        self.registry: dict | None = None  # the latest Registry object read (unvalidated)
+        self.registry_error: str | None = None  # why the latest read of the Registry failed
+        self.reported_error: str | None = None
+        self.reported_hash: str | None = None
+        self.failed_hash: str | None = None  # a render the registry refused: not retried until inputs change
+        self.applies = 0  # apply rounds run (tests and benchmarks count them)
+        self._retry: asyncio.TimerHandle | None = None
+        self._queue: asyncio.Queue[Change] | None = None
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+
+    async def run(self, queue: asyncio.Queue[Change]) -> None:
+        self._queue = queue
+        self.health.register("pipeline", max_silence_seconds=3600.0)
+        try:
+            while True:
+                self.health.beat("pipeline")
+                self._absorb(await queue.get())
+                await self._debounce(queue)
+                await self.apply_once()
+        finally:
+            self.health.unregister("pipeline")
+            if self._retry is not None:
+                self._retry.cancel()
+
+    async def _debounce(self, queue: asyncio.Queue[Change]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.max_wait_seconds
+        while True:
+            wait = min(self.settings.quiet_seconds, deadline - loop.time())
+            if wait <= 0:
+                return
+            try:
+                self._absorb(await asyncio.wait_for(queue.get(), wait))
+            except asyncio.TimeoutError:
+                return
+
+    def _absorb(self, change: Change) -> None:
+        if change.source == "registry":
+            if change.error is not None:
+                self.registry_error = change.error  # keep the last object read: its config keeps serving
+            elif change.registry is not None:
+                self.registry, self.registry_error = change.registry, None
+
+    def _schedule_retry(self) -> None:
+        if self._queue is None or (self._retry is not None and not self._retry.cancelled()):
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._retry = None
+            self._queue.put_nowait(Change("retry"))
+
+        self._retry = loop.call_later(self.settings.retry_seconds, fire)
+
+    # ---- one round ------------------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int | None:
+        value = ((self.registry or {}).get("metadata") or {}).get("generation")
+        return value if isinstance(value, int) else None
+
+    async def apply_once(self) -> None:
+        """Render from the latest inputs and apply when the result differs from what runs."""
+        self.applies += 1
+        started = time.monotonic()
+        rendered, error = await asyncio.to_thread(self._render)
+        if rendered is None:
+            await self._fail(error or "no Registry read yet")
+            return
+        if rendered.config_hash == self.failed_hash and self.applier.current is not None:
+            # Already refused by the registry; wait for an input to change rather than restart it again.
+            await self._settle(error)
+            return
+        if self.applier.current is None and await asyncio.to_thread(self.applier.adopt_existing, rendered):
+            log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
+            self._mark_written(rendered)
+
+        outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        fields = {"config_hash": rendered.config_hash, "action": outcome.action,
+                  "seconds": round(time.monotonic() - started, 3)}
+        if outcome.action == "unchanged":
+            await self._settle(error)
+            return
+        if outcome.ok:
+            self.failed_hash = None
+            self._log_success(outcome, fields)
+            self._mark_written(rendered)
+            await self._settle(error)
+            return
+
+        if outcome.action == "preflight-failed":
+            metrics.reload_failures_total.labels(reason="preflight").inc()
+            self._schedule_retry()  # a new key can take a moment to become live
+        else:
+            metrics.reload_failures_total.labels(reason="restart").inc()
+            self.failed_hash = rendered.config_hash
+        if outcome.action == "rolled-back":
+            metrics.rollbacks_total.inc()
+            back = outcome.rollback
+            fields.update(restored_hash=self.applier.current.config_hash if self.applier.current else None,
+                          rollback_ok=bool(back and back.ok), new_pid=back.new.pid if back and back.new else None)
+            log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
+            await self.reporter.event("RolledBack", f"config {rendered.config_hash[:12]} did not come up: "
+                                      f"{outcome.detail}; restored {fields['restored_hash'][:12]}", warning=True)
+            if back is not None and not back.ok:
+                self._schedule_retry()
+        else:
+            log.error("failed", extra={"fields": {**fields, "error": outcome.detail}})
+        await self._fail(f"config {rendered.config_hash[:12]} not applied: {outcome.detail}")
+
+    def _render(self) -> tuple[Rendered | None, str | None]:
+        """(render, input error to report) or (None, error). Runs in a thread: it reads files."""
+        if self.registry is None:
+            return None, self.registry_error
+        metrics.renders_total.inc()
+        try:
+            spec = RegistrySpec.model_validate(self.registry.get("spec"))
+        except ValidationError as exc:
+            metrics.render_errors_total.labels(source="registry").inc()
+            return None, describe_validation_error(exc, "spec")
+        if spec.config.storage.filesystem is not None and self.pvc_check is not None:
+            state = self.pvc_check()
+            if state.error:
+                metrics.render_errors_total.labels(source="pvc").inc()
+                return None, state.error
+        try:
+            inputs = read_inputs(spec, self.settings.mount_root)
+            rendered = render(spec, inputs, distribution=self.settings.distribution,
+                              paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
+        except InputError as exc:
+            metrics.render_errors_total.labels(source=_source_label(exc.source)).inc()
+            return None, str(exc)
+        # A Registry that could not be re-read: render from the last good one, but keep the error visible.
+        return rendered, self.registry_error
+
+    def _log_success(self, outcome: Outcome, fields: dict) -> None:
+        if outcome.action == "htpasswd":
+            metrics.htpasswd_updates_total.inc()
+            log.info("written", extra={"fields": {**fields, "files": outcome.changed_files, "restart": False}})
+        elif outcome.action == "written":
+            log.info("written", extra={"fields": {**fields, "files": ["config.yml"], "first": True}})
+        elif outcome.action == "restarted" and outcome.restart is not None:
+            metrics.reloads_total.inc()
+            metrics.last_reload_success_timestamp_seconds.set(time.time())
+            result = outcome.restart
+            log.info("restarted", extra={"fields": {
+                **fields, "old_pids": [p.pid for p in result.old], "new_pid": result.new.pid if result.new else None,
+                "restart_seconds": round(result.seconds, 3)}})
+
+    def _mark_written(self, rendered: Rendered) -> None:
+        metrics.set_config_hash(rendered.config_hash)
+        self.health.mark_config_written()
+
+    async def _settle(self, error: str | None) -> None:
+        """Report the state after a round: the input error if any is left, else the applied config."""
+        if error:
+            await self._fail(error)
+            return
+        current = self.applier.current
+        if current is None:
+            return
+        if self.reported_error is not None or self.reported_hash != current.config_hash:
+            await self.reporter.applied(current.config_hash, self.generation)
+            if self.reported_hash is not None and self.reported_hash != current.config_hash:
+                await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
+            self.reported_error, self.reported_hash = None, current.config_hash
+
+    async def _fail(self, error: str) -> None:
+        if error == self.reported_error:
+            return  # the same problem seen again (resync): already in status and the log
+        self.reported_error = error
+        log.error("failed", extra={"fields": {
+            "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
+        await self.reporter.failed(error, self.generation)
+        await self.reporter.event("ConfigRejected", error, warning=True)
+
+
+def _source_label(source: str) -> str:
+    """A bounded metrics label for an InputError source: the mount dir name, else 'spec'."""
+    head = source.split("/", 1)[0].split(":", 1)[0]
+    return head if head in SOURCES else "spec"
+
+
+__all__ = ["Pipeline", "PipelineSettings", "Reporter"]

@@ -1,0 +1,185 @@
+"""`berth-agent run`: the sidecar in every registry pod (docs/design.md §4.2), or a local agent beside a registry.
+
+It writes supervise.sh into the config dir, watches the Registry (API or file) and the mounted Secrets,
+renders and writes config.yml, restarts the registry process in place when the config changes, and serves
+/startupz /readyz /livez /metrics. Stops on SIGTERM or SIGINT (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from .write import SUPERVISOR_NAME
+
+log = logging.getLogger("berth_agent.run")
+
+DEFAULT_CONFIG_DIR = Path("/etc/berth")
+DEFAULT_MOUNTS = Path("/var/run/berth")
+DEFAULT_DATA_DIR = Path("/var/lib/registry")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")  # what may be spliced into supervise.sh as a default
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="keep the registry configured from a Registry and the mounted Secrets", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--registry", metavar="NAMESPACE/NAME", help="watch this Registry through the Kubernetes API")
+    which.add_argument("--registry-file", type=Path, metavar="FILE", help="watch a Registry YAML file (outside Kubernetes)")
+    parser.add_argument("--mounts", type=Path, default=DEFAULT_MOUNTS, metavar="DIR",
+                        help=f"mount root holding cosi/, htpasswd/, http-secret/, redis/, tls/ (default {DEFAULT_MOUNTS})")
+    parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
+                        help=f"where config.yml, htpasswd, tls/ and supervise.sh are written (default {DEFAULT_CONFIG_DIR})")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, metavar="DIR",
+                        help=f"filesystem storage root, the PVC mount (default {DEFAULT_DATA_DIR})")
+    parser.add_argument("--distribution", choices=("2", "3"), default=None,
+                        help="Distribution major version (default: spec.distribution, else from the image tag)")
+    parser.add_argument("--health-addr", default="0.0.0.0:8081", metavar="HOST:PORT",
+                        help="probes and /metrics (default 0.0.0.0:8081)")
+    parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
+                        help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
+    parser.add_argument("--registry-bin", default="registry", metavar="NAME",
+                        help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set (default registry)")
+    parser.add_argument("--debounce", type=float, default=0.1, metavar="SECONDS",
+                        help="quiet time that ends a burst of changes before rendering (default 0.1)")
+    parser.add_argument("--max-wait", type=float, default=2.0, metavar="SECONDS",
+                        help="longest a burst may postpone rendering (default 2)")
+    parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
+                        help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .logs import setup_json_logging
+
+    setup_json_logging(args.log_level)
+    try:
+        host, port = _split_addr(args.health_addr)
+        if args.registry is not None and args.registry.count("/") != 1:
+            raise ValueError("--registry must be NAMESPACE/NAME")
+        if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
+            raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
+    except ValueError as exc:
+        log.error("bad arguments", extra={"fields": {"error": str(exc)}})
+        return 2
+    try:
+        return asyncio.run(_main(args, host, port))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:  # e.g. the health port is taken: one line, not a traceback
+        log.error("cannot start", extra={"fields": {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}})
+        return 1
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--health-addr must be HOST:PORT, not {addr!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
+    """supervise.sh with its defaults set to this agent's registry binary and config path."""
+    from .write import supervisor_script
+
+    script = supervisor_script().decode()
+    script = script.replace("${BERTH_REGISTRY_BIN:-registry}", "${BERTH_REGISTRY_BIN:-%s}" % registry_bin)
+    script = script.replace("${BERTH_CONFIG:-/etc/berth/config.yml}",
+                            "${BERTH_CONFIG:-%s}" % (config_dir / "config.yml"))
+    return script.encode()
+
+
+def _kube_api_client(args: argparse.Namespace) -> Any:
+    from kubernetes import client, config  # ~46 MB: only in API mode (field-notes §6)
+
+    if args.kube_host:
+        configuration = client.Configuration()
+        configuration.host = args.kube_host
+        return client.ApiClient(configuration)
+    if args.kubeconfig:
+        return config.new_client_from_config(config_file=str(args.kubeconfig))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+async def _main(args: argparse.Namespace, host: str, port: int) -> int:
+    from .health import Health, start_health_server
+    from .pipeline import Pipeline, PipelineSettings
+    from .report import ApiReporter, LogReporter
+    from .sources import Change, queue_emitter
+    from .sources.mounts import MountWatcher
+    from .sources.pvc import PvcProbe
+    from .write import write_atomic
+
+    health = Health()
+    queue: asyncio.Queue[Change] = asyncio.Queue()
+    emit = queue_emitter(queue)
+    pvc = PvcProbe(args.data_dir, health)
+    sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
+    if args.registry is not None:
+        from .sources.registry_api import RegistryApiWatcher
+
+        namespace, name = args.registry.split("/")
+        api_client = _kube_api_client(args)
+        sources.append(RegistryApiWatcher(api_client, namespace, name, health))
+        reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
+        subject = args.registry
+    else:
+        from .sources.registry_file import RegistryFileWatcher
+
+        sources.append(RegistryFileWatcher(args.registry_file, health))
+        reporter = LogReporter(str(args.registry_file))
+        subject = str(args.registry_file)
+
+    settings = PipelineSettings(
+        config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
+        quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
+    )
+    pipeline = Pipeline(settings, reporter, health, pvc_check=pvc.check)
+    # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
+    args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
+                            supervisor_for(args.registry_bin, args.config_dir), mode=0o644)
+    runner = await start_health_server(health, host, port)
+    log.info("agent started", extra={"fields": {
+        "registry": subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
+        "health_addr": f"{host}:{port}", "pod": args.pod_name}})
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline")]
+    tasks += [asyncio.create_task(source.run(emit), name=source.name) for source in sources]
+    stopper = asyncio.create_task(stop.wait(), name="stop")
+    status = 0
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                status = 1  # a loop that ends on its own is a bug: exit so the kubelet restarts the agent
+                log.error("loop ended", extra={"fields": {"loop": task.get_name(),
+                                                           "error": f"{type(exc).__name__}: {exc}"}})
+    finally:
+        for task in [*tasks, stopper]:
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+        await runner.cleanup()
+        log.info("agent stopped", extra={"fields": {"exit_status": status}})
+    return status
