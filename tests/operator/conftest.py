@@ -97,7 +97,7 @@ def make_registry(
 
 
 def make_facts(**overrides: Any) -> ClusterFacts:
-    return ClusterFacts(agent_image=AGENT_IMAGE, **overrides)
+    return ClusterFacts(**{"agent_image": AGENT_IMAGE, **overrides})
 
 
 @pytest.fixture

@@ -5,6 +5,10 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
+from berth_api import Registry
+
 from berth_operator.builders import build_all, names
 
 
@@ -57,3 +61,100 @@ def test_builders_are_pure(builder_case):
     # Mutating the output must not leak into the next build (no shared mutable state).
     first[-1]["metadata"]["labels"]["x"] = "y"
     assert build_all(reg, facts, http_secret_value="v") == second
+
+
+def by_kind(objects: list[dict]) -> dict[str, dict]:
+    return {o["kind"]: o for o in objects}
+
+
+def test_agent_rbac_is_its_own_registry_and_events_only(registry_factory, facts_factory):
+    reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
+    objects = by_kind(build_all(reg, facts_factory(), http_secret_value=None))
+    assert objects["ServiceAccount"]["automountServiceAccountToken"] is False
+    assert objects["Role"]["rules"] == [
+        {"apiGroups": ["berth.dev"], "resources": ["registries"], "resourceNames": ["demo"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["berth.dev"], "resources": ["registries/status"], "resourceNames": ["demo"],
+         "verbs": ["patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    assert not any("secrets" in rule["resources"] for rule in objects["Role"]["rules"])
+    assert objects["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                  "name": "demo-agent"}
+    assert objects["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "demo-agent",
+                                                   "namespace": "registries"}]
+
+
+def test_service_port_from_http_addr(registry_factory, facts_factory):
+    plain = registry_factory({"http": {"addr": "0.0.0.0:8080"}, "config": {"storage": {"inmemory": {}}}})
+    service = by_kind(build_all(plain, facts_factory(), http_secret_value=None))["Service"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP",
+                                         "appProtocol": "http"}]
+    assert service["spec"]["selector"] == names.selector_labels(plain)
+    tls = registry_factory({"http": {"tls": {"secretName": "t"}}, "config": {"storage": {"inmemory": {}}}})
+    service = by_kind(build_all(tls, facts_factory(), http_secret_value=None))["Service"]
+    assert service["spec"]["ports"][0]["name"] == service["spec"]["ports"][0]["targetPort"] == "https"
+    assert service["spec"]["ports"][0]["port"] == 5000
+
+
+def test_http_secret_only_when_generated_and_given(registry_factory, facts_factory):
+    generated = registry_factory({"config": {"storage": {"inmemory": {}}}})
+    given = registry_factory({"http": {"secret": {"name": "mine", "field": "k"}},
+                              "config": {"storage": {"inmemory": {}}}})
+    assert "Secret" in by_kind(build_all(generated, facts_factory(), http_secret_value="v"))
+    # The apply layer passes None when the Secret exists already: it is never rebuilt with a new value.
+    assert "Secret" not in by_kind(build_all(generated, facts_factory(), http_secret_value=None))
+    assert "Secret" not in by_kind(build_all(given, facts_factory(), http_secret_value="v"))
+    secret = by_kind(build_all(generated, facts_factory(), http_secret_value="v"))["Secret"]
+    assert secret["metadata"]["name"] == "demo-http-secret" and set(secret["data"]) == {"secret"}
+
+
+def test_pvc_from_storage_class(registry_factory, facts_factory):
+    reg = registry_factory({"config": {"storage": {"filesystem": {"storageClass": "fast", "size": "50Gi"}}}})
+    pvc = by_kind(build_all(reg, facts_factory(), http_secret_value=None))["PersistentVolumeClaim"]
+    assert pvc["metadata"]["name"] == "demo-data"
+    assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "volumeMode": "Filesystem",
+                           "resources": {"requests": {"storage": "50Gi"}}}
+    existing = registry_factory({"config": {"storage": {"filesystem": {"persistentVolumeClaim": "mine"}}}})
+    assert "PersistentVolumeClaim" not in by_kind(build_all(existing, facts_factory(), http_secret_value=None))
+
+
+def test_cosi_objects(registry_factory, facts_factory):
+    def cosi(object_storage):
+        reg = registry_factory({"config": {"storage": {"objectStorage": object_storage}}})
+        objects = by_kind(build_all(reg, facts_factory(bucket_access_secret="theirs"), http_secret_value=None))
+        return objects.get("BucketClaim"), objects.get("BucketAccess")
+
+    claim, access = cosi({"bucketClass": "s3", "bucketAccessClass": "rw"})
+    assert claim["metadata"]["name"] == "demo-bucket"
+    assert claim["spec"] == {"bucketClassName": "s3", "protocols": ["S3"]}
+    assert access["metadata"]["name"] == "demo-bucket-access"
+    assert access["spec"] == {"bucketClaimName": "demo-bucket", "bucketAccessClassName": "rw",
+                              "credentialsSecretName": "demo-cosi-credentials", "protocol": "S3"}
+    claim, access = cosi({"bucketClaim": "theirs", "bucketAccessClass": "rw"})
+    assert claim is None and access["spec"]["bucketClaimName"] == "theirs"
+    claim, access = cosi({"bucketClass": "s3", "bucketAccess": "theirs"})
+    assert claim is not None and access is None
+    assert cosi({"bucketClaim": "c", "bucketAccess": "a"}) == (None, None)
+
+
+def test_names_are_deterministic(registry_factory, facts_factory):
+    reg = registry_factory({"config": {"storage": {"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw"}}},
+                            "replicas": 2}, name="team-a")
+    first = kinds(build_all(reg, facts_factory(), http_secret_value="one"))
+    other_facts = facts_factory(agent_image="elsewhere/berth:9", pvc_access_modes=("ReadWriteMany",))
+    assert kinds(build_all(reg, other_facts, http_secret_value="two")) == first
+    assert first == [
+        ("ServiceAccount", "team-a-agent"), ("Role", "team-a-agent"), ("RoleBinding", "team-a-agent"),
+        ("Secret", "team-a-http-secret"), ("BucketClaim", "team-a-bucket"), ("BucketAccess", "team-a-bucket-access"),
+        ("Service", "team-a"), ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"),
+    ]
+    assert names.selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"
+    assert names.cosi_secret_name(reg) == "team-a-cosi-credentials"
+
+
+def test_missing_uid_is_a_clear_error(facts_factory):
+    reg = Registry.model_validate({"metadata": {"name": "demo", "namespace": "ns"},
+                                   "spec": {"config": {"storage": {"inmemory": {}}}}})
+    with pytest.raises(ValueError, match="metadata.uid"):
+        build_all(reg, facts_factory(), http_secret_value=None)

@@ -1,0 +1,183 @@
+"""The Deployment and its pod: the mount contract (docs/design.md section 3), the agent as a native sidecar,
+the registry container, replicas and strategy."""
+
+from __future__ import annotations
+
+from berth_operator.builders import build_all, deployment, names
+
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SECRET_VOLUMES = {"cosi", "htpasswd", "http-secret", "redis", "tls"}
+
+
+def built(reg, facts) -> dict[str, dict]:
+    return {o["kind"]: o for o in build_all(reg, facts, http_secret_value="v")}
+
+
+def containers(dep: dict) -> tuple[dict, dict]:
+    pod = dep["spec"]["template"]["spec"]
+    [agent] = pod["initContainers"]
+    [registry] = pod["containers"]
+    return agent, registry
+
+
+def mounts(container: dict) -> dict[str, dict]:
+    return {m["name"]: m for m in container["volumeMounts"]}
+
+
+def test_mount_contract_holds(builder_case):
+    reg, facts = builder_case
+    dep = built(reg, facts)["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    agent, registry = containers(dep)
+    agent_mounts, registry_mounts = mounts(agent), mounts(registry)
+
+    assert volumes["config"] == {"name": "config", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}
+    assert agent_mounts["config"] == {"name": "config", "mountPath": "/etc/berth"}
+    assert registry_mounts["config"] == {"name": "config", "mountPath": "/etc/berth", "readOnly": True}
+    for name in SECRET_VOLUMES & set(volumes):
+        assert set(volumes[name]["secret"]) == {"secretName", "defaultMode"}, "whole Secret: no items"
+        assert agent_mounts[name] == {"name": name, "mountPath": f"/var/run/berth/{name}", "readOnly": True}
+        assert name not in registry_mounts
+    for container in (agent, registry):
+        assert all("subPath" not in m and "subPathExpr" not in m for m in container["volumeMounts"])
+        assert set(mounts(container)) <= set(volumes)
+
+    storage = reg.spec.config.storage
+    expected_secrets = {"http-secret"}
+    expected_secrets |= {"cosi"} if storage.object_storage else set()
+    expected_secrets |= {"htpasswd"} if storage.auth.htpasswd else set()
+    expected_secrets |= {"redis"} if reg.spec.redis else set()
+    expected_secrets |= {"tls"} if reg.spec.http.tls else set()
+    assert SECRET_VOLUMES & set(volumes) == expected_secrets
+    http_secret = reg.spec.http.secret.name if reg.spec.http.secret else names.http_secret_name(reg)
+    assert volumes["http-secret"]["secret"]["secretName"] == http_secret
+
+    if storage.filesystem is not None:
+        claim = storage.filesystem.persistent_volume_claim or "demo-data"
+        assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+        assert agent_mounts["data"]["mountPath"] == registry_mounts["data"]["mountPath"] == "/var/lib/registry"
+    else:
+        assert "data" not in volumes and "data" not in agent_mounts and "data" not in registry_mounts
+
+
+def test_token_only_in_the_agent(builder_case):
+    reg, facts = builder_case
+    dep = built(reg, facts)["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    agent, registry = containers(dep)
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "demo-agent"
+    [token] = [v for v in pod["volumes"] if v["name"] == "agent-token"]
+    assert token["projected"]["sources"] == [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]
+    assert mounts(agent)["agent-token"] == {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True}
+    assert "agent-token" not in mounts(registry)
+    assert all(m["mountPath"] != TOKEN_DIR for m in registry["volumeMounts"])
+
+
+def test_agent_is_a_native_sidecar(builder_case):
+    reg, facts = builder_case
+    dep = built(reg, facts)["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    agent, _ = containers(dep)
+    assert pod["shareProcessNamespace"] is True
+    assert pod["enableServiceLinks"] is False
+    assert agent["restartPolicy"] == "Always"
+    assert agent["image"] == facts.agent_image
+    assert agent["command"] == ["berth-agent"]
+    assert agent["args"] == [
+        "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
+        "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081",
+    ]
+    assert agent["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
+    ]
+    assert agent["ports"] == [{"name": "agent-health", "containerPort": 8081, "protocol": "TCP"}]
+    assert agent["startupProbe"]["httpGet"] == {"path": "/startupz", "port": "agent-health"}
+    assert agent["startupProbe"]["periodSeconds"] * agent["startupProbe"]["failureThreshold"] >= 120
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/livez"
+
+
+def test_registry_container(builder_case):
+    reg, facts = builder_case
+    _, registry = containers(built(reg, facts)["Deployment"])
+    scheme = "HTTPS" if reg.spec.http.tls else "HTTP"
+    port_name = scheme.lower()
+    assert registry["image"] == reg.spec.image
+    assert registry["command"] == ["sh", "/etc/berth/supervise.sh"]
+    assert registry["env"] == [
+        {"name": "BERTH_CONFIG", "value": "/etc/berth/config.yml"},
+        {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
+        {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
+    ]
+    assert registry["ports"] == [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}]
+    assert registry["readinessProbe"]["httpGet"] == {"path": "/", "port": port_name, "scheme": scheme}
+    assert registry["livenessProbe"]["tcpSocket"] == {"port": port_name}
+    expected = {k: v for k, v in reg.spec.resources.model_dump().items() if v}
+    assert registry["resources"] == expected
+
+
+def test_resources_from_spec(registry_factory, facts_factory):
+    reg = registry_factory({"resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+                            "config": {"storage": {"inmemory": {}}}})
+    _, registry = containers(built(reg, facts_factory())["Deployment"])
+    assert registry["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def test_replicas_and_strategy(registry_factory, facts_factory):
+    def shape(spec, **facts):
+        dep = built(registry_factory(spec), facts_factory(**facts))
+        return dep["Deployment"]["spec"]["replicas"], dep["Deployment"]["spec"]["strategy"]["type"], \
+            "PodDisruptionBudget" in dep
+
+    rwo_class = {"config": {"storage": {"filesystem": {"storageClass": "standard"}}}}
+    claim = {"config": {"storage": {"filesystem": {"persistentVolumeClaim": "data"}}}}
+    cosi = {"config": {"storage": {"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw"}}}}
+    assert shape({**rwo_class, "replicas": 3}) == (1, "Recreate", False)
+    assert shape({**rwo_class, "replicas": 0}) == (0, "Recreate", False)
+    assert shape({**claim, "replicas": 3}) == (1, "Recreate", False)  # access modes unknown: one writer
+    assert shape({**claim, "replicas": 3}, pvc_access_modes=("ReadWriteOncePod",)) == (1, "Recreate", False)
+    assert shape({**claim, "replicas": 3}, pvc_access_modes=("ReadWriteOnce", "ReadWriteMany")) == \
+        (3, "RollingUpdate", True)
+    assert shape({**cosi, "replicas": 1}) == (1, "RollingUpdate", False)
+    assert shape({**cosi, "replicas": 3}) == (3, "RollingUpdate", True)
+    assert shape({"config": {"storage": {"inmemory": {}}}, "replicas": 3}) == (1, "RollingUpdate", False)
+
+
+def test_pdb_selects_the_pods(registry_factory, facts_factory):
+    reg = registry_factory({"replicas": 2, "config": {"storage": {"objectStorage": {
+        "bucketClass": "s3", "bucketAccessClass": "rw"}}}})
+    objects = built(reg, facts_factory())
+    pdb, dep = objects["PodDisruptionBudget"], objects["Deployment"]
+    assert pdb["metadata"]["name"] == "demo"
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": dep["spec"]["selector"]}
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert objects["Service"]["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factory):
+    reg = registry_factory({"config": {"storage": {"objectStorage": {
+        "bucketClaim": "team-bucket", "bucketAccess": "team-access"}}}})
+    dep = deployment.build(reg, facts_factory(bucket_access_secret="team-creds"))
+    cosi = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "cosi"]
+    assert cosi == [{"name": "cosi", "secret": {"secretName": "team-creds", "defaultMode": 0o440}}]
+    # Not known yet: no Deployment (and so no PDB) rather than a pod that cannot configure itself.
+    assert deployment.build(reg, facts_factory()) is None
+    kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service"]
+
+
+def test_created_bucket_access_mounts_the_deterministic_secret(registry_factory, facts_factory):
+    reg = registry_factory({"config": {"storage": {"objectStorage": {
+        "bucketClass": "s3", "bucketAccessClass": "rw"}}}})
+    objects = built(reg, facts_factory())
+    cosi = [v for v in objects["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == "cosi"]
+    assert cosi[0]["secret"]["secretName"] == objects["BucketAccess"]["spec"]["credentialsSecretName"] \
+        == "demo-cosi-credentials"
