@@ -25,6 +25,7 @@ DEGRADED_REASONS = (
     "MissingStorageClass",
     "MissingBucketClass",
     "MissingBucketAccessClass",
+    "Unsatisfiable",
     "ReplicasCapped",
     "AgentFailed",
 )

@@ -1,0 +1,79 @@
+"""`berth-operator`: run the operator (kopf) with a liveness endpoint, Prometheus metrics and JSON logs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from kubernetes import config as kube_config
+from kubernetes.client import Configuration
+
+from . import facts, logs, metrics
+from .client import Kube
+from .runner import run
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="berth-operator", description=__doc__)
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[],
+                       help="watch Registries in this namespace (repeatable); default: $WATCH_NAMESPACE")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch Registries in every namespace")
+    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
+                        help="kopf's liveness endpoint URL (empty to disable)")
+    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0: disabled)")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address the metrics server binds")
+    parser.add_argument("--refresh-interval", type=float, default=60.0,
+                        help="seconds between periodic reconciles of every Registry (status refresh)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    args = parser.parse_args(argv)
+    if not args.all_namespaces and not args.namespace:
+        watch = os.environ.get("WATCH_NAMESPACE", "")
+        args.namespace = [ns for ns in watch.split(",") if ns]
+        if not args.namespace:
+            parser.error("name a namespace (--namespace or $WATCH_NAMESPACE) or pass --all-namespaces")
+    return args
+
+
+def load_configuration() -> Configuration:
+    """In-cluster service account, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    configuration = Configuration()
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except kube_config.ConfigException:
+        kube_config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logs.configure(level=args.log_level, json=args.log_format == "json")
+    try:
+        configuration = load_configuration()
+        probe = Kube(configuration)
+        try:
+            image = facts.agent_image(probe)
+        finally:
+            probe.close()
+    except Exception as exc:  # a clear line, not a stack trace, when the operator cannot start
+        logs.logger.error("cannot start: %s", exc)
+        return 2
+    if args.metrics_port:
+        port = metrics.serve(args.metrics_port, args.metrics_addr)
+        logs.logger.info("serving Prometheus metrics on %s:%d/metrics", args.metrics_addr, port)
+    asyncio.run(run(
+        configuration,
+        agent_image=image,
+        namespaces=args.namespace,
+        clusterwide=args.all_namespaces,
+        liveness=args.liveness or None,
+        refresh_interval=args.refresh_interval,
+    ))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

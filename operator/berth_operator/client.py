@@ -1,0 +1,148 @@
+"""A small generic REST layer over the official kubernetes client (its ApiClient: auth, TLS, retries of
+connections), addressing objects by apiVersion and kind. Synchronous: callers run it in asyncio.to_thread.
+
+Responses are plain dicts (no model deserialization: the objects go straight into comparisons). Errors are
+the client's ApiException; KubeError turns one into a message that never includes the response body (a
+422 body can echo the object sent, and that object may be a Secret).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+
+COSI = "objectstorage.k8s.io/v1alpha1"
+
+
+@dataclass(frozen=True)
+class Kind:
+    plural: str
+    namespaced: bool = True
+
+
+KINDS: dict[tuple[str, str], Kind] = {
+    ("v1", "Secret"): Kind("secrets"),
+    ("v1", "ServiceAccount"): Kind("serviceaccounts"),
+    ("v1", "Service"): Kind("services"),
+    ("v1", "PersistentVolumeClaim"): Kind("persistentvolumeclaims"),
+    ("v1", "Pod"): Kind("pods"),
+    ("v1", "Event"): Kind("events"),
+    ("apps/v1", "Deployment"): Kind("deployments"),
+    ("rbac.authorization.k8s.io/v1", "Role"): Kind("roles"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): Kind("rolebindings"),
+    ("policy/v1", "PodDisruptionBudget"): Kind("poddisruptionbudgets"),
+    ("storage.k8s.io/v1", "StorageClass"): Kind("storageclasses", namespaced=False),
+    (COSI, "BucketClaim"): Kind("bucketclaims"),
+    (COSI, "BucketAccess"): Kind("bucketaccesses"),
+    (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False),
+    (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False),
+    ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
+}
+
+
+class KubeError(Exception):
+    """A failed API call, described by verb, kind, name and HTTP status only."""
+
+    def __init__(self, verb: str, kind: str, name: str, exc: ApiException):
+        self.status = exc.status
+        self.verb, self.kind, self.name = verb, kind, name
+        super().__init__(f"{verb} {kind} {name}: HTTP {exc.status} {exc.reason or ''}".strip())
+
+
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    try:
+        info = KINDS[(api_version, kind)]
+    except KeyError:
+        raise ValueError(f"unsupported kind {api_version} {kind}") from None
+    root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if info.namespaced:
+        if not namespace:
+            raise ValueError(f"{kind} {name} needs a namespace")
+        root += f"/namespaces/{namespace}"
+    root += f"/{info.plural}"
+    return f"{root}/{name}" if name else root
+
+
+def matches(labels: Mapping[str, str] | None, selector: Mapping[str, str]) -> bool:
+    labels = labels or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+class Kube:
+    def __init__(self, configuration: Configuration, *, timeout: float = 30.0):
+        self.api = ApiClient(configuration)
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _call(self, method: str, url: str, *, body: Any = None, content_type: str = "application/json",
+              query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        response = self.api.call_api(
+            url,
+            method,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=self.timeout,
+        )
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (404)."""
+        try:
+            return self._call("GET", path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError("get", kind, name, exc) from None
+
+    def list(self, api_version: str, kind: str, namespace: str | None,
+             labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """Objects with these labels. The selector is sent AND re-checked here (a server may ignore it)."""
+        selector = dict(labels or {})
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
+        try:
+            items = self._call("GET", path(api_version, kind, namespace), query=query).get("items") or []
+        except ApiException as exc:
+            raise KubeError("list", kind, "", exc) from None
+        return [item for item in items if matches((item.get("metadata") or {}).get("labels"), selector)]
+
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
+        try:
+            return self._call("POST", url, body=dict(manifest))
+        except ApiException as exc:
+            raise KubeError("create", manifest["kind"], meta["name"], exc) from None
+
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, *,
+              json_patch: bool = False, subresource: str | None = None) -> dict[str, Any]:
+        url = path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
+        content_type = "application/json-patch+json" if json_patch else "application/merge-patch+json"
+        try:
+            return self._call("PATCH", url, body=body, content_type=content_type)
+        except ApiException as exc:
+            raise KubeError("patch", kind, name, exc) from None
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, uid: str | None = None) -> bool:
+        """Delete; with uid, only that incarnation (a precondition). False when it was already gone."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._call("DELETE", path(api_version, kind, namespace, name), body=body)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise KubeError("delete", kind, name, exc) from None

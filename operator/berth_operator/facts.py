@@ -1,0 +1,188 @@
+"""What the operator looks up in the cluster before and after building: ClusterFacts for the builders, and
+findings (Missing*/Waiting*) for the conditions.
+
+Referenced Secrets are checked for existence and for the key the spec names; their values are never
+read into anything that is logged or reported (only key names are compared).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth_api import Registry
+
+from .builders import names
+from .builders.context import ClusterFacts
+from .client import COSI, Kube, KubeError
+from .status import Finding
+
+AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
+
+
+@dataclass
+class Lookup:
+    facts: ClusterFacts
+    findings: list[Finding] = field(default_factory=list)
+
+
+def own_image(kube: Kube) -> str | None:
+    """The image of this operator's own container, found through the downward API (POD_NAME, POD_NAMESPACE)."""
+    pod_name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not pod_name or not namespace:
+        return None
+    pod = kube.get("v1", "Pod", namespace, pod_name) or {}
+    containers = (pod.get("spec") or {}).get("containers") or []
+    wanted = os.environ.get("BERTH_OPERATOR_CONTAINER", "operator")
+    for container in containers:
+        if container.get("name") == wanted:
+            return container.get("image")
+    return containers[0].get("image") if containers else None
+
+
+def agent_image(kube: Kube) -> str:
+    image = os.environ.get(AGENT_IMAGE_ENV) or own_image(kube)
+    if not image:
+        raise RuntimeError(
+            f"cannot tell the agent image: set {AGENT_IMAGE_ENV}, or POD_NAME and POD_NAMESPACE (downward API)"
+        )
+    return image
+
+
+def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(Secret name, API path of the reference, keys it must hold) for every Secret the spec names."""
+    spec = reg.spec
+    refs = []
+    htpasswd = spec.config.storage.auth.htpasswd
+    if htpasswd is not None:
+        refs.append((htpasswd.secret.name, "spec.config.storage.auth.htpasswd.secret", (htpasswd.secret.field,)))
+    if spec.http.secret is not None:
+        refs.append((spec.http.secret.name, "spec.http.secret", (spec.http.secret.field,)))
+    if spec.redis is not None:
+        refs.append((spec.redis.secret.name, "spec.redis.secret", (spec.redis.secret.field,)))
+    if spec.http.tls is not None:
+        refs.append((spec.http.tls.secret_name, "spec.http.tls.secretName", ("tls.crt", "tls.key")))
+    return refs
+
+
+def _secret_findings(kube: Kube, namespace: str, name: str, where: str, keys: tuple[str, ...]) -> list[Finding]:
+    secret = kube.get("v1", "Secret", namespace, name)
+    if secret is None:
+        return [Finding("MissingSecret", f"Secret {name} ({where}) not found in namespace {namespace}")]
+    present = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+    missing = [key for key in keys if key not in present]
+    if missing:
+        return [Finding("MissingSecretKey", f"Secret {name} ({where}) has no key {', '.join(missing)}")]
+    return []
+
+
+def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
+    """True only when the class is known to be absent; a class we may not read (403) is given the benefit."""
+    try:
+        return kube.get(api_version, kind, None, name) is None
+    except KubeError as exc:
+        if exc.status in (401, 403):
+            return False
+        raise
+
+
+def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
+    """Facts the builders need and the references that are missing, before anything is applied."""
+    namespace = names.namespace(reg)
+    findings: list[Finding] = []
+    bucket_access_secret = None
+    pvc_access_modes = None
+    for name, where, keys in _secret_refs(reg):
+        findings += _secret_findings(kube, namespace, name, where, keys)
+
+    fs = reg.spec.config.storage.filesystem
+    if fs is not None and fs.persistent_volume_claim:
+        claim = kube.get("v1", "PersistentVolumeClaim", namespace, fs.persistent_volume_claim)
+        if claim is None:
+            findings.append(Finding(
+                "MissingPVC",
+                f"PersistentVolumeClaim {fs.persistent_volume_claim} "
+                f"(spec.config.storage.filesystem.persistentVolumeClaim) not found in namespace {namespace}",
+            ))
+        else:
+            modes = (claim.get("spec") or {}).get("accessModes")
+            pvc_access_modes = tuple(modes) if modes else None
+    elif fs is not None and fs.storage_class:
+        if _class_missing(kube, "storage.k8s.io/v1", "StorageClass", fs.storage_class):
+            findings.append(Finding(
+                "MissingStorageClass",
+                f"StorageClass {fs.storage_class} (spec.config.storage.filesystem.storageClass) not found",
+            ))
+
+    obj = reg.spec.config.storage.object_storage
+    if obj is not None:
+        if obj.bucket_claim and kube.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
+            findings.append(Finding(
+                "MissingBucketClaim",
+                f"BucketClaim {obj.bucket_claim} (spec.config.storage.objectStorage.bucketClaim) not found "
+                f"in namespace {namespace}",
+            ))
+        if obj.bucket_class and _class_missing(kube, COSI, "BucketClass", obj.bucket_class):
+            findings.append(Finding(
+                "MissingBucketClass",
+                f"BucketClass {obj.bucket_class} (spec.config.storage.objectStorage.bucketClass) not found",
+            ))
+        if obj.bucket_access:
+            access = kube.get(COSI, "BucketAccess", namespace, obj.bucket_access)
+            if access is None:
+                findings.append(Finding(
+                    "MissingBucketAccess",
+                    f"BucketAccess {obj.bucket_access} (spec.config.storage.objectStorage.bucketAccess) not found "
+                    f"in namespace {namespace}",
+                ))
+            else:
+                bucket_access_secret = (access.get("spec") or {}).get("credentialsSecretName") or None
+        if obj.bucket_access_class and _class_missing(kube, COSI, "BucketAccessClass", obj.bucket_access_class):
+            findings.append(Finding(
+                "MissingBucketAccessClass",
+                f"BucketAccessClass {obj.bucket_access_class} "
+                "(spec.config.storage.objectStorage.bucketAccessClass) not found",
+            ))
+
+    facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
+                         pvc_access_modes=pvc_access_modes)
+    return Lookup(facts=facts, findings=findings)
+
+
+def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("status") or {}
+
+
+def waiting(kube: Kube, reg: Registry) -> list[Finding]:
+    """After applying: storage that exists but is not usable yet (claim not Bound, access not granted)."""
+    namespace = names.namespace(reg)
+    found: list[Finding] = []
+    fs = reg.spec.config.storage.filesystem
+    if fs is not None:
+        claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
+        claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name)
+        phase = _status(claim).get("phase")
+        if claim is not None and phase != "Bound":
+            found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
+    obj = reg.spec.config.storage.object_storage
+    if obj is not None:
+        claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
+        claim = kube.get(COSI, "BucketClaim", namespace, claim_name)
+        # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
+        if claim is not None and not (_status(claim).get("bucketReady") or _status(claim).get("readyToUse")):
+            found.append(Finding("WaitingForBucket", f"BucketClaim {claim_name} is not ready yet"))
+        access_name = obj.bucket_access or names.bucket_access_name(reg)
+        access = kube.get(COSI, "BucketAccess", namespace, access_name)
+        if access is not None:
+            granted = _status(access).get("accessGranted") or _status(access).get("readyToUse")
+            secret_name = (access.get("spec") or {}).get("credentialsSecretName")
+            if not granted:
+                found.append(Finding("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet"))
+            elif secret_name and kube.get("v1", "Secret", namespace, secret_name) is None:
+                found.append(Finding(
+                    "WaitingForBucketAccess",
+                    f"BucketAccess {access_name} granted access but its Secret {secret_name} does not exist yet",
+                ))
+    return found

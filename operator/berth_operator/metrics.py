@@ -1,0 +1,53 @@
+"""Prometheus metrics of the operator (prometheus_client, served on their own port by cli.py).
+
+Label values are kinds, verbs, results and condition names only: never object contents, never Secret data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter("berth_reconciles_total", "Reconciles of a Registry, by result.", ["result"])
+RECONCILE_SECONDS = Histogram(
+    "berth_reconcile_duration_seconds",
+    "Time one reconcile of a Registry took.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+APPLY_OPERATIONS = Counter(
+    "berth_apply_operations_total", "Writes to the API server, by kind and verb.", ["kind", "verb"]
+)
+ERRORS = Counter("berth_errors_total", "Failures while reconciling, by kind of failure.", ["reason"])
+REGISTRIES = Gauge(
+    "berth_registries", "Registries known to this operator, by condition and its status.", ["condition", "status"]
+)
+
+# (namespace, name) -> {condition type: status}; the gauge is recomputed from it, so a Registry moving from
+# one state to another is counted once.
+_states: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def record_conditions(key: tuple[str, str], conditions: list[Mapping[str, str]] | None) -> None:
+    if conditions is None:
+        _states.pop(key, None)
+    else:
+        _states[key] = {c["type"]: c["status"] for c in conditions}
+    _refresh_gauge()
+
+
+def _refresh_gauge() -> None:
+    counts: dict[tuple[str, str], int] = {}
+    for conds in _states.values():
+        for ctype in ("Ready", "Progressing", "Degraded"):
+            for status in ("True", "False", "Unknown"):
+                counts.setdefault((ctype, status), 0)
+            counts[(ctype, conds.get(ctype, "Unknown"))] += 1
+    for (ctype, status), count in counts.items():
+        REGISTRIES.labels(condition=ctype, status=status).set(count)
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> int:
+    """Serve /metrics in a background thread; returns the bound port (useful with port 0)."""
+    server, _thread = start_http_server(port, addr=addr)
+    return server.server_address[1]

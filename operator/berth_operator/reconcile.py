@@ -1,0 +1,131 @@
+"""One reconcile of one Registry: validate, look up, build, apply, prune, report. Synchronous (the handlers
+run it in a worker thread); level-triggered: it reads everything it needs each time and writes only what
+differs, so running it again on an unchanged cluster writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth_api import API_VERSION, KIND, Registry, describe_validation_error
+from pydantic import ValidationError
+
+from . import apply, facts, status
+from .builders import build_all, names, problems
+from .client import Kube, KubeError
+from .status import DeploymentState, Finding, Observation
+
+REGISTRY = (API_VERSION, KIND)
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did and found, for events, metrics and logs (never any Secret value)."""
+
+    actions: list[apply.Action] = field(default_factory=list)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    previous_conditions: list[dict[str, Any]] = field(default_factory=list)
+    status_written: bool = False
+    gone: bool = False  # the Registry no longer exists
+
+    @property
+    def degraded(self) -> dict[str, Any] | None:
+        for cond in self.conditions:
+            if cond["type"] == "Degraded" and cond["status"] == "True":
+                return cond
+        return None
+
+    @property
+    def result(self) -> str:
+        if self.gone:
+            return "gone"
+        degraded = self.degraded
+        if degraded is None:
+            return "ok"
+        return "invalid" if degraded["reason"] == "InvalidSpec" else "degraded"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse(body: Mapping[str, Any]) -> Registry:
+    """The validated model; status is the operator's and agents' business and is not validated here."""
+    return Registry.model_validate({k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
+
+
+def _problem_finding(message: str) -> Finding:
+    """builders.problems speaks in messages that start with the field; map them to condition reasons."""
+    if message.startswith("spec.replicas"):
+        return Finding("ReplicasCapped", message)
+    if message.startswith("spec.config.storage.objectStorage.bucketAccess: waiting"):
+        return Finding("WaitingForBucketAccess", message)
+    return Finding("Unsatisfiable", message)
+
+
+def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
+    return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
+
+
+def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outcome:
+    meta = body.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    generation = meta.get("generation")
+    live_status = body.get("status") or {}
+    outcome = Outcome(previous_conditions=list(live_status.get("conditions") or []))
+    findings: list[Finding] = []
+    deployment = None
+    live_pods: list[str] | None = None
+    url = selector = storage = None
+
+    try:
+        reg = parse(body)
+    except ValidationError as exc:
+        reg = None
+        findings.append(Finding("InvalidSpec", describe_validation_error(exc)))
+
+    if reg is not None:
+        storage = reg.spec.config.storage.backend
+        selector = names.selector_string(reg)
+        url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
+        try:
+            lookup = facts.look_up(kube, reg, agent_image)
+            findings += lookup.findings
+            findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
+            value = apply.http_secret_value(kube, reg)
+            built = build_all(reg, lookup.facts, http_secret_value=value)
+            for manifest in built:
+                action = apply.apply_object(kube, manifest)
+                if action is not None:
+                    outcome.actions.append(action)
+            outcome.actions += apply.prune(kube, reg, built)
+            findings += facts.waiting(kube, reg)
+            deployment = kube.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
+            live_pods = [p["metadata"]["name"] for p in _live_pods(kube, reg)]
+        except (KubeError, apply.NotOurs, apply.Conflict) as exc:
+            findings.append(Finding("ApplyFailed", str(exc)))
+
+    agents = live_status.get("agents") or {}
+    if live_pods is not None:
+        agents = {pod: rec for pod, rec in agents.items() if pod in live_pods}
+    obs = Observation(
+        generation=generation,
+        findings=tuple(findings),
+        deployment=DeploymentState.from_manifest(deployment),
+        agents=agents if isinstance(agents, Mapping) else {},
+    )
+    wanted = status.operator_status(obs, live_status, now=now(), url=url, selector=selector, storage=storage)
+    outcome.conditions = wanted["conditions"]
+    patch = status.status_patch(live_status, wanted, live_pods=live_pods)
+    if patch is not None:
+        try:
+            kube.patch(*REGISTRY, namespace, name, patch, subresource="status")
+            outcome.status_written = True
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            outcome.gone = True
+    return outcome
