@@ -1,0 +1,352 @@
+"""The Deployment depends only on what needs a pod change (issue 4, item 3).
+
+The walk enumerates every field of the Registry spec from the pydantic models, changes each to other valid
+values (validated by the models themselves) and proves the Deployment stays byte-identical, except for the
+explicit list of pod-shaping fields, each of which is proved to change it. A field added to the models later is
+walked automatically; if no candidate value fits its type, the coverage test fails and names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import types
+import typing
+from typing import Any, Iterator
+
+import pydantic
+import pytest
+from pydantic import BaseModel
+
+from berth_api import Registry, RegistrySpec
+from berth_operator.builders import ClusterFacts, deployment
+
+AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
+
+# Spec paths (API names, list items as "*") whose change must change the Deployment, given the same ClusterFacts.
+POD_SHAPING = {
+    "image",
+    "replicas",
+    "resources.requests",
+    "resources.limits",
+    "config.storage.filesystem.persistentVolumeClaim",
+    "http.addr",  # the port only; its host part is applied hot (test_http_addr_host_is_hot)
+    "http.secret.name",
+    "http.tls.secretName",
+    "redis.secret.name",
+    "config.storage.auth.htpasswd.secret.name",
+}
+# Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
+POD_SHAPING_SECTIONS = {
+    "http.secret", "http.tls", "redis", "config.storage.auth.htpasswd",
+    "config.storage.filesystem", "config.storage.objectStorage", "config.storage.inmemory",
+}
+
+_FULL_OPTIONS = {
+    "distribution": "3",
+    "config": {
+        "log": {"level": "warn"},
+        "storage": {
+            "delete": {"enabled": True},
+            "redirect": {"disabled": True},
+            "cache": {"blobdescriptor": "redis", "blobdescriptorsize": 1000},
+            "maintenance": {
+                "uploadpurging": {"enabled": True, "age": "72h", "interval": "12h", "dryrun": False},
+                "readonly": {"enabled": False},
+            },
+            "auth": {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}}},
+        },
+    },
+    "http": {
+        "addr": ":5000",
+        "host": "https://registry.example.com",
+        "secret": {"name": "upload-signing", "field": "key"},
+        "relativeURLs": False,
+        "drainTimeout": "30s",
+        "http2": {"disabled": False},
+        "h2c": {"enabled": False},
+        "tls": {"secretName": "registry-tls"},
+    },
+    "redis": {
+        "secret": {"name": "redis-url", "field": "url"},
+        "db": 1,
+        "dialtimeout": "1s",
+        "readtimeout": "2s",
+        "writetimeout": "2s",
+        "pool": {"maxidle": 4, "maxactive": 16, "idletimeout": "5m"},
+        "tls": {"enabled": False},
+    },
+    "health": {
+        "storagedriver": {"enabled": True, "interval": "10s", "threshold": 3},
+        "tcp": [{"addr": "redis.example:6379", "timeout": "3s", "interval": "10s", "threshold": 3}],
+    },
+    "validation": {"manifests": {"urls": {"allow": ["^https://layers\\.example/"], "deny": ["^http://"]}}},
+}
+
+
+def _with_storage(backend: dict[str, Any], **top: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(_FULL_OPTIONS)
+    spec["config"]["storage"].update(backend)
+    spec.update(top)
+    return spec
+
+
+# (id, spec, facts): together they reach every field of the models.
+BASES = [
+    ("filesystem-claim-rwx", _with_storage({"filesystem": {"persistentVolumeClaim": "shared"}}, replicas=2),
+     ClusterFacts(AGENT_IMAGE, pvc_access_modes=("ReadWriteMany",))),
+    ("filesystem-class", _with_storage({"filesystem": {"storageClass": "standard", "size": "20Gi"}}),
+     ClusterFacts(AGENT_IMAGE)),
+    ("cosi-classes", _with_storage({"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw",
+                                                      "chunkSize": 10 * 1024 * 1024}}, replicas=3),
+     ClusterFacts(AGENT_IMAGE)),
+    ("cosi-existing", _with_storage({"objectStorage": {"bucketClaim": "c", "bucketAccess": "a"}}),
+     ClusterFacts(AGENT_IMAGE, bucket_access_secret="a-credentials")),
+    ("inmemory", _with_storage({"inmemory": {}}), ClusterFacts(AGENT_IMAGE)),
+]
+
+# Values tried for a changed field; the models decide which are valid for it.
+_STRING_CANDIDATES = [
+    "17s", "1m30s", "7Gi", "https://other.example.net", "other-name", "other.key", "^https://other/.*$",
+    "cache.example:6380", "[::1]:7000",
+]
+
+
+def make(spec: dict[str, Any]) -> Registry:
+    return Registry.model_validate({"metadata": {"name": "demo", "namespace": "ns", "uid": "u"}, "spec": spec})
+
+
+def deployment_json(spec: dict[str, Any], facts: ClusterFacts) -> str:
+    built = deployment.build(make(spec), facts)
+    assert built is not None
+    return json.dumps(built, sort_keys=True)
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    """The concrete types inside Optional/Union/Annotated, with Literal kept whole."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _flatten(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for arg in typing.get_args(annotation) for t in _flatten(arg)]
+    return [annotation]
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    for kind in _flatten(annotation):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return kind
+    return None
+
+
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    for kind in _flatten(annotation):
+        if typing.get_origin(kind) is list:
+            return _model_of(typing.get_args(kind)[0])
+    return None
+
+
+def _optional(field: pydantic.fields.FieldInfo) -> bool:
+    return type(None) in _flatten(field.annotation)
+
+
+def class_leaves(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every leaf path of the models (no values needed): what the walk must cover."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{field.alias or name}"
+        sub = _model_of(field.annotation)
+        item = _list_item_model(field.annotation)
+        if sub is not None:
+            yield from class_leaves(sub, f"{path}.")
+        elif item is not None:
+            yield path
+            yield from class_leaves(item, f"{path}.*.")
+        else:
+            yield path
+
+
+def _candidates(annotation: Any, current: Any) -> list[Any]:
+    found: list[Any] = []
+    for kind in _flatten(annotation):
+        origin = typing.get_origin(kind)
+        if kind is type(None):
+            found.append(None)
+        elif kind is bool:
+            found.append(not current)
+        elif kind is int:
+            found += [(current or 0) + 1, 1, 2, 6 * 1024 * 1024, 64 * 1024 * 1024]
+        elif kind is str:
+            found += _STRING_CANDIDATES
+        elif origin is typing.Literal:
+            found += list(typing.get_args(kind))
+        elif origin is list:
+            item = typing.get_args(kind)[0]
+            current_list = current or []
+            if current_list:
+                found.append(current_list[:-1])
+                found.append(current_list + [copy.deepcopy(current_list[0])])
+            found += [current_list + [value] for value in _candidates(item, None) if value is not None][:3]
+        elif origin is dict:
+            found.append({**(current or {}), "cpu": "2"})
+    return found
+
+
+def walk(model: type[BaseModel], data: dict[str, Any], prefix: str = "", raw: str = "") -> Iterator[
+        tuple[str, list[str | int], Any, Any, bool]]:
+    """(normalised path, location in the spec dict, annotation, current value, is a section) for every field
+    present in `data` (a by-alias dump, so defaults are filled in)."""
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        path = f"{prefix}{key}"
+        value = data.get(key)
+        location = [*raw, key] if isinstance(raw, list) else [key]
+        sub = _model_of(field.annotation)
+        item = _list_item_model(field.annotation)
+        if sub is not None:
+            if value is None:
+                continue
+            if _optional(field):
+                yield path, location, None, value, True
+            yield from walk(sub, value, f"{path}.", location)
+        elif item is not None:
+            yield path, location, field.annotation, value, False
+            for index, element in enumerate(value or []):
+                yield from walk(item, element, f"{path}.*.", [*location, index])
+        else:
+            yield path, location, field.annotation, value, False
+
+
+def _set(spec: dict[str, Any], location: list[str | int], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(spec)
+    target: Any = changed
+    for step in location[:-1]:
+        if isinstance(step, str):
+            target = target.setdefault(step, {})
+        else:
+            target = target[step]
+    if value is None and isinstance(location[-1], str):
+        target.pop(location[-1], None)
+    else:
+        target[location[-1]] = value
+    return changed
+
+
+def mutations(spec: dict[str, Any]) -> Iterator[tuple[str, bool, dict[str, Any]]]:
+    """(path, is a section, changed spec) for every valid change of every field present in the base."""
+    base = make(spec).spec
+    dumped = base.model_dump(by_alias=True, mode="json")
+    for path, location, annotation, current, section in walk(RegistrySpec, dumped):
+        values = [None] if section else _candidates(annotation, current)
+        seen: list[Any] = []
+        for value in values:
+            if value == current or value in seen:
+                continue
+            changed = _set(dumped, location, value)
+            try:
+                changed_spec = make(changed).spec
+            except pydantic.ValidationError:
+                continue
+            if changed_spec == base:
+                continue
+            seen.append(value)
+            yield path, section, changed
+            if len(seen) == 3:
+                break
+
+
+def test_hot_fields_leave_the_deployment_byte_identical():
+    walked: set[str] = set()
+    for base_id, spec, facts in BASES:
+        before = deployment_json(spec, facts)
+        for path, section, changed in mutations(spec):
+            shaping = path in (POD_SHAPING_SECTIONS if section else POD_SHAPING)
+            if shaping:
+                continue
+            walked.add(path)
+            assert deployment_json(changed, facts) == before, f"{base_id}: changing spec.{path} changed the Deployment"
+    # Not vacuous: the hot fields named in the issue were all walked.
+    for path in [
+        "config.log.level", "config.storage.delete.enabled", "config.storage.redirect.disabled",
+        "config.storage.cache.blobdescriptor", "config.storage.maintenance.readonly.enabled",
+        "config.storage.auth.htpasswd.secret.field", "http.host", "http.secret.field", "http.relativeURLs",
+        "http.drainTimeout", "http.http2.disabled", "http.h2c.enabled", "redis.db", "redis.pool.maxidle",
+        "redis.tls.enabled", "redis.secret.field", "health.storagedriver.enabled", "health.tcp", "health.tcp.*.addr",
+        "validation.manifests.urls.allow", "config.storage.objectStorage.chunkSize", "distribution",
+        "config.storage.cache",
+    ]:
+        assert path in walked, path
+
+
+def test_walk_covers_every_field_of_the_models():
+    """A new field in the API is either walked (hot) or listed in POD_SHAPING, never silently skipped."""
+    reached: set[str] = set()
+    for _, spec, _ in BASES:
+        reached |= {path for path, section, _ in mutations(spec) if not section}
+    missing = sorted(set(class_leaves(RegistrySpec)) - reached - POD_SHAPING)
+    assert missing == [], f"fields the walk could not change: {missing}"
+    assert POD_SHAPING <= set(class_leaves(RegistrySpec)), "POD_SHAPING names a field the models do not have"
+
+
+def test_http_addr_host_is_hot():
+    _, spec, facts = BASES[0]
+    before = deployment_json(spec, facts)
+    for addr in ("0.0.0.0:5000", "127.0.0.1:5000", "[::]:5000", "registry.local:5000"):
+        assert deployment_json(_set(spec, ["http", "addr"], addr), facts) == before, addr
+
+
+def _spec(base: int) -> dict[str, Any]:
+    return copy.deepcopy(BASES[base][1])
+
+
+# (the POD_SHAPING path or what else changes, spec before, facts before, spec after, facts after): each must
+# change the Deployment.
+POD_SHAPING_CHANGES = [
+    ("image", _spec(0), BASES[0][2], _set(_spec(0), ["image"], "docker.io/library/registry:3.0.1"), BASES[0][2]),
+    ("replicas", _spec(0), BASES[0][2], _set(_spec(0), ["replicas"], 3), BASES[0][2]),
+    ("resources.requests", _spec(0), BASES[0][2], _set(_spec(0), ["resources"], {"requests": {"cpu": "1"}}),
+     BASES[0][2]),
+    ("resources.limits", _spec(0), BASES[0][2], _set(_spec(0), ["resources"], {"limits": {"memory": "1Gi"}}),
+     BASES[0][2]),
+    ("config.storage.filesystem.persistentVolumeClaim", _spec(0), BASES[0][2],
+     _set(_spec(0), ["config", "storage", "filesystem", "persistentVolumeClaim"], "other"), BASES[0][2]),
+    ("http.addr", _spec(0), BASES[0][2], _set(_spec(0), ["http", "addr"], ":5001"), BASES[0][2]),
+    ("http.secret.name", _spec(0), BASES[0][2], _set(_spec(0), ["http", "secret", "name"], "other"), BASES[0][2]),
+    ("http.secret removed (generated)", _spec(0), BASES[0][2], _set(_spec(0), ["http", "secret"], None),
+     BASES[0][2]),
+    ("http.tls.secretName", _spec(0), BASES[0][2], _set(_spec(0), ["http", "tls", "secretName"], "other"),
+     BASES[0][2]),
+    ("http.tls removed", _spec(0), BASES[0][2], _set(_spec(0), ["http", "tls"], None), BASES[0][2]),
+    ("redis.secret.name", _spec(0), BASES[0][2], _set(_spec(0), ["redis", "secret", "name"], "other"), BASES[0][2]),
+    ("redis removed", _set(_spec(0), ["config", "storage", "cache"], None), BASES[0][2],
+     _set(_set(_spec(0), ["config", "storage", "cache"], None), ["redis"], None), BASES[0][2]),
+    ("config.storage.auth.htpasswd.secret.name", _spec(0), BASES[0][2],
+     _set(_spec(0), ["config", "storage", "auth", "htpasswd", "secret", "name"], "other"), BASES[0][2]),
+    ("htpasswd removed", _spec(0), BASES[0][2], _set(_spec(0), ["config", "storage", "auth"], {}), BASES[0][2]),
+    ("claim -> storageClass", _spec(0), BASES[0][2], _spec(1), BASES[1][2]),
+    ("filesystem -> objectStorage", _spec(1), BASES[1][2], _spec(2), BASES[2][2]),
+    ("objectStorage -> inmemory", _spec(2), BASES[2][2], _spec(4), BASES[4][2]),
+    ("bucketAccessClass -> existing bucketAccess", _spec(2), BASES[2][2],
+     _set(_spec(2), ["config", "storage", "objectStorage"], {"bucketClass": "s3", "bucketAccess": "a"}), BASES[3][2]),
+    ("existing bucketAccess names another Secret", _spec(3), BASES[3][2], _spec(3),
+     ClusterFacts(AGENT_IMAGE, bucket_access_secret="rotated-credentials")),
+    ("agent image (operator upgrade)", _spec(4), BASES[4][2], _spec(4), ClusterFacts("ghcr.io/berth-dev/berth:0.2.0")),
+]
+
+
+@pytest.mark.parametrize("change", POD_SHAPING_CHANGES, ids=[c[0] for c in POD_SHAPING_CHANGES])
+def test_pod_shaping_fields_change_the_deployment(change):
+    _, before_spec, before_facts, after_spec, after_facts = change
+    assert deployment_json(before_spec, before_facts) != deployment_json(after_spec, after_facts)
+
+
+def test_every_pod_shaping_field_has_a_change():
+    assert POD_SHAPING <= {change[0] for change in POD_SHAPING_CHANGES}
+
+
+def test_scaling_does_not_change_the_pod_template():
+    _, spec, facts = BASES[2]
+    before = deployment.build(make(spec), facts)
+    after = deployment.build(make(_set(spec, ["replicas"], 5)), facts)
+    assert after["spec"]["replicas"] == 5
+    assert json.dumps(after["spec"]["template"], sort_keys=True) == json.dumps(before["spec"]["template"],
+                                                                                sort_keys=True)
