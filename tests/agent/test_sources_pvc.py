@@ -1,0 +1,132 @@
+"""PvcProbe against real directories: present, mount point, size, writable; Change("pvc") on state changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from berth_agent import metrics
+from berth_agent.sources.pvc import PROBE_FILE, PvcProbe, probe_path
+
+
+def test_plain_directory_is_usable_but_not_mounted(tmp_path, health):
+    probe = PvcProbe(tmp_path, health)
+    state = probe.check()
+    assert state.ok and state.present and state.writable and not state.mounted
+    assert state.capacity_bytes > 0 and 0 <= state.free_bytes <= state.capacity_bytes
+    assert not (tmp_path / PROBE_FILE).exists()  # the probe file is removed again
+    assert metrics.pvc_ok._value.get() == 1
+    assert metrics.pvc_capacity_bytes._value.get() == state.capacity_bytes
+
+
+def test_a_mount_point_is_reported_mounted():
+    mount_point = Path("/dev/shm")  # a tmpfs mount on every Linux this runs on
+    assert os.path.ismount(mount_point)
+    state = probe_path(mount_point)
+    assert state.mounted and state.ok
+
+
+def test_missing_path_is_an_error_naming_it(tmp_path, health):
+    missing = tmp_path / "registry-data"
+    state = PvcProbe(missing, health).check()
+    assert state.error == f"data path {missing}: does not exist"
+    assert not state.ok and not state.present
+    assert metrics.pvc_ok._value.get() == 0
+
+
+def test_a_file_is_not_a_data_path(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    assert probe_path(path).error == f"data path {path}: is not a directory"
+
+
+def _probe_as_nobody(path: str, results) -> None:
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)  # root writes anywhere: drop to nobody so the permission check is real
+        results.put(probe_path(Path(path)))
+    except BaseException as exc:  # noqa: BLE001 - hand the failure to the test instead of hanging it
+        results.put(exc)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory anyone may enter (pytest's tmp_path sits under a 0700 directory)."""
+    with tempfile.TemporaryDirectory(prefix="berth-pvc-") as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+def _probe_without_privilege(path: Path):
+    """probe_path as a user the permission bits apply to: nobody (in a forked child) when we are root."""
+    if os.geteuid() != 0:
+        return probe_path(path)
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_probe_as_nobody, args=(str(path), results))
+    child.start()
+    try:
+        result = results.get(timeout=60)
+    finally:
+        child.join(timeout=30)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def test_unwritable_path_is_an_error_naming_it(open_dir):
+    data = open_dir / "data"
+    data.mkdir()
+    data.chmod(0o555)  # nobody may write here (root aside, hence the unprivileged probe)
+    try:
+        state = _probe_without_privilege(data)
+    finally:
+        data.chmod(0o755)
+    assert state.present and not state.writable
+    assert state.error == f"data path {data}: not writable (Permission denied)"
+    assert state.capacity_bytes is not None  # size is still known and still reported
+
+
+def test_unenterable_parent_is_an_error_naming_the_path(open_dir):
+    parent = open_dir / "locked"
+    (parent / "data").mkdir(parents=True)
+    parent.chmod(0o700 if os.geteuid() == 0 else 0o000)
+    try:
+        state = _probe_without_privilege(parent / "data")
+    finally:
+        parent.chmod(0o755)
+    assert state.error == f"data path {parent / 'data'}: cannot stat (Permission denied)"
+
+
+@pytest.mark.asyncio
+async def test_changes_only_when_the_state_changes(tmp_path, health, changes):
+    data = tmp_path / "data"
+    data.mkdir()
+    probe = PvcProbe(data, health, interval=0.05)
+    task = asyncio.create_task(probe.run(changes))
+    try:
+        while probe.last is None:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # several probes of a usable path
+        assert changes.snapshot() == []  # nothing to report while it stays usable
+        data.rmdir()
+        await changes.wait_for(lambda c: c.source == "pvc")
+        await asyncio.sleep(0.3)  # several probes of the same failure
+        assert len(changes.snapshot()) == 1
+        assert probe.last.error == f"data path {data}: does not exist"
+        data.mkdir()
+        await changes.wait_for(lambda c: len(changes.snapshot()) == 2)
+        while not probe.last.ok:
+            await asyncio.sleep(0.05)
+        assert "pvc" in health.registered() and health.live_ok()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert "pvc" not in health.registered()
