@@ -12,7 +12,6 @@ from watchdog.observers.polling import PollingObserver
 
 from support.secretdir import swap_secret_dir, write_secret_dir
 
-pytestmark = pytest.mark.asyncio
 
 
 @contextlib.asynccontextmanager
@@ -38,6 +37,7 @@ def _from(source):
     return lambda change: change.source == source
 
 
+@pytest.mark.asyncio
 async def test_secret_swap_is_seen(tmp_path, health, changes):
     root = tmp_path / "mounts"
     write_secret_dir(root / "cosi", {"BucketInfo": '{"v": 1}'})
@@ -53,6 +53,7 @@ async def test_secret_swap_is_seen(tmp_path, health, changes):
         assert health.live_ok()
 
 
+@pytest.mark.asyncio
 async def test_reading_the_files_is_not_a_change(tmp_path, health, changes):
     """The pipeline reads what it watches; opens and reads must not count as changes (or it would loop)."""
     root = tmp_path / "mounts"
@@ -71,6 +72,7 @@ async def test_reading_the_files_is_not_a_change(tmp_path, health, changes):
         assert 1 <= len(seen) <= 4, seen
 
 
+@pytest.mark.asyncio
 async def test_directory_created_after_start_is_watched(tmp_path, health, changes):
     root = tmp_path / "mounts"
     root.mkdir()
@@ -85,6 +87,7 @@ async def test_directory_created_after_start_is_watched(tmp_path, health, change
         await changes.wait_for(_from("mount:redis"))
 
 
+@pytest.mark.asyncio
 async def test_unknown_directories_are_ignored(tmp_path, health, changes):
     root = tmp_path / "mounts"
     root.mkdir()
@@ -102,6 +105,7 @@ def _inotify_exhausted():
     raise OSError(errno.EMFILE, "Too many open files")  # what watchdog raises at an inotify limit (field-notes §4)
 
 
+@pytest.mark.asyncio
 async def test_polling_fallback_when_inotify_is_exhausted(tmp_path, health, changes):
     root = tmp_path / "mounts"
     write_secret_dir(root / "cosi", {"BucketInfo": '{"v": 1}'})
@@ -115,6 +119,7 @@ async def test_polling_fallback_when_inotify_is_exhausted(tmp_path, health, chan
         await changes.wait_for(_from("mount:tls"))
 
 
+@pytest.mark.asyncio
 async def test_polling_fallback_when_start_fails(tmp_path, health, changes):
     """The limit can also hit when the observer starts its watches, not only when it is made."""
 
@@ -132,6 +137,7 @@ async def test_polling_fallback_when_start_fails(tmp_path, health, changes):
         await changes.wait_for(_from("mount:http-secret"))
 
 
+@pytest.mark.asyncio
 async def test_forced_polling_sees_a_swap(tmp_path, health, changes):
     root = tmp_path / "mounts"
     write_secret_dir(root / "htpasswd", {"htpasswd": "a"})
@@ -142,6 +148,7 @@ async def test_forced_polling_sees_a_swap(tmp_path, health, changes):
         await changes.wait_for(_from("mount:htpasswd"))
 
 
+@pytest.mark.asyncio
 async def test_periodic_resync(tmp_path, health, changes):
     root = tmp_path / "mounts"
     root.mkdir()
@@ -152,6 +159,7 @@ async def test_periodic_resync(tmp_path, health, changes):
         await changes.wait_for(_from("resync"))  # again: it repeats
 
 
+@pytest.mark.asyncio
 async def test_missing_root_appears_later(tmp_path, health, changes):
     root = tmp_path / "mounts"
     watcher = MountWatcher(root, health, resync_seconds=0.2)
@@ -163,6 +171,7 @@ async def test_missing_root_appears_later(tmp_path, health, changes):
         await _wait_watching(watcher, root / "cosi")
 
 
+@pytest.mark.asyncio
 async def test_liveness_registered_and_released(tmp_path, health, changes):
     root = tmp_path / "mounts"
     root.mkdir()

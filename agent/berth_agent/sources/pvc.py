@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +40,13 @@ class PvcState:
 def probe_path(path: Path) -> PvcState:
     """Look at `path` once; blocking (statvfs and a file write may hang on a stuck volume)."""
     where = str(path)
-    if not path.exists():
+    try:
+        is_dir = stat.S_ISDIR(path.stat().st_mode)
+    except FileNotFoundError:
         return PvcState(where, error=f"data path {where}: does not exist")
-    if not path.is_dir():
+    except OSError as exc:  # e.g. a parent directory we may not enter
+        return PvcState(where, error=f"data path {where}: cannot stat ({_why(exc)})")
+    if not is_dir:
         return PvcState(where, present=True, error=f"data path {where}: is not a directory")
     mounted = os.path.ismount(path)
     try:

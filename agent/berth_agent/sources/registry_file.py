@@ -8,10 +8,11 @@ event re-reads the file and emits only when what it holds changed; a timer re-re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
-import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -64,12 +65,14 @@ class RegistryFileWatcher:
         force_polling: bool = False,
         poll_seconds: float = 1.0,
         recheck_seconds: float = 30.0,
+        settle_seconds: float = 0.1,
     ) -> None:
         self.path = Path(path).absolute()
         self.health = health
         self.recheck_seconds = recheck_seconds
-        self._emit: Emit | None = None
-        self._lock = threading.Lock()  # the observer thread and the recheck timer both call _check
+        self.settle_seconds = settle_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
         self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message)
         self._observer = DirObserver(
             self._on_event,
@@ -84,45 +87,61 @@ class RegistryFileWatcher:
         return self._observer.polling
 
     def _on_event(self, _watched: Path, _event: FileSystemEvent) -> None:
-        # Any change in the directory may be ours (a rename onto the file, a ..data swap): re-read and compare.
+        """Runs in the observer thread: any change in the directory may be ours (a rename onto the file, a
+        ConfigMap's ..data swap), so wake the loop, which re-reads and compares."""
         metrics.watch_events_total.labels(source=self.name).inc()
-        self._check()
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:
+                pass  # loop closed: shutting down
 
-    def _check(self) -> None:
-        with self._lock:
-            obj, error = read_registry_file(self.path)
-            if error is not None:
-                state = ("error", error)
-            else:
-                state = ("ok", hashlib.sha256(yaml.safe_dump(obj, sort_keys=True).encode()).hexdigest())
-            if state == self._last:
-                return
-            self._last = state
-            emit = self._emit
+    def _read_state(self) -> tuple[dict | None, str | None, tuple[str, str]]:
+        obj, error = read_registry_file(self.path)
+        if error is not None:
+            return None, error, ("error", error)
+        return obj, None, ("ok", hashlib.sha256(yaml.safe_dump(obj, sort_keys=True).encode()).hexdigest())
+
+    def _check(self, emit: Emit) -> None:
+        """Blocking (runs in a worker thread): read, compare with what was last emitted, emit a difference."""
+        obj, error, state = self._read_state()
+        if error is not None and self._last is not None and self._last[0] == "ok":
+            # A writer that truncates and then writes leaves the file empty or half-written for a moment: an
+            # error must still be there a moment later before it replaces a good Registry.
+            time.sleep(self.settle_seconds)
+            obj, error, state = self._read_state()
+        if state == self._last:
+            return
+        self._last = state
         if error is not None:
             metrics.watch_errors_total.labels(source=self.name).inc()
             log.warning("registry file unusable", extra={"fields": {"path": str(self.path), "error": error}})
-        if emit is not None:
-            emit(Change("registry", registry=obj, error=error))
+        emit(Change("registry", registry=obj, error=error))
 
     async def run(self, emit: Emit) -> None:
-        self._emit = emit
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
         self.health.register(self.name, max_silence_seconds=3 * self.recheck_seconds + 30)
         directory = self.path.parent
         await asyncio.to_thread(self._observer.start, [directory] if directory.is_dir() else [])
-        log.info(
-            "watching registry file", extra={"fields": {"path": str(self.path), "polling": self.polling}}
-        )
+        log.info("watching registry file", extra={"fields": {"path": str(self.path), "polling": self.polling}})
         try:
             while True:
-                await asyncio.to_thread(self._check)
+                await asyncio.to_thread(self._check, emit)
                 if directory.is_dir():  # it may have appeared, or been replaced, since the last look
                     await asyncio.to_thread(self._observer.sync, [directory])
                 if self._observer.alive():
                     self.health.beat(self.name)
-                await asyncio.sleep(self.recheck_seconds)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.recheck_seconds)
+                # Trailing debounce: read once the directory has been quiet for settle_seconds, so one save
+                # (truncate, write, close; or write aside and rename) is read once, whole.
+                while self._wake.is_set():
+                    self._wake.clear()
+                    await asyncio.sleep(self.settle_seconds)
         finally:
-            self._emit = None
+            self._loop = self._wake = None
             await asyncio.to_thread(self._observer.stop)
             self.health.unregister(self.name)
 
