@@ -91,3 +91,13 @@ def health():
     from berth_agent.health import Health
 
     return Health()
+
+
+@pytest.fixture
+def pod(tmp_path):
+    """A registry pod on this machine (agent subprocess + supervise.sh + docker-registry); stopped afterwards."""
+    from support.pod import RegistryPod
+
+    registry_pod = RegistryPod(tmp_path / "pod")
+    yield registry_pod
+    registry_pod.stop()

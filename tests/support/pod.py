@@ -1,0 +1,183 @@
+"""A registry pod on this machine for end-to-end tests and benchmarks: `berth-agent run` as a subprocess (what
+users run), the real supervise.sh and the real docker-registry, sharing a config dir as the pod's containers
+share the `config` volume, with a mount root of AtomicWriter Secret dirs (support.secretdir).
+
+    pod = RegistryPod(tmp_path)
+    pod.write_registry_file(spec)                 # or pass registry="ns/name", kube_host=api.url
+    pod.start_agent(); pod.start_supervisor()
+    pod.wait_serving()
+    ...
+    pod.stop()                                    # always (the fixture does it)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from berth_agent.restart import Endpoint, answers
+from support.ports import free_port
+from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
+
+
+def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
+    """A small Registry spec for the local binary (Distribution 2) on 127.0.0.1:port, filesystem storage."""
+    spec: dict[str, Any] = {
+        "image": "docker.io/library/registry:2",
+        "distribution": "2",
+        "config": {"log": {"level": "info"}, "storage": {"filesystem": {"persistentVolumeClaim": "data"}}},
+        "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"},
+    }
+    spec.update(overrides)
+    return spec
+
+
+class RegistryPod:
+    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash"):
+        self.root = Path(root)
+        self.config_dir = self.root / "config"
+        self.mounts = self.root / "mounts"
+        self.data_dir = self.root / "data"
+        for directory in (self.config_dir, self.mounts, self.data_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.health_port = free_port()
+        self.registry_file = self.root / "registry" / "registry.yaml"
+        self.registry_file.parent.mkdir(parents=True, exist_ok=True)
+        self.agent_log = self.root / "agent.log"
+        self.shell = shell
+        self.agent: subprocess.Popen | None = None
+        self.supervisor: Supervisor | None = None
+        self._agent_log_file = None
+
+    # ---- parts -----------------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def write_registry_file(self, spec_or_object: dict[str, Any]) -> None:
+        obj = spec_or_object if "spec" in spec_or_object else registry_object(spec_or_object)
+        self.registry_file.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.registry_file.with_suffix(".tmp")
+        temp.write_text(yaml.safe_dump(obj, sort_keys=False))
+        os.replace(temp, self.registry_file)  # as an editor saves: whole file at once
+
+    def start_agent(self, *, registry: str | None = None, kube_host: str | None = None,
+                    pod_name: str = "pod-0", extra: list[str] = ()) -> subprocess.Popen:
+        args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
+                "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
+                "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
+                "--registry-bin", REGISTRY_BIN, *extra]
+        if registry is not None:
+            args += ["--registry", registry, "--kube-host", kube_host or ""]
+        else:
+            args += ["--registry-file", str(self.registry_file)]
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
+        self._agent_log_file = open(self.agent_log, "ab")
+        self.agent = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._agent_log_file,
+                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return self.agent
+
+    def start_supervisor(self, *, packaged: bool = False) -> Supervisor:
+        """The registry container: supervise.sh as the agent wrote it (or the packaged copy, to start first)."""
+        script = None if packaged else wait_for(
+            lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
+            what="the agent to write supervise.sh")
+        self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
+                                     log_path=self.root / "registry.log").start()
+        return self.supervisor
+
+    # ---- observations ----------------------------------------------------------------------------------------
+
+    def serving(self) -> bool:
+        return answers(Endpoint("127.0.0.1", self.port)) in (200, 401)
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        wait_for(self.serving, timeout, what=f"the registry to answer on {self.host}\n{self.agent_log_text()}")
+
+    def registry_pid(self) -> int | None:
+        found = self.supervisor.registries() if self.supervisor else []
+        return found[0].pid if found else None
+
+    def registry_starts(self) -> int:
+        return self.supervisor.log().count("started registry") if self.supervisor else 0
+
+    def agent_log_text(self) -> str:
+        return self.agent_log.read_text(errors="replace") if self.agent_log.exists() else ""
+
+    def agent_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for raw in self.agent_log_text().splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                lines.append({"msg": "(not JSON)", "raw": raw})
+        return lines
+
+    def actions(self, msg: str) -> list[dict[str, Any]]:
+        return [line for line in self.agent_lines() if line.get("msg") == msg]
+
+    def health(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """The value of berth_agent_<name>{labels} (0 when absent)."""
+        pattern = re.compile(rf"^berth_agent_{re.escape(name)}{re.escape('{' + labels + '}') if labels else ''} (\S+)$",
+                             re.M)
+        match = pattern.search(self.metrics_text())
+        return float(match.group(1)) if match else 0.0
+
+    # ---- teardown --------------------------------------------------------------------------------------------
+
+    def stop_agent(self) -> int | None:
+        if self.agent is None:
+            return None
+        if self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            try:
+                self.agent.wait(15)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait(5)
+        if self._agent_log_file is not None:
+            self._agent_log_file.close()
+            self._agent_log_file = None
+        return self.agent.returncode
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        self.stop_agent()
+
+
+__all__ = ["RegistryPod", "filesystem_spec", "registry_env", "registry_object"]
