@@ -168,7 +168,7 @@ def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factor
     dep = deployment.build(reg, facts_factory(bucket_access_secret="team-creds"))
     cosi = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "cosi"]
     assert cosi == [{"name": "cosi", "secret": {"secretName": "team-creds", "defaultMode": 0o440}}]
-    # Not known yet: no Deployment (and so no PDB) rather than a pod that cannot configure itself.
+    # Not known yet: no Deployment rather than a pod that cannot configure itself.
     assert deployment.build(reg, facts_factory()) is None
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
     assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service"]

@@ -50,7 +50,8 @@ def test_existing_bucket_access_without_known_secret(registry_factory, facts_fac
     [message] = problems(reg, facts_factory())
     assert message.startswith("spec.config.storage.objectStorage.bucketAccess: waiting for BucketAccess 'team-access'")
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value=None)]
-    assert "Deployment" not in kinds and "PodDisruptionBudget" not in kinds and "BucketClaim" in kinds
+    assert "Deployment" not in kinds and "BucketClaim" in kinds
+    assert "PodDisruptionBudget" in kinds, "the budget follows spec.replicas only, so a wait prunes nothing"
     assert problems(reg, facts_factory(bucket_access_secret="team-creds")) == []
 
 

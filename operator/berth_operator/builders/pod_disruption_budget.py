@@ -12,7 +12,8 @@ from .meta import object_meta
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
-    if storage.effective_replicas(reg, facts) <= 1 or storage.waiting_for_credentials(reg, facts):
+    # Follows the replica count only (not the BucketAccess wait), so a wait never prunes it.
+    if storage.effective_replicas(reg, facts) <= 1:
         return None
     return {
         "apiVersion": "policy/v1",
