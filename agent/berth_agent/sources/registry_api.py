@@ -208,11 +208,7 @@ class RegistryApiWatcher:
         }
         if self.resource_version:
             kwargs["resource_version"] = self.resource_version
-        # "true", as kubectl and client-go send it; the client would send "True" (accepted by the API server,
-        # not by every server that speaks the API).
-        response = self._api.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, watch="true", **kwargs
-        )
+        response = self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, watch=True, **kwargs)
         self._response = response
         try:
             from kubernetes.watch.watch import iter_resp_lines
