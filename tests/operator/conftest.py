@@ -115,3 +115,27 @@ def builder_case(request: pytest.FixtureRequest) -> tuple[Registry, ClusterFacts
     """Each storage mode and option the builders branch on, as (Registry, ClusterFacts)."""
     _, spec, facts = request.param
     return make_registry(spec), make_facts(**facts)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Controller tests: the operator in process (support.operator_harness) against the test API server.
+
+from collections.abc import Iterator  # noqa: E402
+
+from support.kube import KubeApi, kube_api  # noqa: E402,F401  (kube_api: the fixture)
+from support.operator_harness import OperatorHarness  # noqa: E402
+
+
+@pytest.fixture
+def operator_harness(kube_api: KubeApi) -> Iterator[Callable[..., OperatorHarness]]:
+    """Start an operator with `operator_harness(namespaces, refresh_interval=...)`; stopped at teardown."""
+    started: list[OperatorHarness] = []
+
+    def start(namespaces: list[str] | None = None, **options: Any) -> OperatorHarness:
+        harness = OperatorHarness(kube_api, namespaces, **options).start()
+        started.append(harness)
+        return harness
+
+    yield start
+    for harness in started:
+        harness.stop()

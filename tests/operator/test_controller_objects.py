@@ -1,0 +1,201 @@
+"""The operator in process against the test API server: what each Registry creates, edits, deletion."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+from support.operator_harness import OWNED_PATHS, OperatorHarness, wait_for
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+NS = "apps"
+
+# What the cluster has before each Registry: referenced Secrets, claims, accesses and classes.
+COSI = "objectstorage.k8s.io/v1alpha1"
+
+
+def secret(name: str, **data: str) -> dict[str, Any]:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": encoded}
+
+
+def bucket(claim: str, access: str, creds: str) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": COSI, "kind": "BucketClaim", "metadata": {"name": claim},
+         "spec": {"bucketClassName": "x", "protocols": ["S3"]}, "status": {"bucketReady": True}},
+        {"apiVersion": COSI, "kind": "BucketAccess", "metadata": {"name": access},
+         "spec": {"bucketClaimName": claim, "credentialsSecretName": creds, "bucketAccessClassName": "y"},
+         "status": {"accessGranted": True}},
+        secret(creds, BucketInfo="{}"),
+    ]
+
+
+CLASSES = [
+    {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
+     "provisioner": "example.com/disk"},
+    {"apiVersion": COSI, "kind": "BucketClass", "metadata": {"name": "s3-standard"}, "driverName": "d",
+     "deletionPolicy": "Retain"},
+    {"apiVersion": COSI, "kind": "BucketAccessClass", "metadata": {"name": "s3-key-access"}, "driverName": "d",
+     "authenticationType": "Key"},
+]
+
+SEEDS: dict[str, list[dict[str, Any]]] = {
+    "filesystem-pvc": [{
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "team-registry-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Bound"},
+    }],
+    "cosi-existing": bucket("archive-bucket", "archive-bucket-access", "archive-credentials"),
+    "full": [
+        *bucket("registry-bucket", "registry-bucket-access", "registry-cosi"),
+        secret("registry-htpasswd", htpasswd="user:$2y$05$abc"),
+        secret("registry-http-secret", secretForLocalDev="planted-http-secret"),
+        secret("registry-redis", redisConnection="redis://redis:6379"),
+    ],
+}
+
+# Our own Registries for the modes the examples leave out.
+OWN = {
+    "cosi-claim-with-access-class": {
+        "metadata": {"name": "mixed"},
+        "spec": {"replicas": 3, "config": {"storage": {"objectStorage": {
+            "bucketClaim": "mixed-bucket", "bucketAccessClass": "s3-key-access"}}}},
+        "seed": bucket("mixed-bucket", "unused-access", "unused-credentials"),
+    },
+    "filesystem-class-r3-capped": {
+        "metadata": {"name": "capped"},
+        "spec": {"replicas": 3, "config": {"storage": {"filesystem": {"storageClass": "standard"}}}},
+        "seed": [],
+    },
+}
+
+
+def base(name: str, *, http_secret: bool = True) -> set[tuple[str, str]]:
+    objs = {("ServiceAccount", f"{name}-agent"), ("Role", f"{name}-agent"), ("RoleBinding", f"{name}-agent"),
+            ("Service", name), ("Deployment", name)}
+    return objs | ({("Secret", f"{name}-http-secret")} if http_secret else set())
+
+
+EXPECTED = {
+    "inmemory": base("scratch"),
+    "filesystem-pvc": base("team-registry"),
+    "filesystem-storageclass": base("ci-cache") | {("PersistentVolumeClaim", "ci-cache-data")},
+    "cosi-classes": base("shared-registry") | {("BucketClaim", "shared-registry-bucket"),
+                                               ("BucketAccess", "shared-registry-bucket-access"),
+                                               ("PodDisruptionBudget", "shared-registry")},
+    "cosi-existing": base("archive-registry"),
+    "full": base("registry", http_secret=False),
+    "cosi-claim-with-access-class": base("mixed") | {("BucketAccess", "mixed-bucket-access"),
+                                                     ("PodDisruptionBudget", "mixed")},
+    "filesystem-class-r3-capped": base("capped") | {("PersistentVolumeClaim", "capped-data")},
+}
+
+
+def cases() -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+    found = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        reg = yaml.safe_load(path.read_text())
+        found[path.stem] = (reg, SEEDS.get(path.stem, []))
+    for case, own in OWN.items():
+        reg = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": own["metadata"],
+               "spec": own["spec"]}
+        found[case] = (reg, own["seed"])
+    return found
+
+
+CASES = cases()
+
+
+def test_every_example_has_an_expectation():
+    assert set(CASES) == set(EXPECTED), "add the new example's objects to EXPECTED"
+
+
+def seed(api, namespace: str, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] not in ("StorageClass", "BucketClass", "BucketAccessClass"):
+            obj["metadata"]["namespace"] = namespace
+        api.create(obj)
+
+
+@pytest.fixture(scope="module")
+def all_cases():
+    """One API server and one operator for every case (each in its own namespace): lean on CPU."""
+    from support.kube import KubeApi
+
+    with KubeApi() as api:
+        seed(api, "", CLASSES)
+        regs = {}
+        for case, (reg, objects) in CASES.items():
+            seed(api, case, objects)
+            reg = copy.deepcopy(reg)
+            reg["metadata"]["namespace"] = case
+            regs[case] = api.create(reg)
+        harness = OperatorHarness(api, sorted(CASES)).start()
+        try:
+            for case, reg in regs.items():
+                harness.wait_reconciled(case, reg["metadata"]["name"])
+            yield api, harness, regs
+        finally:
+            harness.stop()
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_registry_creates_exactly_the_expected_objects(all_cases, case):
+    api, harness, regs = all_cases
+    reg = regs[case]
+    owned = harness.owned(case, reg["metadata"]["uid"])
+    assert set(owned) == EXPECTED[case]
+    for obj in owned.values():
+        refs = obj["metadata"]["ownerReferences"]
+        assert refs == [{"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": reg["metadata"]["name"],
+                         "uid": reg["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    # Nothing else was created in the namespace (besides what the test seeded, and Events).
+    seeded = {(o["kind"], o["metadata"]["name"]) for o in CASES[case][1]}
+    for kind, path in OWNED_PATHS.items():
+        names = {(kind, o["metadata"]["name"]) for o in api.list(path, case)}
+        assert names <= EXPECTED[case] | seeded, f"unexpected {kind} in {case}"
+    # One Created event per object.
+    created = wait_for(
+        lambda: (lambda evs: evs if len(evs) >= len(EXPECTED[case]) else None)(
+            [e for e in harness.events(case) if e["reason"] == "Created"]),
+        "Created events")
+    assert {tuple(e["message"].split(" ", 2)[1:]) for e in created} == EXPECTED[case]
+
+
+def test_status_of_examples(all_cases):
+    _, harness, regs = all_cases
+    scratch = harness.registry("inmemory", "scratch")["status"]
+    assert scratch["url"] == "http://scratch.inmemory.svc:5000"
+    assert scratch["selector"] == "app.kubernetes.io/instance=scratch,app.kubernetes.io/name=registry"
+    assert scratch["storage"] == "inmemory"
+    assert scratch["replicas"] == 0 and scratch["readyReplicas"] == 0
+    # No pods yet: Progressing because of them, nothing degraded.
+    conds = {c["type"]: c for c in scratch["conditions"]}
+    assert (conds["Progressing"]["status"], conds["Progressing"]["reason"]) == ("True", "WaitingForPods")
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == ("False", "AsExpected")
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "WaitingForPods")
+    # The class-made claim is not bound yet.
+    fs = {c["type"]: c for c in harness.registry("filesystem-storageclass", "ci-cache")["status"]["conditions"]}
+    assert (fs["Progressing"]["status"], fs["Progressing"]["reason"]) == ("True", "WaitingForPVC")
+    capped = {c["type"]: c for c in harness.registry("filesystem-class-r3-capped", "capped")["status"]["conditions"]}
+    assert (capped["Degraded"]["status"], capped["Degraded"]["reason"]) == ("True", "ReplicasCapped")
+    assert "spec.replicas" in capped["Degraded"]["message"]
+    deployment = harness.api.get("apps/v1/deployments", "filesystem-class-r3-capped", "capped")
+    assert deployment["spec"]["replicas"] == 1
+
+
+def test_generated_http_secret_is_random_and_long(all_cases):
+    api, _, _ = all_cases
+    values = set()
+    for case, name in (("inmemory", "scratch"), ("cosi-classes", "shared-registry")):
+        data = api.get("v1/secrets", case, f"{name}-http-secret")
+        raw = data.get("data", {}).get("secret")
+        value = base64.b64decode(raw).decode() if raw else data["stringData"]["secret"]
+        assert len(value) >= 43  # secrets.token_urlsafe(32)
+        values.add(value)
+    assert len(values) == 2
