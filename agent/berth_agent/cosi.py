@@ -101,7 +101,7 @@ def _from_bucket_info(directory: Path) -> S3Credentials:
 def _member(obj: Any, name: str, where: str, prefix: str, kind: type, *, required: bool = True) -> Any:
     """obj[name], checked for type and emptiness; errors name the JSON path, never the value."""
     if not isinstance(obj, dict):
-        raise InputError(f"{where}: {prefix.rstrip('.') or '(document)'}", "is not a JSON object")
+        raise InputError(f"{where}: {prefix.rstrip('.')}" if prefix else where, "is not a JSON object")
     value = obj.get(name)
     path = f"{where}: {prefix}{name}"
     if value is None or value == "" or value == {}:

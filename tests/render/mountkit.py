@@ -1,0 +1,140 @@
+"""Mount roots for rendering tests: every Secret a Registry needs, laid out as the kubelet lays them out.
+
+Every secret value written is remembered in `Mounts.secret_values`, so tests can assert that none of them
+leaks into an error, stderr or a log.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bcrypt
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from support.secretdir import write_secret_dir
+
+from berth_api import Registry, RegistrySpec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+COSI_FORMATS = ("v1alpha1", "v1alpha2-cosi", "v1alpha2-kep")
+
+
+@dataclass(frozen=True)
+class S3Target:
+    """Where the test's S3 (moto) is and the key the registry gets."""
+
+    endpoint: str
+    bucket: str
+    access_key_id: str
+    secret_access_key: str
+    region: str = "us-east-1"
+
+
+@dataclass
+class Mounts:
+    root: Path
+    user: tuple[str, str] | None = None  # htpasswd user and password
+    tls_cert: bytes | None = None
+    secret_values: list[str] = field(default_factory=list)
+
+
+def load_example(name: str) -> Registry:
+    return Registry.model_validate(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+def example_names() -> list[str]:
+    return sorted(path.name for path in EXAMPLES.glob("*.yaml"))
+
+
+def htpasswd_entry(user: str, password: str) -> bytes:
+    # Cost 4, the minimum: the registry checks every authenticated request against it.
+    return user.encode() + b":" + bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4))
+
+
+def self_signed_pair() -> tuple[bytes, bytes]:
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "berth-test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def cosi_secret(target: S3Target, form: str = "v1alpha1", *, addressing_style: str | None = None) -> dict[str, str]:
+    """The BucketAccess credentials Secret's data in one of the three formats (field-notes §2)."""
+    if form == "v1alpha1":
+        info = {
+            "metadata": {"name": "bc-0b5e6c1e-0000-4000-8000-000000000001", "creationTimestamp": None},
+            "spec": {
+                "bucketName": target.bucket,
+                "authenticationType": "Key",
+                "secretS3": {"endpoint": target.endpoint, "region": target.region,
+                             "accessKeyID": target.access_key_id, "accessSecretKey": target.secret_access_key},
+                "secretAzure": None,
+                "protocols": ["S3"],
+            },
+        }
+        return {"BucketInfo": json.dumps(info)}
+    if form == "v1alpha2-cosi":
+        data = {"COSI_S3_BUCKET_ID": target.bucket, "COSI_S3_ENDPOINT": target.endpoint,
+                "COSI_S3_REGION": target.region, "COSI_S3_ACCESS_KEY_ID": target.access_key_id,
+                "COSI_S3_ACCESS_SECRET_KEY": target.secret_access_key}
+        if addressing_style:
+            data["COSI_S3_ADDRESSING_STYLE"] = addressing_style
+        return data
+    if form == "v1alpha2-kep":
+        return {"BUCKET_NAME": target.bucket, "AWS_ENDPOINT_URL": target.endpoint,
+                "AWS_DEFAULT_REGION": target.region, "AWS_ACCESS_KEY_ID": target.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": target.secret_access_key}
+    raise ValueError(form)
+
+
+def write_mounts_for(spec: RegistrySpec, root: Path, *, s3: S3Target | None = None, cosi_format: str = "v1alpha1",
+                     redis_url: str | None = None, http_secret: str | None = None) -> Mounts:
+    """Write every Secret volume `spec` needs under `root`, with fresh random secret values."""
+    mounts = Mounts(root=Path(root))
+    root.mkdir(parents=True, exist_ok=True)
+    storage = spec.config.storage
+    if storage.object_storage is not None:
+        if s3 is None:
+            raise ValueError("an objectStorage Registry needs an S3Target")
+        write_secret_dir(root / "cosi", cosi_secret(s3, cosi_format))
+        mounts.secret_values += [s3.access_key_id, s3.secret_access_key]
+    if storage.auth.htpasswd is not None:
+        user = ("pusher", secrets.token_urlsafe(12))
+        write_secret_dir(root / "htpasswd", {storage.auth.htpasswd.secret.field: htpasswd_entry(*user) + b"\n"})
+        mounts.user = user
+        mounts.secret_values.append(user[1])
+    http_secret = http_secret or secrets.token_urlsafe(24)
+    key = spec.http.secret.field if spec.http.secret is not None else "secret"
+    write_secret_dir(root / "http-secret", {key: http_secret})
+    mounts.secret_values.append(http_secret)
+    if spec.redis is not None:
+        password = secrets.token_urlsafe(16)
+        url = redis_url or f"redis://:{password}@127.0.0.1:6379/0"
+        write_secret_dir(root / "redis", {spec.redis.secret.field: url + "\n"})
+        mounts.secret_values += [password, url]
+    if spec.http.tls is not None:
+        cert, key_pem = self_signed_pair()
+        write_secret_dir(root / "tls", {"tls.crt": cert, "tls.key": key_pem})
+        mounts.tls_cert = cert
+        mounts.secret_values.append(key_pem.decode())
+    return mounts

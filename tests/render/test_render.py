@@ -1,0 +1,224 @@
+"""The renderer as a pure function: mapping, the Distribution 2.8 / 3 differences, determinism, errors."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+from render.mountkit import load_example
+
+from berth_agent.errors import InputError
+from berth_agent.mounts import MountedInputs, S3Credentials
+from berth_agent.render import RenderPaths, Rendered, render
+from berth_api import Registry
+
+S3 = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "AKIARENDERTEST000001", "render-secret-key")
+HTPASSWD = b"alice:$2y$04$" + b"a" * 53 + b"\n"
+
+
+def spec_of(**spec):
+    spec.setdefault("config", {"storage": {"inmemory": {}}})
+    return Registry.model_validate({"spec": spec}).spec
+
+
+def parsed(rendered: Rendered) -> dict:
+    return yaml.safe_load(rendered.config)
+
+
+def test_defaults_render_a_complete_minimal_config():
+    config = parsed(render(spec_of(), MountedInputs(), distribution="3"))
+    assert config["version"] == "0.1"  # a string, as the registry requires
+    assert config["log"] == {"level": "info"}
+    assert config["storage"]["inmemory"] == {}
+    assert config["http"]["draintimeout"] == "30s"  # always set, so a restart drains (field-notes §1)
+    assert config["storage"]["maintenance"] == {
+        "uploadpurging": {"enabled": True, "age": "168h", "interval": "24h", "dryrun": False},
+        "readonly": {"enabled": False},
+    }
+    assert "secret" not in config["http"] and "auth" not in config and "redis" not in config
+
+
+def test_same_inputs_same_bytes_and_the_hash_is_sha256_of_them():
+    spec = load_example("full.yaml").spec
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis_url="redis://:pw@cache:6379")
+    first = render(spec, inputs)
+    again = render(load_example("full.yaml").spec, MountedInputs(**{**inputs.__dict__}))
+    assert first.config == again.config and first.files == again.files
+    assert first.config_hash == hashlib.sha256(first.config).hexdigest()
+    changed = render(spec, MountedInputs(**{**inputs.__dict__, "http_secret": "t"}))
+    assert changed.config_hash != first.config_hash
+
+
+def test_filesystem_root_and_config_files_follow_render_paths(tmp_path):
+    spec = spec_of(config={"storage": {"filesystem": {"persistentVolumeClaim": "data"},
+                                       "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}},
+                   http={"tls": {"secretName": "t"}})
+    inputs = MountedInputs(htpasswd=HTPASSWD, tls_cert=b"CERT", tls_key=b"KEY")
+    rendered = render(spec, inputs, paths=RenderPaths(config_dir=tmp_path / "c", data_dir=tmp_path / "d"))
+    config = parsed(rendered)
+    assert config["storage"]["filesystem"] == {"rootdirectory": str(tmp_path / "d")}
+    assert config["auth"]["htpasswd"]["path"] == str(tmp_path / "c" / "htpasswd")
+    assert config["http"]["tls"] == {"certificate": str(tmp_path / "c/tls/tls.crt"), "key": str(tmp_path / "c/tls/tls.key")}
+    assert rendered.files == {"htpasswd": HTPASSWD, "tls/tls.crt": b"CERT", "tls/tls.key": b"KEY"}
+    defaults = parsed(render(spec, inputs))
+    assert defaults["storage"]["filesystem"]["rootdirectory"] == "/var/lib/registry"
+    assert defaults["auth"]["htpasswd"]["path"] == "/etc/berth/htpasswd"
+
+
+def test_storage_options_map_to_registry_keys():
+    spec = spec_of(config={"storage": {
+        "inmemory": {}, "delete": {"enabled": True}, "redirect": {"disabled": True},
+        "cache": {"blobdescriptor": "inmemory", "blobdescriptorsize": 500},
+        "maintenance": {"readonly": {"enabled": True}},
+    }})
+    storage = parsed(render(spec, MountedInputs(), distribution="3"))["storage"]
+    assert storage["delete"] == {"enabled": True}
+    assert storage["redirect"] == {"disable": True}  # the registry spells it `disable`
+    assert storage["cache"] == {"blobdescriptor": "inmemory", "blobdescriptorsize": 500}
+    assert storage["maintenance"]["readonly"] == {"enabled": True}
+    assert storage["maintenance"]["uploadpurging"]["enabled"] is True  # whole block even when only readonly set
+    assert parsed(render(spec, MountedInputs(), distribution="2"))["storage"]["cache"] == {"blobdescriptor": "inmemory"}
+
+
+def test_http_section():
+    spec = spec_of(http={"addr": "0.0.0.0:5443", "host": "https://reg.example.com", "relativeURLs": True,
+                         "drainTimeout": "2m", "http2": {"disabled": True}, "h2c": {"enabled": True}})
+    http3 = parsed(render(spec, MountedInputs(http_secret="x: y # z"), distribution="3"))["http"]
+    assert http3 == {"addr": "0.0.0.0:5443", "host": "https://reg.example.com", "secret": "x: y # z",
+                     "relativeurls": True, "draintimeout": "2m", "http2": {"disabled": True}, "h2c": {"enabled": True}}
+    http2 = parsed(render(spec, MountedInputs(http_secret="x: y # z"), distribution="2"))["http"]
+    assert "h2c" not in http2  # no such key in 2.8
+
+
+def test_health_and_validation():
+    spec = spec_of(health={"storagedriver": {"enabled": True, "interval": "5s", "threshold": 2},
+                           "tcp": [{"addr": "db:5432"}]},
+                   validation={"manifests": {"urls": {"allow": ["^https://ok/"]}}})
+    config = parsed(render(spec, MountedInputs()))
+    assert config["health"] == {
+        "storagedriver": {"enabled": True, "interval": "5s", "threshold": 2},
+        "tcp": [{"addr": "db:5432", "timeout": "3s", "interval": "10s", "threshold": 3}],
+    }
+    assert config["validation"] == {"manifests": {"urls": {"allow": ["^https://ok/"]}}}
+    assert "health" not in parsed(render(spec_of(), MountedInputs()))
+
+
+S3_SPEC = {"config": {"storage": {"objectStorage": {"bucketClaim": "c", "bucketAccess": "a", "chunkSize": 6291456}}}}
+
+
+@pytest.mark.parametrize("endpoint, style, forcepathstyle", [
+    ("http://minio:9000", None, True),  # custom endpoint, style unknown: path (what 2.8 did)
+    ("http://minio:9000", "path", True),
+    ("https://s3.example.com", "virtual", False),
+    (None, None, None),  # AWS itself: the driver's default
+    (None, "path", True),
+])
+def test_s3_forcepathstyle_on_v3(endpoint, style, forcepathstyle):
+    creds = S3Credentials("b", endpoint, "eu-west-1", "AKIA", "SECRET", style)
+    s3_v3 = parsed(render(spec_of(**S3_SPEC), MountedInputs(s3=creds), distribution="3"))["storage"]["s3"]
+    assert s3_v3.get("forcepathstyle") == forcepathstyle
+    s3_v2 = parsed(render(spec_of(**S3_SPEC), MountedInputs(s3=creds), distribution="2"))["storage"]["s3"]
+    assert "forcepathstyle" not in s3_v2  # 2.8 has no such key: path style follows from regionendpoint
+
+
+def test_s3_keys():
+    s3 = parsed(render(spec_of(**S3_SPEC), MountedInputs(s3=S3), distribution="2"))["storage"]["s3"]
+    assert s3 == {"accesskey": S3.access_key_id, "secretkey": S3.secret_access_key, "region": "us-east-1",
+                  "regionendpoint": "http://127.0.0.1:9000", "bucket": "bucket-1", "secure": False,
+                  "v4auth": True, "chunksize": 6291456}
+    https = S3Credentials("b", "https://s3.example.com", "r", "k", "s")
+    assert parsed(render(spec_of(**S3_SPEC), MountedInputs(s3=https)))["storage"]["s3"]["secure"] is True
+    aws = S3Credentials("b", None, "r", "k", "s")
+    assert "regionendpoint" not in parsed(render(spec_of(**S3_SPEC), MountedInputs(s3=aws)))["storage"]["s3"]
+
+
+REDIS = {"secret": {"name": "r", "field": "url"}, "db": 0, "dialtimeout": "10ms", "readtimeout": "20ms",
+         "writetimeout": "30ms", "pool": {"maxidle": 4, "maxactive": 8, "idletimeout": "60s"}}
+
+
+def test_redis_shape_differs_between_2_and_3():
+    spec = spec_of(redis=REDIS)
+    inputs = MountedInputs(redis_url="redis://:pw@cache:6380/2")
+    assert parsed(render(spec, inputs, distribution="2"))["redis"] == {
+        "addr": "cache:6380", "password": "pw", "db": 2, "dialtimeout": "10ms", "readtimeout": "20ms",
+        "writetimeout": "30ms", "pool": {"maxidle": 4, "maxactive": 8, "idletimeout": "60s"},
+    }
+    assert parsed(render(spec, inputs, distribution="3"))["redis"] == {
+        "addrs": ["cache:6380"], "password": "pw", "db": 2, "dialtimeout": "10ms", "readtimeout": "20ms",
+        "writetimeout": "30ms", "maxidleconns": 4, "poolsize": 8, "connmaxidletime": "60s",
+    }
+
+
+def test_redis_tls_from_spec_or_rediss_scheme():
+    assert parsed(render(spec_of(redis={**REDIS, "tls": {"enabled": True}}),
+                         MountedInputs(redis_url="redis://cache:6379"), distribution="3"))["redis"]["tls"] == {"enabled": True}
+    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://cache:6379"),
+                         distribution="2"))["redis"]["tls"] == {"enabled": True}
+
+
+def test_redis_user_needs_distribution_3_and_the_error_hides_the_password():
+    spec = spec_of(redis=REDIS)
+    inputs = MountedInputs(redis_url="redis://svc:hunter2secret@cache:6379")
+    assert parsed(render(spec, inputs, distribution="3"))["redis"]["username"] == "svc"
+    with pytest.raises(InputError) as caught:
+        render(spec, inputs, distribution="2")
+    assert caught.value.source == "redis/url" and "hunter2secret" not in str(caught.value)
+
+
+def test_redis_db_in_spec_and_url_must_agree():
+    with pytest.raises(InputError) as caught:
+        render(spec_of(redis={**REDIS, "db": 1}), MountedInputs(redis_url="redis://:pw@cache:6379/2"))
+    assert caught.value.source == "spec.redis.db" and "pw" not in caught.value.message
+
+
+@pytest.mark.parametrize("spec, field", [
+    (S3_SPEC, "spec.config.storage.objectStorage"),
+    ({"config": {"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}}},
+     "spec.config.storage.auth.htpasswd"),
+    ({"http": {"secret": {"name": "h", "field": "f"}}}, "spec.http.secret"),
+    ({"http": {"tls": {"secretName": "t"}}}, "spec.http.tls.secretName"),
+    ({"redis": REDIS}, "spec.redis.secret"),
+])
+def test_missing_inputs_name_the_spec_field(spec, field):
+    with pytest.raises(InputError) as caught:
+        render(spec_of(**spec), MountedInputs())
+    assert caught.value.source == field
+
+
+def test_distribution_defaults_to_the_image_tag():
+    spec = spec_of(image="registry.example.com/mirror/registry:2.8.3", redis=REDIS)
+    assert "addr" in parsed(render(spec, MountedInputs(redis_url="redis://cache:1")))["redis"]
+    spec3 = spec_of(redis=REDIS)  # default image registry:3
+    assert "addrs" in parsed(render(spec3, MountedInputs(redis_url="redis://cache:1")))["redis"]
+
+
+def test_restart_needed_ignores_an_htpasswd_only_change():
+    spec = spec_of(config={"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}},
+                   http={"tls": {"secretName": "t"}})
+    base = MountedInputs(htpasswd=HTPASSWD, tls_cert=b"C1", tls_key=b"K1")
+    first = render(spec, base)
+    assert first.restart_needed(None)
+    assert not first.restart_needed(render(spec, base))
+    assert not render(spec, MountedInputs(**{**base.__dict__, "htpasswd": HTPASSWD + HTPASSWD})).restart_needed(first)
+    assert render(spec, MountedInputs(**{**base.__dict__, "tls_cert": b"C2"})).restart_needed(first)
+    assert render(spec, MountedInputs(**{**base.__dict__, "tls_key": b"K2"})).restart_needed(first)
+    assert render(spec_of(), MountedInputs()).restart_needed(first)
+
+
+def test_reprs_hide_secrets():
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="http-secret-value",
+                           redis_url="redis://:redis-pw@cache:1", tls_key=b"-----BEGIN PRIVATE KEY-----")
+    rendered = render(spec_of(**S3_SPEC, redis=REDIS), inputs)
+    for text in (repr(inputs), str(inputs), repr(S3), str(S3), repr(rendered)):
+        for value in (S3.access_key_id, S3.secret_access_key, "http-secret-value", "redis-pw", "PRIVATE"):
+            assert value not in text
+
+
+def test_every_example_renders_for_both_versions():
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis_url="redis://:pw@cache:6379")
+    for path in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")):
+        spec = Registry.model_validate(yaml.safe_load(path.read_text())).spec
+        for major in ("2", "3"):
+            assert parsed(render(spec, inputs, distribution=major))["version"] == "0.1"
