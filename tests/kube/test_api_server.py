@@ -104,6 +104,14 @@ def test_stale_resource_version_is_a_conflict(custom) -> None:
     assert replaced["spec"]["replicas"] == 4 and replaced["metadata"]["generation"] == 3
 
 
+def test_strategic_merge_patch_on_a_custom_resource_is_415(kube_api: KubeApi, custom) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, registry())
+    with pytest.raises(ApiException) as refused:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1", {"spec": {"replicas": 2}},
+                                              _content_type="application/strategic-merge-patch+json")
+    assert refused.value.status == 415
+
+
 def test_failed_json_patch_test_op_is_422(core) -> None:
     core.create_namespaced_config_map(NS, {"metadata": {"name": "cm", "labels": {"owner": "a"}}})
     with pytest.raises(ApiException) as failed:

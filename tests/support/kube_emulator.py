@@ -36,8 +36,9 @@ other path still goes to kmock. Each gap filler says why:
 - fault injection for tests: `fail_next()` makes the next N matching requests fail, `drop_watches()`
   cuts every open watch connection, `compact()` forgets the watch history (next resume gets 410).
 
-Not emulated (kept out on purpose): strategic merge patch is applied as a JSON merge patch (lists are
-replaced, never merged by key: send whole lists); server-side apply has no field-ownership conflicts;
+Not emulated (kept out on purpose): strategic merge patch on built-in kinds is applied as a JSON merge
+patch (lists are replaced, never merged by key, so a container or volume dropped from a strategic patch
+disappears here but stays on a real cluster; on custom resources it is refused with 415, as there); server-side apply has no field-ownership conflicts;
 no admission, defaulting, schema validation, namespace existence checks or namespace deletion;
 list pagination (`limit`) returns everything in one page; dryRun is refused with 400.
 """
@@ -362,6 +363,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 created = self.create_object(resource, patch, namespace)
                 self._applied[key, field_manager] = copy.deepcopy(dict(patch))
                 return created
+        if content_type == STRATEGIC_PATCH and resource in self._custom:
+            raise api_error(415, "UnsupportedMediaType", "strategic merge patch is not supported for custom "
+                                                         "resources (as on the API server)")
         current = self.get_object(resource, namespace, name)
         base = self._scale_of(resource, current) if subresource == "scale" else current
         if content_type == JSON_PATCH:
