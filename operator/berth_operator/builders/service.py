@@ -30,8 +30,3 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         },
     }
 
-
-def url(reg: Registry) -> str:
-    """The in-cluster URL of the registry, for status.url."""
-    host = f"{names.service_name(reg)}.{names.namespace(reg)}.svc"
-    return f"{port_name(reg)}://{host}:{reg.spec.http.port}"
