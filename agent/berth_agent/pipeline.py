@@ -172,8 +172,6 @@ class Pipeline:
                                       f"{outcome.detail}; restored {fields['restored_hash'][:12]}", warning=True)
             if back is not None and not back.ok:
                 self._schedule_retry()
-        else:
-            log.error("failed", extra={"fields": {**fields, "error": outcome.detail}})
         await self._fail(f"config {rendered.config_hash[:12]} not applied: {outcome.detail}")
 
     def _render(self) -> tuple[Rendered | None, str | None]:

@@ -1,0 +1,183 @@
+"""Bad input never breaks the running registry (issue 3, acceptance "Bad input").
+
+Each case: a registry pod serving through the API (kmock), then a bad input (malformed COSI Secret, unreadable
+file, invalid CR edit, a config the registry refuses). The registry keeps serving on the last good config, the
+error shows in status.agents.<pod>.error and in the metrics, and fixing the input recovers by itself. No
+planted secret value appears in the agent's log, the status or the Events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+
+from support.kube import kube_api  # noqa: F401  (fixture)
+from support.pod import filesystem_spec, registry_object
+from support.ports import free_port
+from support.s3 import REGION, running_moto
+from support.secretdir import swap_secret_dir, write_secret_dir
+from support.supervisor import wait_for
+
+REGISTRIES = "berth.dev/v1alpha1/registries"
+HTTP_SECRET = "PLANTED-http-secret-3f9a7c1e"
+
+
+def _record(kube_api) -> dict:
+    obj = kube_api.get(REGISTRIES, "default", "reg") or {}
+    return ((obj.get("status") or {}).get("agents") or {}).get("pod-0") or {}
+
+
+def _error(kube_api) -> str:
+    return _record(kube_api).get("error") or ""
+
+
+def _assert_no_secret_leaked(pod, kube_api, secrets: list[str]) -> None:
+    events = json.dumps(kube_api.list("v1/events", "default"))
+    status = json.dumps((kube_api.get(REGISTRIES, "default", "reg") or {}).get("status"))
+    metrics = pod.metrics_text()
+    for value in secrets:
+        for where, text in (("agent log", pod.agent_log_text()), ("events", events), ("status", status),
+                            ("metrics", metrics)):
+            assert value not in text, f"a secret value leaked into the {where}"
+
+
+def _start(pod, kube_api, spec) -> None:
+    kube_api.create(registry_object(spec))
+    pod.start_agent(registry="default/reg", kube_host=kube_api.url)
+    pod.start_supervisor()
+    pod.wait_serving()
+    wait_for(lambda: _record(kube_api).get("configHash"), what="the first config in status")
+
+
+def _assert_kept_serving(pod, pid: int) -> None:
+    assert pod.serving()
+    assert pod.registry_pid() == pid, "the registry was restarted on bad input"
+
+
+@pytest.fixture
+def http_secret_pod(pod, kube_api):  # noqa: F811
+    write_secret_dir(pod.mounts / "http-secret", {"secret": HTTP_SECRET})
+    _start(pod, kube_api, filesystem_spec(pod.port, http={
+        "addr": f"127.0.0.1:{pod.port}", "drainTimeout": "5s", "secret": {"name": "http", "field": "secret"}}))
+    return pod
+
+
+def test_an_invalid_cr_edit_keeps_the_last_good_config(http_secret_pod, kube_api):  # noqa: F811
+    pod = http_secret_pod
+    pid, good_hash = pod.registry_pid(), _record(kube_api)["configHash"]
+
+    # kmock does not validate against the CRD schema, so the bad value reaches the agent as a real API would
+    # let an older CRD or a direct etcd write through.
+    kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"drainTimeout": "soon"}}})
+    wait_for(lambda: "spec.http.drainTimeout" in _error(kube_api), what="the error in status")
+    _assert_kept_serving(pod, pid)
+    assert _record(kube_api)["configHash"] == good_hash
+    assert pod.metric("render_errors_total", 'source="registry"') >= 1
+    assert any(e.get("reason") == "ConfigRejected" for e in kube_api.list("v1/events", "default"))
+
+    kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"drainTimeout": "3s"}}})
+    wait_for(lambda: not _error(kube_api) and _record(kube_api)["configHash"] != good_hash,
+             what="recovery after the fix")
+    assert "draintimeout: 3s" in (pod.config_dir / "config.yml").read_text()
+    assert pod.serving()
+    _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET])
+
+
+def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, kube_api):  # noqa: F811
+    pod = http_secret_pod
+    pid = pod.registry_pid()
+    secret_dir = pod.mounts / "http-secret"
+
+    # Root reads any file whatever its mode, so make the key unreadable the other way: a directory. Swapped in
+    # as the kubelet swaps, by renaming ..data to a new payload dir.
+    payload = secret_dir / "..broken"
+    (payload / "secret").mkdir(parents=True)
+    os.symlink("..broken", secret_dir / "..data_tmp")
+    old = os.readlink(secret_dir / "..data")
+    os.rename(secret_dir / "..data_tmp", secret_dir / "..data")
+    shutil.rmtree(secret_dir / old)
+
+    wait_for(lambda: "http-secret/secret" in _error(kube_api), what=f"the error in status\n{pod.agent_log_text()}")
+    _assert_kept_serving(pod, pid)
+    assert pod.metric("render_errors_total", 'source="http-secret"') >= 1
+
+    fixed = secret_dir / "..fixed"
+    fixed.mkdir()
+    (fixed / "secret").write_text(HTTP_SECRET + "-2")
+    os.symlink("..fixed", secret_dir / "..data_tmp")
+    os.rename(secret_dir / "..data_tmp", secret_dir / "..data")
+    wait_for(lambda: not _error(kube_api) and pod.actions("restarted"), what="recovery after the fix")
+    assert pod.serving()
+    _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET, HTTP_SECRET + "-2"])
+
+
+def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api):  # noqa: F811
+    pod = http_secret_pod
+    good_hash = _record(kube_api)["configHash"]
+    with socket.socket() as squatter:  # a port taken by someone else: the renderer cannot know, the registry fails
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.1:{taken}"}}})
+        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
+        wait_for(pod.serving, what="the registry back on the last good config")
+        assert "not applied" in _error(kube_api)
+        assert _record(kube_api)["configHash"] == good_hash
+        assert pod.metric("rollbacks_total") == 1
+        assert pod.metric("reload_failures_total", 'reason="restart"') == 1
+        assert f"127.0.0.1:{pod.port}" in (pod.config_dir / "config.yml").read_text()
+        assert any(e.get("reason") == "RolledBack" for e in kube_api.list("v1/events", "default"))
+
+    new_port = free_port()
+    kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.1:{new_port}"}}})
+    wait_for(lambda: not _error(kube_api) and _record(kube_api)["configHash"] != good_hash,
+             what="recovery on a free port")
+    pod.port = new_port
+    assert pod.serving()
+    _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET])
+
+
+def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_path):  # noqa: F811
+    with running_moto(tmp_path / "moto") as moto:
+        key = moto.create_s3_user("registry", bucket="registry-data")
+        moto.enforce_iam()
+
+        def bucket_info(access_key) -> dict[str, str]:
+            return {"BucketInfo": json.dumps({"metadata": {"name": "bc-1"}, "spec": {
+                "bucketName": "registry-data", "authenticationType": "Key", "protocols": ["S3"],
+                "secretS3": {"endpoint": moto.endpoint, "region": REGION, "accessKeyID": access_key.access_key_id,
+                             "accessSecretKey": access_key.secret_access_key}}})}
+
+        write_secret_dir(pod.mounts / "cosi", bucket_info(key))
+        _start(pod, kube_api, {
+            "image": "docker.io/library/registry:2", "distribution": "2",
+            "config": {"storage": {"objectStorage": {"bucketClaim": "data", "bucketAccess": "access"},
+                                   "redirect": {"disabled": True}}},
+            "http": {"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "5s"}})
+        pid = pod.registry_pid()
+
+        # Truncated JSON that still holds the secret key: the error must name the file, not quote it.
+        broken = bucket_info(key)["BucketInfo"][:-20]
+        swap_secret_dir(pod.mounts / "cosi", {"BucketInfo": broken})
+        wait_for(lambda: "cosi/BucketInfo" in _error(kube_api), what=f"the error in status\n{pod.agent_log_text()}")
+        _assert_kept_serving(pod, pid)
+        assert pod.metric("render_errors_total", 'source="cosi"') >= 1
+
+        # A key the bucket refuses (deleted) is caught by the pre-flight check: no restart onto it.
+        dead = moto.create_access_key("registry")
+        moto.delete_access_key("registry", dead.access_key_id)
+        swap_secret_dir(pod.mounts / "cosi", bucket_info(dead))
+        wait_for(lambda: "refused the new credentials" in _error(kube_api), what="the pre-flight error in status")
+        _assert_kept_serving(pod, pid)
+        assert pod.metric("reload_failures_total", 'reason="preflight"') >= 1
+
+        fresh = moto.create_access_key("registry")
+        swap_secret_dir(pod.mounts / "cosi", bucket_info(fresh))
+        wait_for(lambda: not _error(kube_api) and pod.actions("restarted"), what="recovery with a good key")
+        assert pod.serving()
+        _assert_no_secret_leaked(pod, kube_api, [k.secret_access_key for k in (key, dead, fresh)] +
+                                 [k.access_key_id for k in (key, dead, fresh)])
