@@ -191,15 +191,15 @@ def _candidates(annotation: Any, current: Any) -> list[Any]:
     return found
 
 
-def walk(model: type[BaseModel], data: dict[str, Any], prefix: str = "", raw: str = "") -> Iterator[
-        tuple[str, list[str | int], Any, Any, bool]]:
+def walk(model: type[BaseModel], data: dict[str, Any], prefix: str = "", parent: tuple[str | int, ...] = ()
+         ) -> Iterator[tuple[str, list[str | int], Any, Any, bool]]:
     """(normalised path, location in the spec dict, annotation, current value, is a section) for every field
     present in `data` (a by-alias dump, so defaults are filled in)."""
     for name, field in model.model_fields.items():
         key = field.alias or name
         path = f"{prefix}{key}"
         value = data.get(key)
-        location = [*raw, key] if isinstance(raw, list) else [key]
+        location = [*parent, key]
         sub = _model_of(field.annotation)
         item = _list_item_model(field.annotation)
         if sub is not None:
@@ -207,11 +207,11 @@ def walk(model: type[BaseModel], data: dict[str, Any], prefix: str = "", raw: st
                 continue
             if _optional(field):
                 yield path, location, None, value, True
-            yield from walk(sub, value, f"{path}.", location)
+            yield from walk(sub, value, f"{path}.", tuple(location))
         elif item is not None:
             yield path, location, field.annotation, value, False
             for index, element in enumerate(value or []):
-                yield from walk(item, element, f"{path}.*.", [*location, index])
+                yield from walk(item, element, f"{path}.*.", (*location, index))
         else:
             yield path, location, field.annotation, value, False
 
