@@ -1,0 +1,124 @@
+"""Edits of a live Registry: hot fields make no write, the image rolls the Deployment, replicas prune the
+PodDisruptionBudget, deletion leaves nothing behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.operator_harness import REGISTRIES_PATH, wait_for
+
+NS = "edits"
+JSON_PATCH = "application/json-patch+json"
+
+
+def registry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+INMEMORY = {"config": {"storage": {"inmemory": {}}}}
+COSI_R2 = {"replicas": 2, "config": {"storage": {"objectStorage": {"bucketClass": "b", "bucketAccessClass": "a"}}}}
+
+# Fields the agent applies hot (design.md 4.2): one edit touching all of them.
+HOT_EDIT = {
+    "config": {
+        "log": {"level": "debug"},
+        "storage": {
+            "delete": {"enabled": True},
+            "redirect": {"disabled": True},
+            "cache": {"blobdescriptor": "inmemory"},
+            "maintenance": {"readonly": {"enabled": True}, "uploadpurging": {"age": "24h"}},
+        },
+    },
+    "http": {"host": "https://registry.example.com", "relativeURLs": True, "drainTimeout": "10s"},
+    "health": {"storagedriver": {"enabled": True}},
+    "validation": {"manifests": {"urls": {"allow": ["^https://example\\.com/"]}}},
+}
+
+
+def versions(harness, uid: str) -> dict[tuple[str, str], str]:
+    return {key: obj["metadata"]["resourceVersion"] for key, obj in harness.owned(NS, uid).items()}
+
+
+def test_hot_field_edit_makes_no_write_to_owned_objects(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("hot", INMEMORY))
+    harness.wait_reconciled(NS, "hot")
+    before = versions(harness, reg["metadata"]["uid"])
+    deployment_before = kube_api.get("apps/v1/deployments", NS, "hot")
+    mark = len(kube_api.requests())
+
+    edited = kube_api.patch(REGISTRIES_PATH, NS, "hot", {"spec": HOT_EDIT})
+    assert edited["metadata"]["generation"] == reg["metadata"]["generation"] + 1
+    harness.wait_reconciled(NS, "hot")
+
+    assert versions(harness, reg["metadata"]["uid"]) == before
+    assert kube_api.get("apps/v1/deployments", NS, "hot") == deployment_before
+    # The only writes: the Registry's own status and kopf's bookkeeping annotation on the Registry.
+    writes = harness.writes_after(mark)
+    assert writes and all(path.startswith(f"/apis/berth.dev/v1alpha1/namespaces/{NS}/registries/hot")
+                          for _, path in writes), writes
+
+
+def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("img", INMEMORY))
+    harness.wait_reconciled(NS, "img")
+    before = versions(harness, reg["metadata"]["uid"])
+
+    kube_api.patch(REGISTRIES_PATH, NS, "img", {"spec": {"image": "docker.io/library/registry:3.0.0"}})
+    harness.wait_reconciled(NS, "img")
+
+    deployment = kube_api.get("apps/v1/deployments", NS, "img")
+    images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert "docker.io/library/registry:3.0.0" in images
+    after = versions(harness, reg["metadata"]["uid"])
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {("Deployment", "img")}
+    wait_for(lambda: [e for e in harness.events(NS, "img") if e["reason"] == "Updated"
+                      and e["message"] == "Updated Deployment img"], "the Updated event")
+
+
+def test_replicas_down_to_one_prunes_the_budget_and_never_the_storage(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("scale", COSI_R2))
+    harness.wait_reconciled(NS, "scale")
+    assert kube_api.get("policy/v1/poddisruptionbudgets", NS, "scale") is not None
+
+    kube_api.patch(REGISTRIES_PATH, NS, "scale", {"spec": {"replicas": 1}})
+    harness.wait_reconciled(NS, "scale")
+
+    assert kube_api.get("policy/v1/poddisruptionbudgets", NS, "scale") is None
+    assert kube_api.get("apps/v1/deployments", NS, "scale")["spec"]["replicas"] == 1
+    owned = harness.owned(NS, reg["metadata"]["uid"])
+    assert ("BucketClaim", "scale-bucket") in owned and ("BucketAccess", "scale-bucket-access") in owned
+    wait_for(lambda: [e for e in harness.events(NS, "scale") if e["reason"] == "Deleted"
+                      and e["message"] == "Deleted PodDisruptionBudget scale"], "the Deleted event")
+
+
+def test_edited_owned_object_is_repaired(operator_harness, kube_api):
+    """Level-triggered: drift in an owned object is undone by the next reconcile (here: an edit)."""
+    harness = operator_harness([NS])
+    kube_api.create(registry("drift", INMEMORY))
+    harness.wait_reconciled(NS, "drift")
+    kube_api.patch("v1/services", NS, "drift", {"spec": {"ports": [{"name": "x", "port": 1}]}})
+    kube_api.patch(REGISTRIES_PATH, NS, "drift", {"spec": {"config": {"log": {"level": "warn"}}}})
+    harness.wait_reconciled(NS, "drift")
+    ports = kube_api.get("v1/services", NS, "drift")["spec"]["ports"]
+    assert [p["port"] for p in ports] == [5000]
+
+
+def test_deleting_the_registry_leaves_nothing_behind(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("gone", COSI_R2 | {"replicas": 3}))
+    harness.wait_reconciled(NS, "gone")
+    assert len(harness.owned(NS, reg["metadata"]["uid"])) == 9
+
+    kube_api.delete(REGISTRIES_PATH, NS, "gone")
+
+    assert kube_api.get(REGISTRIES_PATH, NS, "gone") is None  # no finalizer held it
+    assert harness.owned(NS, reg["metadata"]["uid"]) == {}
+    from support.operator_harness import OWNED_PATHS
+
+    for path in OWNED_PATHS.values():
+        assert kube_api.list(path, NS) == [], path
