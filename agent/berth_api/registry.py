@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
@@ -131,6 +131,15 @@ class RegistryStatus(ApiModel):
     agents: dict[str, AgentRecord] = Field(
         default_factory=dict, description="Per pod, the config its agent has applied, keyed by pod name."
     )
+
+    @field_validator("conditions")
+    @classmethod
+    def _one_condition_per_type(cls, conditions: list[Condition]) -> list[Condition]:
+        # The CRD's list-map keyed by type makes the API server refuse duplicates; so does the model.
+        types = [condition.type for condition in conditions]
+        if len(types) != len(set(types)):
+            raise ValueError("one entry per condition type")
+        return conditions
 
 
 class Registry(ApiModel):

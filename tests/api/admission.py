@@ -2,7 +2,8 @@
 
 In the API server's order: unknown fields are found (the server prunes them, or rejects them under
 kubectl's default strict field validation), defaults are applied, the openAPIV3Schema is checked (here with
-`jsonschema`, field-notes §6), and the CEL rules (`x-kubernetes-validations`) are evaluated with cel-python.
+`jsonschema`, field-notes §6) and so is the uniqueness of list-map keys, and the CEL rules
+(`x-kubernetes-validations`) are evaluated with cel-python.
 Every problem is reported as (API path, message), paths written like the models' (spec.http.addr,
 spec.health.tcp.0.addr) so the two can be compared.
 """
@@ -105,6 +106,26 @@ def schema_problems(obj: Any, schema: dict[str, Any]) -> tuple[list[Problem], bo
     return problems, wrong_type
 
 
+def list_map_problems(obj: Any, schema: dict[str, Any], path: str = "") -> list[Problem]:
+    """Duplicate keys in `x-kubernetes-list-type: map` lists, which the API server refuses."""
+    problems: list[Problem] = []
+    if isinstance(obj, list) and schema.get("x-kubernetes-list-type") == "map":
+        keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"]) for item in obj]
+        if len(keys) != len(set(keys)):
+            problems.append((path, "duplicate entries for the list-map keys"))
+    if isinstance(obj, dict):
+        for name, prop in schema.get("properties", {}).items():
+            if name in obj:
+                problems += list_map_problems(obj[name], prop, join(path, name))
+        if isinstance(schema.get("additionalProperties"), dict):
+            for key, value in obj.items():
+                problems += list_map_problems(value, schema["additionalProperties"], join(path, key))
+    elif isinstance(obj, list) and "items" in schema:
+        for index, item in enumerate(obj):
+            problems += list_map_problems(item, schema["items"], join(path, index))
+    return problems
+
+
 @cache
 def _program(rule: str) -> celpy.Runner:
     environment = celpy.Environment()
@@ -150,5 +171,6 @@ def admit(obj: dict[str, Any]) -> list[Problem]:
     problems = unknown_fields(obj, schema)
     defaulted = apply_defaults(obj, schema)
     structural, wrong_type = schema_problems(defaulted, schema)
+    problems += structural + list_map_problems(defaulted, schema)
     # The API server skips the CEL rules when the schema found a wrong type (its "blocking" errors).
-    return problems + structural + ([] if wrong_type else cel_problems(defaulted, schema))
+    return problems + ([] if wrong_type else cel_problems(defaulted, schema))

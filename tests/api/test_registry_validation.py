@@ -142,6 +142,11 @@ INVALID = [
      {**registry(), "status": {"conditions": [
          {"type": "Available", "status": "True", "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
      "status.conditions.0.type", "'Ready', 'Progressing' or 'Degraded'", True),
+    ("two Ready conditions",
+     {**registry(), "status": {"conditions": [
+         {"type": "Ready", "status": status, "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+         for status in ("True", "False")]}},
+     "status.conditions", "one entry per condition type", True),
 ]
 
 
@@ -185,7 +190,7 @@ def test_errors_are_one_line_per_problem_without_a_stack() -> None:
     assert "Traceback" not in error and "\n" not in error
 
 
-def test_the_secret_name_is_named_but_no_input_is_echoed() -> None:
+def test_errors_do_not_echo_the_input() -> None:
     """describe_validation_error leaves inputs out, so a value pasted into the wrong field is not repeated."""
     pasted = "hunter2-not-a-secret-name"
     error = model_error(registry(http={"secret": {"name": "http", "field": pasted + "/x"}}))
