@@ -1,0 +1,98 @@
+"""The pipeline in process, against the real supervisor and registry: debounce, hash compare, agent restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import yaml
+
+from berth_agent.health import Health
+from berth_agent.pipeline import Pipeline, PipelineSettings
+from berth_agent.report import LogReporter
+from berth_agent.restart import Endpoint, answers
+from berth_agent.sources import Change
+from support.pod import filesystem_spec, registry_object
+from support.secretdir import swap_secret_dir, write_secret_dir
+from support.supervisor import wait_for
+
+
+def _registry(port: int) -> dict:
+    spec = filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "5s",
+                                       "secret": {"name": "http", "field": "secret"}})
+    return registry_object(spec)
+
+
+def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, supervisor_factory, registry_port):
+    mounts, config_dir = tmp_path / "mounts", tmp_path / "config"
+    config_dir.mkdir()
+    write_secret_dir(mounts / "http-secret", {"secret": "first"})
+    supervisor = supervisor_factory(config_dir=config_dir)
+    health = Health()
+    settings = PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data", mount_root=mounts)
+    (tmp_path / "data").mkdir()
+    pipeline = Pipeline(settings, LogReporter("test"), health)
+
+    async def scenario() -> None:
+        queue: asyncio.Queue[Change] = asyncio.Queue()
+        task = asyncio.create_task(pipeline.run(queue))
+        queue.put_nowait(Change("registry", registry=_registry(registry_port)))
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        assert health.startup_ok()
+        applies_before = pipeline.applies
+
+        # 100 events over one second; the Secret changes several times along the way, the last one counts.
+        for i in range(100):
+            if i % 25 == 0:
+                swap_secret_dir(mounts / "http-secret", {"secret": f"value-{i}"})
+            queue.put_nowait(Change("mount:http-secret"))
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(wait_for, lambda: "value-75" in (config_dir / "config.yml").read_text())
+        await asyncio.sleep(3.0)  # past the debounce's maximum wait: room for a second restart to show
+        assert pipeline.applies == applies_before + 1
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert supervisor.log().count("started registry") == 2  # the first start and exactly one restart
+    assert yaml.safe_load((config_dir / "config.yml").read_text())["http"]["secret"] == "value-75"
+
+
+def test_an_unchanged_render_does_nothing(tmp_path, supervisor_factory, registry_port):
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (tmp_path / "data").mkdir()
+    write_secret_dir(tmp_path / "mounts" / "http-secret", {"secret": "s"})
+    supervisor = supervisor_factory(config_dir=config_dir)
+    pipeline = Pipeline(PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data",
+                                         mount_root=tmp_path / "mounts"), LogReporter("test"), Health())
+
+    async def scenario() -> None:
+        pipeline.registry = _registry(registry_port)
+        await pipeline.apply_once()
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        mtime = (config_dir / "config.yml").stat().st_mtime_ns
+        for _ in range(3):  # resyncs
+            await pipeline.apply_once()
+        assert (config_dir / "config.yml").stat().st_mtime_ns == mtime
+
+    asyncio.run(scenario())
+    assert supervisor.log().count("started registry") == 1
+
+
+def test_a_restarted_agent_adopts_the_running_config_without_restarting_the_registry(pod):
+    write_secret_dir(pod.mounts / "http-secret", {"secret": "s"})
+    pod.write_registry_file(_registry(pod.port))
+    pod.start_agent()
+    pod.start_supervisor()
+    pod.wait_serving()
+    pid = pod.registry_pid()
+    assert pod.stop_agent() == 0
+
+    # The kubelet restarts the agent container (e.g. after a failed liveness probe); the registry runs on.
+    pod.start_agent()
+    wait_for(lambda: pod.actions("config on disk is current"), what="the agent to adopt the config")
+    wait_for(lambda: pod.health("/startupz") == 200, what="startup to pass again")
+    time.sleep(0.5)
+    assert pod.registry_pid() == pid and pod.registry_starts() == 1
+    assert pod.actions("restarted") == []
