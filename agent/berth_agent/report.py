@@ -116,10 +116,10 @@ class ApiReporter:
         try:
             # The client already picks merge-patch for a dict body here; explicit, so a client change cannot
             # turn it into a json-patch or a replace of the whole status.
-            self._custom.patch_namespaced_custom_object_status(
+            _finish(self._custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, body,
                 _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
-            ).release_conn()
+            ))
         except Exception as exc:  # noqa: BLE001 - reporting never raises into the pipeline
             if getattr(exc, "status", None) == 404:
                 self._uid = None  # the Registry is gone (or being recreated with a new uid)
@@ -173,19 +173,19 @@ class ApiReporter:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.pod_name,
         }
-        self._core.create_namespaced_event(
+        _finish(self._core.create_namespaced_event(
             self.namespace, body, _request_timeout=self.request_timeout, _preload_content=False
-        ).release_conn()
+        ))
         return {"name": name, "count": 1, "last": now}
 
     def _bump_event(self, seen: dict, now: float) -> None:
         body = {"count": seen["count"] + 1, "lastTimestamp": rfc3339(now)}
-        self._core.patch_namespaced_event(
+        _finish(self._core.patch_namespaced_event(
             seen["name"], self.namespace, body,
             # For a dict body this client would send application/json-patch+json (the first type the
             # endpoint lists), which the server rejects for an object: say merge-patch.
             _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
-        ).release_conn()
+        ))
         seen["count"] += 1
         seen["last"] = now
 
@@ -211,6 +211,13 @@ class ApiReporter:
             extra={"fields": {"registry": f"{self.namespace}/{self.name}", "kind": kind,
                               "error": describe_api_error(exc)}},
         )
+
+
+def _finish(response: Any) -> None:
+    """Read the rest of an unparsed answer (_preload_content=False: we need none of it) and hand the
+    connection back; a connection released with unread bytes would garble the next request on it."""
+    response.drain_conn()
+    response.release_conn()
 
 
 __all__ = ["ApiReporter", "LogReporter", "Reporter", "rfc3339"]
