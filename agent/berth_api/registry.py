@@ -125,8 +125,9 @@ class RegistryStatus(ApiModel):
     url: str | None = Field(None, description="In-cluster URL of the registry.")
     storage: Literal["filesystem", "objectStorage", "inmemory"] | None = Field(
         None,
-        description="Storage backend of spec.config.storage, for the Storage printer column (JSONPath cannot "
-        "name a key).",
+        # A printer column is a JSONPath, which cannot print which key of spec.config.storage is set.
+        description="Storage backend in use (the key set in spec.config.storage), shown by kubectl get; written "
+        "by the operator.",
     )
     agents: dict[str, AgentRecord] = Field(
         default_factory=dict, description="Per pod, the config its agent has applied, keyed by pod name."
