@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 from typing import Any
 
 import celpy
@@ -41,6 +43,13 @@ def test_check_option_reports_drift(tmp_path, capsys) -> None:
     current.write_text(crd.render_crd().replace("minimum: 0", "minimum: 1", 1), encoding="utf-8")
     assert crd.main(["--check", str(current)]) == 1
     assert crd.REGENERATE_COMMAND in capsys.readouterr().err
+
+
+def test_the_console_script_checks_the_committed_file() -> None:
+    script = shutil.which("berth-crd")
+    assert script, "berth-crd is not installed: pip install -e ."
+    result = subprocess.run([script, "--check", str(CRD_FILE)], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 def test_main_prints_the_crd(capsys) -> None:
@@ -211,6 +220,17 @@ def test_rule_compiles_and_has_bounded_cost(path: str, rule: dict[str, str]) -> 
     assert "[]" not in path.split(".") and "*" not in path.split("."), path
     for match in re.finditer(r"\.(all|exists|exists_one|filter|map)\(", rule["rule"]):
         assert rule["rule"][match.start() - 1] == "]", f"{rule['rule']!r} iterates a field"
+
+
+def test_rules_name_only_fields_their_node_declares() -> None:
+    """The API server type-checks rules against the schema when the CRD is created; cel-python does not."""
+    nodes = dict(NODES)
+    for path, rule in RULES:
+        for reference in re.findall(r"\bself((?:\.\w+)+)", rule["rule"]):
+            node = nodes[path]
+            for name in reference.strip(".").split("."):
+                assert name in node.get("properties", {}), f"{path}: {rule['rule']!r} names {name!r}"
+                node = node["properties"][name]
 
 
 # Subresources and printer columns point at fields that exist.

@@ -222,6 +222,7 @@ def test_defaults_are_applied() -> None:
         ("registry:3.0.0", None, "3"),
         ("ghcr.io/distribution/distribution:3.0.0-rc.1", None, "3"),
         ("registry@sha256:" + "a" * 64, None, "3"),
+        ("registry:2@sha256:" + "a" * 64, None, "2"),
         ("registry", None, "3"),
         ("localhost:5000/registry", None, "3"),
         ("localhost:5000/registry:2.8.2", None, "2"),
