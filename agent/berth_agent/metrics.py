@@ -6,7 +6,7 @@ Names are fixed by docs/design.md (agent interfaces). Label values are bounded s
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge
 
 _P = "berth_agent_"
 
@@ -26,12 +26,25 @@ htpasswd_updates_total = Counter(_P + "htpasswd_updates", "htpasswd rewrites app
 watch_events_total = Counter(_P + "watch_events", "Events seen by the watch loops, by source.", ["source"])
 watch_errors_total = Counter(_P + "watch_errors", "Errors in the watch loops, by source.", ["source"])
 watch_restarts_total = Counter(_P + "watch_restarts", "Watches reopened (timeout, drop, relist), by source.", ["source"])
-pvc_capacity_bytes = Gauge(_P + "pvc_capacity_bytes", "Size of the filesystem holding the PVC mount path.")
-pvc_free_bytes = Gauge(_P + "pvc_free_bytes", "Bytes available to the registry on the PVC mount path.")
-pvc_ok = Gauge(_P + "pvc_ok", "1 when the PVC mount path exists and is writable, else 0.")
+# The pvc_* series exist only once a PVC is probed (expose_pvc): a registry on object storage has no PVC, and a
+# pvc_ok of 0 there would look like a broken volume to an alert.
+pvc_capacity_bytes = Gauge(_P + "pvc_capacity_bytes", "Size of the filesystem holding the PVC mount path.",
+                           registry=None)
+pvc_free_bytes = Gauge(_P + "pvc_free_bytes", "Bytes available to the registry on the PVC mount path.", registry=None)
+pvc_ok = Gauge(_P + "pvc_ok", "1 when the PVC mount path exists and is writable, else 0.", registry=None)
+_pvc_exposed = False
 # Not in the fixed list: failures to write status or Events (the reporter never raises, so this is where
 # they show), by kind ("status", "event", "lookup").
 report_errors_total = Counter(_P + "report_errors", "Failed writes of status or Events to the API, by kind.", ["kind"])
+
+
+def expose_pvc() -> None:
+    """Add the pvc_* series to /metrics (idempotent)."""
+    global _pvc_exposed
+    if not _pvc_exposed:
+        _pvc_exposed = True
+        for gauge in (pvc_capacity_bytes, pvc_free_bytes, pvc_ok):
+            REGISTRY.register(gauge)
 
 
 def set_config_hash(config_hash: str) -> None:
@@ -42,6 +55,7 @@ def set_config_hash(config_hash: str) -> None:
 
 __all__ = [
     "config_info",
+    "expose_pvc",
     "htpasswd_updates_total",
     "last_reload_success_timestamp_seconds",
     "pvc_capacity_bytes",

@@ -83,6 +83,7 @@ async def test_health_server_over_http():
         health.beat("mounts")
         assert (await get("/livez"))[0] == 200
 
+        metrics.expose_pvc()
         metrics.pvc_free_bytes.set(12345)
         metrics.set_config_hash("abc123")
         status, body = await get("/metrics")

@@ -33,9 +33,27 @@ def test_every_metric_is_exposed_under_its_name():
         metrics.watch_restarts_total.labels(source=label).inc()
     metrics.report_errors_total.labels(kind="status").inc()
     metrics.set_config_hash("h")
+    metrics.expose_pvc()
     text = generate_latest(REGISTRY).decode()
     for attribute, exposed in EXPOSED.items():
         assert hasattr(metrics, attribute), attribute
         assert f"\n{exposed}" in text or f"\n{exposed}{{" in text, exposed
     assert 'berth_agent_reload_failures_total{reason="verify"}' in text
     assert 'berth_agent_watch_errors_total{source="registry-api"}' in text
+
+
+def test_pvc_series_appear_only_once_a_pvc_is_probed(tmp_path):
+    """A fresh process (this one has probed already): nothing pvc_* until PvcProbe.check runs."""
+    import subprocess
+    import sys
+
+    script = (
+        "from prometheus_client import REGISTRY, generate_latest\n"
+        "from berth_agent.health import Health\n"
+        "from berth_agent.sources.pvc import PvcProbe\n"
+        "print('pvc_ok' in generate_latest(REGISTRY).decode())\n"
+        f"PvcProbe({str(tmp_path)!r}, Health()).check()\n"
+        "print('berth_agent_pvc_ok 1.0' in generate_latest(REGISTRY).decode())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -130,3 +130,20 @@ async def test_changes_only_when_the_state_changes(tmp_path, health, changes):
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert "pvc" not in health.registered()
+
+
+@pytest.mark.asyncio
+async def test_disabled_probe_stays_quiet(tmp_path, health, changes):
+    """Object storage: no PVC is mounted, and a missing data path is not news."""
+    probe = PvcProbe(tmp_path / "not-mounted", health, interval=0.05, enabled=False)
+    task = asyncio.create_task(probe.run(changes))
+    try:
+        await asyncio.sleep(0.3)
+        assert changes.snapshot() == [] and probe.last is None and health.live_ok()
+        probe.set_enabled(True)  # the Registry moved to filesystem storage
+        await changes.wait_for(lambda c: c.source == "pvc")
+        assert probe.last.error == f"data path {tmp_path / 'not-mounted'}: does not exist"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

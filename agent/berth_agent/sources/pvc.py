@@ -77,16 +77,24 @@ def _why(exc: OSError) -> str:
 class PvcProbe:
     name = "pvc"
 
-    def __init__(self, path: Path, health: Health, *, interval: float = 30.0) -> None:
+    def __init__(self, path: Path, health: Health, *, interval: float = 30.0, enabled: bool = True) -> None:
         self.path = Path(path)
         self.health = health
         self.interval = interval
+        # Only filesystem storage has a PVC: the pipeline turns the periodic probe off for object storage, so
+        # no warning, no Change and no pvc_* series appear for a volume that is not meant to exist.
+        self.enabled = enabled
         self.last: PvcState | None = None
         self._warned_not_mounted = False
+
+    def set_enabled(self, enabled: bool) -> None:
+        """Probe periodically (filesystem storage) or not (object storage, in-memory); check() works either way."""
+        self.enabled = enabled
 
     def check(self) -> PvcState:
         """Probe now, set the pvc_* metrics, remember the state; blocking (call via asyncio.to_thread)."""
         state = probe_path(self.path)
+        metrics.expose_pvc()
         metrics.pvc_ok.set(1 if state.ok else 0)
         if state.capacity_bytes is not None:
             metrics.pvc_capacity_bytes.set(state.capacity_bytes)
@@ -102,6 +110,11 @@ class PvcProbe:
         reported: str | None = None  # the error last reported; None = ok (nothing to report at start)
         try:
             while True:
+                self.health.beat(self.name)
+                if not self.enabled:
+                    reported = None  # start afresh if turned on again
+                    await asyncio.sleep(self.interval)
+                    continue
                 state = await asyncio.to_thread(self.check)
                 self.health.beat(self.name)
                 if state.error != reported:
