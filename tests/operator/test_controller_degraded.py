@@ -1,0 +1,178 @@
+"""Invalid, unsatisfiable and not-yet-satisfied Registries: clear conditions and Events, never a retry loop."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from support.operator_harness import REGISTRIES_PATH, wait_for
+
+NS = "degraded"
+
+
+def registry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+def condition(harness, name: str, ctype: str) -> tuple[str, str, str]:
+    cond = harness.condition(NS, name, ctype) or {}
+    return cond.get("status"), cond.get("reason"), cond.get("message", "")
+
+
+def warning_events(harness, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in harness.events(NS, name) if e["type"] == "Warning" and e["reason"] == reason]
+
+
+def test_invalid_spec_is_degraded_with_the_field_named_and_not_retried(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    # Two backends (the API server's CEL rule would refuse it; kmock does not validate, so the operator must).
+    kube_api.create(registry("twice", {"config": {"storage": {"inmemory": {}, "filesystem": {"storageClass": "s"}}},
+                                       "replicas": -1}))
+    harness.wait_reconciled(NS, "twice")
+    status, reason, message = condition(harness, "twice", "Degraded")
+    assert (status, reason) == ("True", "InvalidSpec")
+    assert "spec.replicas" in message and "spec.config.storage" in message
+    assert condition(harness, "twice", "Ready")[:2] == ("False", "InvalidSpec")
+    events = wait_for(lambda: warning_events(harness, "twice", "InvalidSpec"), "the InvalidSpec event")
+    assert "spec.replicas" in events[0]["message"]
+    # Nothing was created for it.
+    assert harness.owned(NS, kube_api.get(REGISTRIES_PATH, NS, "twice")["metadata"]["uid"]) == {}
+
+    # No retry loop: kopf recorded the spec as handled (no progress/backoff annotation left behind), and a
+    # while later the handler has still run just once (a retry would come within kopf's backoff).
+    reg = kube_api.get(REGISTRIES_PATH, NS, "twice")
+    annotations = reg["metadata"].get("annotations") or {}
+    assert "berth.dev/last-handled-configuration" in annotations
+    assert not [k for k in annotations if k.startswith("berth.dev/") and "reconcile_registry" in k]
+    calls = harness.ctx.reconciles
+    time.sleep(1.5)
+    assert harness.ctx.reconciles == calls == 1
+    assert len(warning_events(harness, "twice", "InvalidSpec")) == 1
+
+    # A fix re-triggers the reconcile and clears the condition.
+    kube_api.patch(REGISTRIES_PATH, NS, "twice", [
+        {"op": "remove", "path": "/spec/config/storage/filesystem"},
+        {"op": "replace", "path": "/spec/replicas", "value": 1},
+    ], content_type="application/json-patch+json")
+    harness.wait_reconciled(NS, "twice")
+    assert condition(harness, "twice", "Degraded")[:2] == ("False", "AsExpected")
+    assert kube_api.get("apps/v1/deployments", NS, "twice") is not None
+
+
+def test_registry_without_a_spec_survives(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                     "metadata": {"name": "empty", "namespace": NS}, "spec": {"bogus": 1}})
+    harness.wait_reconciled(NS, "empty")
+    status, reason, message = condition(harness, "empty", "Degraded")
+    assert (status, reason) == ("True", "InvalidSpec")
+    assert "spec.config" in message and "spec.bogus" in message
+
+
+def test_unsatisfiable_replicas_are_capped_and_reported(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": "rwo", "namespace": NS},
+                     "spec": {"accessModes": ["ReadWriteOnce"]}})
+    kube_api.create(registry("many", {"replicas": 3, "config": {"storage": {"filesystem": {
+        "persistentVolumeClaim": "rwo"}}}}))
+    harness.wait_reconciled(NS, "many")
+    status, reason, message = condition(harness, "many", "Degraded")
+    assert (status, reason) == ("True", "ReplicasCapped")
+    assert "spec.replicas: 3" in message and "ReadWriteOnce" in message
+    deployment = kube_api.get("apps/v1/deployments", NS, "many")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert kube_api.get("policy/v1/poddisruptionbudgets", NS, "many") is None
+    wait_for(lambda: warning_events(harness, "many", "ReplicasCapped"), "the ReplicasCapped event")
+
+
+def test_missing_secret_then_created(operator_harness, kube_api):
+    harness = operator_harness([NS], refresh_interval=0.3)
+    kube_api.create(registry("auth", {"config": {"storage": {
+        "inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}}}}}}))
+    harness.wait_reconciled(NS, "auth")
+    status, reason, message = condition(harness, "auth", "Degraded")
+    assert (status, reason) == ("True", "MissingSecret")
+    assert "Secret users (spec.config.storage.auth.htpasswd.secret)" in message
+    assert condition(harness, "auth", "Ready")[:2] == ("False", "MissingSecret")
+    wait_for(lambda: warning_events(harness, "auth", "MissingSecret"), "the MissingSecret event")
+    # Objects are still applied: the pods start once the Secret exists.
+    assert kube_api.get("apps/v1/deployments", NS, "auth") is not None
+
+    # The Secret appears with the wrong key, then with the right one; the periodic reconcile notices.
+    kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users", "namespace": NS},
+                     "data": {"other": base64.b64encode(b"x").decode()}})
+    wait_for(lambda: condition(harness, "auth", "Degraded")[1] == "MissingSecretKey", "MissingSecretKey")
+    assert "has no key htpasswd" in condition(harness, "auth", "Degraded")[2]
+    kube_api.patch("v1/secrets", NS, "users", {"data": {"htpasswd": base64.b64encode(b"u:$2y$05$x").decode()}})
+    wait_for(lambda: condition(harness, "auth", "Degraded")[0] == "False", "Degraded cleared")
+
+
+def test_waiting_for_pvc_then_pods_then_ready(operator_harness, kube_api):
+    harness = operator_harness([NS], refresh_interval=0.3)
+    kube_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "disk"},
+                     "provisioner": "example.com/disk"})
+    kube_api.create(registry("fs", {"config": {"storage": {"filesystem": {"storageClass": "disk"}}}}))
+    harness.wait_reconciled(NS, "fs")
+    assert condition(harness, "fs", "Progressing")[:2] == ("True", "WaitingForPVC")
+    assert "fs-data is Pending" in condition(harness, "fs", "Progressing")[2]
+    assert condition(harness, "fs", "Ready")[:2] == ("False", "WaitingForPVC")
+
+    kube_api.patch("v1/persistentvolumeclaims", NS, "fs-data", {"status": {"phase": "Bound"}}, subresource="status")
+    wait_for(lambda: condition(harness, "fs", "Progressing")[1] == "WaitingForPods", "WaitingForPods")
+
+    # The Deployment controller's part: the pod is ready (a Deployment status change triggers a reconcile).
+    generation = kube_api.get("apps/v1/deployments", NS, "fs")["metadata"]["generation"]
+    kube_api.patch("apps/v1/deployments", NS, "fs", {"status": {
+        "observedGeneration": generation, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}},
+        subresource="status")
+    wait_for(lambda: condition(harness, "fs", "Ready")[:2] == ("True", "Available"), "Ready")
+    reg = kube_api.get(REGISTRIES_PATH, NS, "fs")
+    assert reg["status"]["readyReplicas"] == 1 and reg["status"]["replicas"] == 1
+    assert condition(harness, "fs", "Progressing")[:2] == ("False", "Available")
+
+
+def test_deployment_status_change_alone_updates_ready(operator_harness, kube_api):
+    """No periodic sweep here: the Deployment event is what refreshes the status."""
+    harness = operator_harness([NS])
+    kube_api.create(registry("fast", {"config": {"storage": {"inmemory": {}}}}))
+    harness.wait_reconciled(NS, "fast")
+    generation = kube_api.get("apps/v1/deployments", NS, "fast")["metadata"]["generation"]
+    kube_api.patch("apps/v1/deployments", NS, "fast", {"status": {
+        "observedGeneration": generation, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}},
+        subresource="status")
+    wait_for(lambda: condition(harness, "fast", "Ready")[:2] == ("True", "Available"), "Ready")
+
+
+def test_waiting_for_bucket_access(operator_harness, kube_api):
+    harness = operator_harness([NS], refresh_interval=0.3)
+    cosi = "objectstorage.k8s.io/v1alpha1"
+    kube_api.create({"apiVersion": cosi, "kind": "BucketClaim", "metadata": {"name": "bc", "namespace": NS},
+                     "spec": {"bucketClassName": "x"}})
+    kube_api.patch(f"{cosi}/bucketclaims", NS, "bc", {"status": {"bucketReady": True}}, subresource="status")
+    kube_api.create({"apiVersion": cosi, "kind": "BucketAccess", "metadata": {"name": "ba", "namespace": NS},
+                     "spec": {"bucketClaimName": "bc", "credentialsSecretName": "ba-creds"}})
+    kube_api.create(registry("s3", {"config": {"storage": {"objectStorage": {
+        "bucketClaim": "bc", "bucketAccess": "ba"}}}}))
+    harness.wait_reconciled(NS, "s3")
+    assert condition(harness, "s3", "Progressing")[:2] == ("True", "WaitingForBucketAccess")
+    assert condition(harness, "s3", "Ready")[:2] == ("False", "WaitingForBucketAccess")
+    # The COSI controller grants access, then its sidecar writes the Secret.
+    kube_api.patch(f"{cosi}/bucketaccesses", NS, "ba", {"status": {"accessGranted": True}}, subresource="status")
+    wait_for(lambda: "does not exist yet" in condition(harness, "s3", "Progressing")[2], "waiting for the Secret")
+    kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ba-creds", "namespace": NS},
+                     "data": {"BucketInfo": base64.b64encode(b"{}").decode()}})
+    wait_for(lambda: condition(harness, "s3", "Progressing")[1] == "WaitingForPods", "WaitingForPods")
+
+
+def test_missing_existing_bucket_access_is_degraded(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create(registry("nob", {"config": {"storage": {"objectStorage": {
+        "bucketClaim": "nope", "bucketAccess": "nada"}}}}))
+    harness.wait_reconciled(NS, "nob")
+    status, reason, message = condition(harness, "nob", "Degraded")
+    assert (status, reason) == ("True", "MissingBucketClaim")
+    assert "BucketAccess nada" in message and "BucketClaim nope" in message
