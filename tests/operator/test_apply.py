@@ -1,0 +1,85 @@
+"""berth_operator.apply's pure parts: containment, the JSON patch it sends, when it writes at all."""
+
+from __future__ import annotations
+
+import jsonpatch
+
+from berth_operator.apply import DESIRED_HASH_ANNOTATION, contains, desired_hash, needs_write, patch_ops
+
+OWNER = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": "r", "uid": "u1", "controller": True,
+         "blockOwnerDeletion": True}
+WANTED = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "r", "namespace": "ns", "labels": {"a": "1"}, "ownerReferences": [OWNER]},
+    "spec": {"selector": {"a": "1"}, "ports": [{"name": "http", "port": 5000}]},
+}
+DIGEST = desired_hash(WANTED)
+
+
+def live_of(wanted, **extra_meta):
+    """What the API server would hold after creating `wanted`: defaults added, our hash annotation."""
+    live = jsonpatch.apply_patch(wanted, [], in_place=False)
+    live["metadata"].update(uid="x", resourceVersion="7", annotations={DESIRED_HASH_ANNOTATION: desired_hash(wanted)})
+    live["metadata"].update(extra_meta)
+    live["spec"]["clusterIP"] = "10.0.0.1"
+    live["spec"]["ports"][0]["protocol"] = "TCP"
+    return live
+
+
+def test_contains_ignores_server_defaults_but_not_list_lengths():
+    live = live_of(WANTED)
+    assert contains(live, WANTED)
+    assert not contains(live, {"spec": {"ports": [{"port": 5000}, {"port": 5001}]}})
+    assert not contains(live, {"spec": {"selector": {"a": "2"}}})
+    assert not contains({"spec": {}}, {"spec": {"type": "ClusterIP"}})
+
+
+def test_unchanged_object_needs_no_write():
+    live = live_of(WANTED)
+    assert not needs_write(live, WANTED, DIGEST)
+    assert patch_ops(live, WANTED, DIGEST) == []
+
+
+def test_changed_field_patch_replaces_only_spec_keys_and_keeps_server_fields():
+    wanted = jsonpatch.apply_patch(WANTED, [{"op": "replace", "path": "/spec/ports/0/port", "value": 5443}])
+    live = live_of(WANTED, labels={"a": "1", "someone-else": "x"})
+    digest = desired_hash(wanted)
+    assert needs_write(live, wanted, digest)
+    ops = patch_ops(live, wanted, digest)
+    patched = jsonpatch.apply_patch(live, ops)
+    assert contains(patched, wanted)
+    assert patched["spec"]["clusterIP"] == "10.0.0.1"  # a field the server owns is left alone
+    assert patched["metadata"]["labels"]["someone-else"] == "x"
+    assert patched["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] == digest
+    assert {op["path"] for op in ops} >= {"/spec/ports", "/metadata/annotations/berth.dev~1desired-hash"}
+
+
+def test_field_the_builder_stopped_setting_is_removed():
+    with_extra = jsonpatch.apply_patch(WANTED, [{"op": "add", "path": "/spec/ports/0/appProtocol", "value": "http"}])
+    live = live_of(with_extra)
+    # Containment alone would call this unchanged; the recorded hash says the builder's output moved.
+    assert contains(live, WANTED)
+    assert needs_write(live, WANTED, DIGEST)
+    patched = jsonpatch.apply_patch(live, patch_ops(live, WANTED, DIGEST))
+    assert "appProtocol" not in patched["spec"]["ports"][0]
+
+
+def test_adoption_adds_our_owner_reference_and_keeps_others():
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u9"}
+    live = live_of(WANTED, ownerReferences=[other])
+    ops = patch_ops(live, WANTED, DIGEST)
+    patched = jsonpatch.apply_patch(live, ops)
+    assert patched["metadata"]["ownerReferences"] == [other, OWNER]
+
+
+def test_missing_label_map_is_added_whole():
+    live = live_of(WANTED)
+    del live["metadata"]["labels"]
+    patched = jsonpatch.apply_patch(live, patch_ops(live, WANTED, DIGEST))
+    assert patched["metadata"]["labels"] == {"a": "1"}
+
+
+def test_hash_is_stable_and_order_independent():
+    reordered = {"spec": WANTED["spec"], "metadata": WANTED["metadata"], "kind": "Service", "apiVersion": "v1"}
+    assert desired_hash(reordered) == DIGEST
