@@ -1,0 +1,117 @@
+"""`kubectl kustomize deploy` builds offline, and what it builds validates and meets our rules.
+
+Acceptance (issue 4): the install output validates like every built manifest: kubernetes-validate --strict
+for Kubernetes 1.30 and the newest version it knows, the restricted Pod Security Standard field by field,
+and a ClusterRole without wildcards.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import shutil
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import latest_version
+
+from support.pss import restricted_violations
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+VERSIONS = ["1.30.0", latest_version()]
+NAMESPACE = "berth-system"
+
+
+@functools.cache
+def built() -> tuple[dict, ...]:
+    """The objects `kubectl kustomize deploy` prints, built with every network route closed."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (1.30+) must be on PATH: the install is built with `kubectl kustomize`"
+    # A proxy that refuses everything: any attempt to fetch a remote base would fail the build.
+    offline = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    result = subprocess.run([kubectl, "kustomize", str(REPO / "deploy")], capture_output=True, text=True,
+                            env=offline, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def one(kind: str) -> dict:
+    [obj] = [obj for obj in built() if obj["kind"] == kind]
+    return obj
+
+
+def test_builds_exactly_the_install_objects() -> None:
+    assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in built()) == [
+        ("ClusterRole", "berth-operator"),
+        ("ClusterRoleBinding", "berth-operator"),
+        ("CustomResourceDefinition", "registries.berth.dev"),
+        ("Deployment", "berth-operator"),
+        ("Namespace", NAMESPACE),
+        ("ServiceAccount", "berth-operator"),
+    ]
+    for obj in built():
+        if obj["kind"] in ("Deployment", "ServiceAccount"):
+            assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_the_crd_is_the_generated_file() -> None:
+    committed = yaml.safe_load((REPO / "crds" / "berth.dev_registries.yaml").read_text())
+    installed = one("CustomResourceDefinition")
+    assert installed["spec"] == committed["spec"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_validates_strictly(version: str) -> None:
+    # Every object here is a built-in kind (the CRD object itself is apiextensions.k8s.io/v1).
+    for obj in built():
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_validation_would_catch_a_typo() -> None:
+    broken = yaml.safe_load(yaml.safe_dump(one("Deployment")))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbes"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, VERSIONS[0], strict=True)
+
+
+def test_operator_pod_is_restricted() -> None:
+    template = one("Deployment")["spec"]["template"]
+    assert restricted_violations(template) == []
+    namespace_labels = one("Namespace")["metadata"]["labels"]
+    assert namespace_labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_operator_container() -> None:
+    deployment = one("Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
+    [container] = pod["containers"]
+    assert container["command"] == ["berth-operator"]
+    assert container["image"] == "ghcr.io/berth-dev/berth:0.1.0"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"healthz": 8080, "metrics": 9090}
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert "--metrics-port=9090" in container["args"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    env = {item["name"]: item["valueFrom"]["fieldRef"]["fieldPath"] for item in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+
+
+def test_cluster_role_has_no_wildcards_and_is_bound_to_the_operator() -> None:
+    role = one("ClusterRole")
+    for rule in role["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(field, []), f"wildcard in {field}: {rule}"
+            assert all("*" not in value for value in rule.get(field, [])), rule
+        assert "nonResourceURLs" not in rule
+        assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate"}, rule
+    binding = one("ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "berth-operator", "namespace": NAMESPACE}]
