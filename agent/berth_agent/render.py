@@ -136,6 +136,12 @@ def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
         if address.username and address.username != "default":
             raise InputError(where, "names a redis user, which Distribution 2 cannot use (it sends only a "
                              "password); use Distribution 3 or a URL without a user")
+        if tls:
+            # Debian's 2.8.2 ignores redis.tls and connects in clear text (seen against a TLS-only
+            # redis-server), which would send the password unencrypted: refuse instead.
+            source = "spec.redis.tls.enabled" if redis.tls.enabled else where
+            raise InputError(source, "asks for TLS to redis, which Distribution 2 cannot do (it would send the "
+                             "password in clear text); use a Distribution 3 image or a redis:// URL")
         section = {"addr": address.addr}
         if address.password:
             section["password"] = address.password

@@ -2,3 +2,4 @@
 
 from support.registry import registry_factory  # noqa: F401  (pytest fixture)
 from support.s3 import moto_server  # noqa: F401  (pytest fixture)
+from support.redisserver import redis_server  # noqa: F401  (pytest fixture)

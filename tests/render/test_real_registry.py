@@ -121,21 +121,21 @@ def test_v1alpha2_credentials_drive_the_s3_driver(cosi_format, tmp_path, moto_se
         registry.stop()
 
 
-def test_full_example_serves_with_auth_s3_and_redis_cache(tmp_path, moto_server):
-    """The architecture document's example: S3, htpasswd, an http secret, redis cache, health checks.
-
-    No redis server runs: the 2.8 registry falls back to storage when the blob descriptor cache fails, so
-    push and pull still complete. The tcp health check is pointed at moto so that it passes.
-    """
+def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_server, redis_server):
+    """The architecture document's example: S3, htpasswd, an http secret, the redis blob descriptor cache (a
+    real password-protected redis-server), a storage driver and a tcp health check (pointed at that redis)."""
     document = load("full.yaml")
-    document["spec"]["health"]["tcp"][0]["addr"] = f"127.0.0.1:{moto_server.port}"
+    document["spec"]["health"]["tcp"][0]["addr"] = f"127.0.0.1:{redis_server.port}"
+    document["spec"]["redis"]["db"] = 3
+    document["spec"]["redis"]["dialtimeout"] = "1s"  # the example's 10ms is tight on a busy 2-core machine
+    document["spec"]["redis"]["readtimeout"] = document["spec"]["redis"]["writetimeout"] = "1s"
     target = moto_target(moto_server, "registry-full")
-    redis_port = free_port()  # nothing listens there
-    _, mounts, config = prepare(document, tmp_path, s3=target, redis_url=f"redis://:cache-pw@127.0.0.1:{redis_port}/0")
-    mounts.secret_values.append("cache-pw")
+    redis_url = f"redis://:{redis_server.password}@127.0.0.1:{redis_server.port}"  # db from spec.redis.db
+    _, mounts, config = prepare(document, tmp_path, s3=target, redis_url=redis_url)
+    mounts.secret_values.append(redis_server.password)
     rendered = yaml.safe_load(config.read_bytes())
     assert rendered["auth"]["htpasswd"]["path"] == str(tmp_path / "config" / "htpasswd")
-    assert rendered["redis"]["addr"] == f"127.0.0.1:{redis_port}"
+    assert rendered["redis"]["addr"] == f"127.0.0.1:{redis_server.port}"
     assert rendered["storage"]["cache"] == {"blobdescriptor": "redis"}  # blobdescriptorsize is v3 only
     registry = start_registry(config, tmp_path / "run")
     try:
@@ -144,6 +144,11 @@ def test_full_example_serves_with_auth_s3_and_redis_cache(tmp_path, moto_server)
     finally:
         registry.stop()
     assert "using redis blob descriptor cache" in registry.log()
+    assert "error connecting to redis" not in registry.log()
+    # The registry authenticated with the rendered password and wrote descriptors into the rendered db.
+    keys = redis_server.command("KEYS", "*", db=3)
+    assert any(key.startswith(b"blobs::sha256:") for key in keys), keys
+    assert redis_server.command("DBSIZE", db=0) == 0
 
 
 def tls_document(storage: dict) -> dict:

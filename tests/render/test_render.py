@@ -151,11 +151,24 @@ def test_redis_shape_differs_between_2_and_3():
     }
 
 
-def test_redis_tls_from_spec_or_rediss_scheme():
+def test_redis_tls_from_spec_or_rediss_scheme_on_3():
     assert parsed(render(spec_of(redis={**REDIS, "tls": {"enabled": True}}),
                          MountedInputs(redis_url="redis://cache:6379"), distribution="3"))["redis"]["tls"] == {"enabled": True}
     assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://cache:6379"),
-                         distribution="2"))["redis"]["tls"] == {"enabled": True}
+                         distribution="3"))["redis"]["tls"] == {"enabled": True}
+    assert "tls" not in parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="redis://c:1"), distribution="3"))["redis"]
+
+
+@pytest.mark.parametrize("tls, url, source", [
+    (True, "redis://:pw@cache:6379", "spec.redis.tls.enabled"),
+    (False, "rediss://:pw@cache:6379", "redis/url"),
+])
+def test_redis_tls_is_refused_on_2(tls, url, source):
+    """2.8.2 ignores redis.tls and would send the password in clear text (seen against a TLS-only redis)."""
+    with pytest.raises(InputError) as caught:
+        render(spec_of(redis={**REDIS, "tls": {"enabled": tls}}), MountedInputs(redis_url=url), distribution="2")
+    assert caught.value.source == source and "Distribution 2" in caught.value.message
+    assert "pw" not in str(caught.value)
 
 
 def test_redis_user_needs_distribution_3_and_the_error_hides_the_password():
