@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -57,6 +58,7 @@ class Outcome:
     restart: RestartResult | None = None
     rollback: RestartResult | None = None
     changed_files: list[str] | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step, for the log line
 
 
 class Applier:
@@ -92,25 +94,31 @@ class Applier:
             self.current = rendered
             return Outcome("htpasswd", True, changed_files=changed)
 
+        timings: dict[str, float] = {}
+        began = time.monotonic()
         if self.preflight and _storage_changed(previous, rendered):
             try:
                 check_config(rendered.config)
             except PreflightError as exc:
                 return Outcome("preflight-failed", False, detail=str(exc))
+            timings["preflight"] = round(time.monotonic() - began, 4)
 
+        began = time.monotonic()
         running = find_registry_processes(self.config_path)
         self._write(rendered, previous)
+        timings["write"] = round(time.monotonic() - began, 4)
         if previous is None and not running:
             # The first config: the supervisor has been waiting for it and starts the registry now. There is
             # nothing older to roll back to, so there is nothing to verify against here.
             self.current = rendered
-            return Outcome("written", True)
+            return Outcome("written", True, timings=timings)
 
         timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
         result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout)
+        timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered
-            return Outcome("restarted", True, restart=result)
+            return Outcome("restarted", True, restart=result, timings=timings)
         if previous is None:
             return Outcome("failed", False, detail=result.detail, restart=result)
 

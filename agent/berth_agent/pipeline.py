@@ -4,7 +4,7 @@
     (pre-flight, write, restart, verify, roll back) -> report (log line, metrics, status/Event, health)
 
 Debounce: a trailing quiet window with a maximum wait. A kubelet Secret swap is ~9 file events within a few
-milliseconds (field-notes §4); a quiet window of 100 ms coalesces it, and the maximum wait (2 s, longer than a
+milliseconds (field-notes §4); a quiet window of 50 ms coalesces it, and the maximum wait (2 s, longer than a
 burst of a second) keeps a stream of events from postponing the apply for ever.
 
 Bad input never touches what runs: the last good config keeps serving, the error goes to status, metrics and
@@ -49,7 +49,7 @@ class PipelineSettings:
     data_dir: Path = Path("/var/lib/registry")
     mount_root: Path = Path("/var/run/berth")
     distribution: str | None = None  # "2" or "3"; default: the spec's (from its image)
-    quiet_seconds: float = 0.1
+    quiet_seconds: float = 0.05
     max_wait_seconds: float = 2.0
     restart_timeout: float | None = None  # default: the drain timeout + 10 s
     retry_seconds: float = RETRY_SECONDS
@@ -132,6 +132,7 @@ class Pipeline:
         self.applies += 1
         started = time.monotonic()
         rendered, error = await asyncio.to_thread(self._render)
+        render_seconds = time.monotonic() - started
         if rendered is None:
             await self._fail(error or "no Registry read yet")
             return
@@ -145,7 +146,8 @@ class Pipeline:
 
         outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
-                  "seconds": round(time.monotonic() - started, 3)}
+                  "seconds": round(time.monotonic() - started, 3),
+                  "timings": {"render": round(render_seconds, 4), **outcome.timings}}
         if outcome.action == "unchanged":
             await self._settle(error)
             return

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
-POLL_SECONDS = 0.01
+POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-notes §6)
 CRASHES_BEFORE_GIVING_UP = 2
 
 

@@ -48,9 +48,10 @@ def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
 
 
 class RegistryPod:
-    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash"):
+    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None):
         self.root = Path(root)
-        self.config_dir = self.root / "config"
+        # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
+        self.config_dir = Path(config_dir) if config_dir else self.root / "config"
         self.mounts = self.root / "mounts"
         self.data_dir = self.root / "data"
         for directory in (self.config_dir, self.mounts, self.data_dir):

@@ -1,0 +1,33 @@
+"""Shared set-up of the agent benchmarks: the same parts as the end-to-end tests (tests/support), on 127.0.0.1.
+
+Each benchmark is a script that prints its figures; none is part of the test suite.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # support.* (the test parts) without installing them
+os.environ.pop("AWS_CA_BUNDLE", None)  # the 2.8 registry panics with it set (field-notes §6)
+
+
+def workdir(name: str) -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix=f"berth-bench-{name}-")
+
+
+def nearest_rank(samples: list[float], q: float) -> float:
+    """The q-quantile by nearest rank (p99 of 30 samples is the largest: no interpolation flattering it)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def summary_ms(samples: list[float]) -> str:
+    ms = [s * 1000 for s in samples]
+    return (f"median {statistics.median(ms):.1f} ms, p99 {nearest_rank(ms, 0.99):.1f} ms, "
+            f"min {min(ms):.1f} ms, max {max(ms):.1f} ms (n={len(ms)})")

@@ -1,0 +1,137 @@
+"""Swap-to-serving latency: a COSI key rotation on S3 (moto, IAM enforced) until the registry serves again.
+
+For each of N swaps: create a new access key, swap the COSI Secret dir to it as the kubelet does (..data rename),
+and time from the rename until a NEW registry process serves the config and answers GET / with 200; then
+delete the old key. Beside it, in the same run and on the same S3, the registry's own cold start: exec of
+`docker-registry serve` until its first 200 on GET /.
+
+Targets (issue 3): median <= cold start median + 150 ms, p99 < 1 s.
+
+    python bench/agent_swap_latency.py [--swaps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from agent_common import nearest_rank, summary_ms, workdir
+
+from berth_agent.restart import Endpoint, answers, find_registry_processes
+from support.pod import RegistryPod, registry_object
+from support.ports import free_port
+from support.registry import registry_env, with_addr
+from support.s3 import REGION, running_moto
+from support.secretdir import swap_secret_dir, write_secret_dir
+
+BUCKET = "registry-data"
+REGISTRY_BIN = "/usr/bin/docker-registry"
+
+
+def cosi(endpoint: str, key) -> dict[str, str]:
+    return {"BucketInfo": json.dumps({"metadata": {"name": "bc-bench"}, "spec": {
+        "bucketName": BUCKET, "authenticationType": "Key", "protocols": ["S3"],
+        "secretS3": {"endpoint": endpoint, "region": REGION, "accessKeyID": key.access_key_id,
+                     "accessSecretKey": key.secret_access_key}}})}
+
+
+def spec(port: int) -> dict:
+    return {"image": "docker.io/library/registry:2", "distribution": "2",
+            "config": {"log": {"level": "error"}, "storage": {
+                "objectStorage": {"bucketClaim": "data", "bucketAccess": "access"}, "redirect": {"disabled": True}}},
+            "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"}}
+
+
+def wait_new_registry(config_path: Path, endpoint: Endpoint, old_pid: int, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fresh = [p for p in find_registry_processes(config_path) if p.pid != old_pid]
+        if fresh and answers(endpoint, timeout=1.0) == 200:
+            return fresh[0].pid
+        time.sleep(0.002)
+    raise TimeoutError("the registry did not come back")
+
+
+def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
+    samples = []
+    for i in range(count):
+        port = free_port()
+        path = root / f"cold-{i}.yml"
+        path.write_bytes(with_addr(config, f"127.0.0.1:{port}"))
+        endpoint = Endpoint("127.0.0.1", port)
+        started = time.perf_counter()
+        process = subprocess.Popen([REGISTRY_BIN, "serve", str(path)], env=registry_env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while answers(endpoint, timeout=1.0) != 200:
+                if process.poll() is not None:
+                    raise RuntimeError("the registry exited at start")
+                time.sleep(0.001)
+            samples.append(time.perf_counter() - started)
+        finally:
+            process.terminate()
+            process.wait(10)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--swaps", type=int, default=30)
+    args = parser.parse_args()
+    with workdir("swap") as tmp, running_moto(Path(tmp) / "moto") as moto:
+        root = Path(tmp)
+        key = moto.create_s3_user("registry", bucket=BUCKET)
+        moto.enforce_iam()
+        shm = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
+        pod = RegistryPod(root / "pod", config_dir=shm / "config")
+        try:
+            write_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, key))
+            pod.write_registry_file(registry_object(spec(pod.port)))
+            pod.start_agent(extra=["--log-level", "info"])
+            pod.start_supervisor()
+            pod.wait_serving()
+            config_path = pod.config_dir / "config.yml"
+            endpoint = Endpoint("127.0.0.1", pod.port)
+
+            swaps = []
+            for _ in range(args.swaps):
+                new_key = moto.create_access_key("registry")
+                old_pid = pod.registry_pid()
+                started = time.perf_counter()
+                swap_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, new_key))
+                wait_new_registry(config_path, endpoint, old_pid)
+                swaps.append(time.perf_counter() - started)
+                moto.delete_access_key("registry", key.access_key_id)
+                key = new_key
+                time.sleep(0.2)  # let the moto and registry logs settle between samples
+
+            cold = cold_starts(config_path.read_bytes(), root, args.swaps)
+            restarts = pod.actions("restarted")
+        finally:
+            pod.stop()
+            shutil.rmtree(shm, ignore_errors=True)
+
+    median, cold_median = statistics.median(swaps), statistics.median(cold)
+    p99 = nearest_rank(swaps, 0.99)
+    print(f"registry cold start (exec -> first 200 on GET /, s3 driver on moto): {summary_ms(cold)}")
+    print(f"swap-to-serving (COSI Secret ..data rename -> new registry answers 200): {summary_ms(swaps)}")
+    print(f"median overhead over cold start: {(median - cold_median) * 1000:.1f} ms "
+          f"(target <= 150 ms: {'met' if median <= cold_median + 0.150 else 'MISSED'})")
+    if restarts:
+        apply = [line["seconds"] for line in restarts]
+        restart = [line["restart_seconds"] for line in restarts]
+        for line in restarts[:5]:
+            print("   ", line["timings"])
+        print(f"inside the agent, render+preflight+write+restart: {summary_ms(apply)}; "
+              f"of which SIGTERM -> new registry answers: {summary_ms(restart)}")
+    print(f"p99 {p99 * 1000:.1f} ms (target < 1000 ms: {'met' if p99 < 1.0 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()
