@@ -137,11 +137,11 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
     """The handlers of one operator instance (a fresh registry, so several can run in one process)."""
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(registry=registry, id="start-sweeper")
     async def start_sweeper(**_: Any) -> None:
         ctx.sweeper = asyncio.create_task(sweep_forever(ctx), name="berth-sweeper")
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(registry=registry, id="stop-sweeper")
     async def stop_sweeper(**_: Any) -> None:
         if ctx.sweeper is not None:
             ctx.sweeper.cancel()
@@ -149,13 +149,13 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
 
     # One function, three causes. retries bound kopf's retry of an unexpected error (a bug or an API
     # outage); expected failures never raise.
-    @kopf.on.resume(*REGISTRIES, registry=registry, retries=5, backoff=15)
-    @kopf.on.create(*REGISTRIES, registry=registry, retries=5, backoff=15)
-    @kopf.on.update(*REGISTRIES, registry=registry, retries=5, backoff=15)
+    @kopf.on.resume(*REGISTRIES, registry=registry, id="reconcile-on-resume", retries=5, backoff=15)
+    @kopf.on.create(*REGISTRIES, registry=registry, id="reconcile-on-create", retries=5, backoff=15)
+    @kopf.on.update(*REGISTRIES, registry=registry, id="reconcile-on-update", retries=5, backoff=15)
     async def reconcile_registry(body: kopf.Body, reason: str, **_: Any) -> None:
         await run_reconcile(ctx, body, trigger=str(reason))
 
-    @kopf.on.event(*REGISTRIES, registry=registry)
+    @kopf.on.event(*REGISTRIES, registry=registry, id="track-registry")
     async def track_registry(event: Mapping[str, Any], **_: Any) -> None:
         body = event.get("object") or {}
         key = _key(body)
@@ -172,7 +172,8 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if before is not None and before != digest:
             await run_reconcile(ctx, body, trigger="agents")
 
-    @kopf.on.event("apps", "v1", "deployments", labels={names.MANAGED_BY_LABEL: "berth"}, registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", labels={names.MANAGED_BY_LABEL: "berth"}, registry=registry,
+                   id="deployment-changed")
     async def deployment_changed(event: Mapping[str, Any], **_: Any) -> None:
         body = event.get("object") or {}
         meta = body.get("metadata") or {}
@@ -192,7 +193,7 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if before is not None and before != state:
             await refresh(ctx, meta.get("namespace"), owner.get("name"), trigger="deployment")
 
-    @kopf.on.event("", "v1", "pods", labels=BERTH_PODS, registry=registry)
+    @kopf.on.event("", "v1", "pods", labels=BERTH_PODS, registry=registry, id="pod-deleted")
     async def pod_deleted(event: Mapping[str, Any], **_: Any) -> None:
         if event.get("type") != "DELETED":
             return

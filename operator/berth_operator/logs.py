@@ -23,6 +23,10 @@ def configure(*, level: str = "info", json: bool = True) -> None:
         log_format=kopf.LogFormat.JSON if json else kopf.LogFormat.FULL,
         log_refkey="object",
     )
+    # kopf logs every handler run per object at info ("Handler ... succeeded", one per watch event); our
+    # own line per reconcile says what was done, so kopf's per-object lines start at warning unless debugging.
+    if level != "debug":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The official client's urllib3 pool logs every request at debug; headers carry the bearer token.
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)

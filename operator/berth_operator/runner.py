@@ -83,7 +83,7 @@ async def run(
         context["ctx"] = ctx
     registry = make_registry(ctx)
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)
 
