@@ -33,6 +33,13 @@ async def _wait_watching(watcher, path, timeout=10.0):
         await asyncio.sleep(0.05)
 
 
+async def _until(predicate, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
 def _from(source):
     return lambda change: change.source == source
 
@@ -180,3 +187,22 @@ async def test_liveness_registered_and_released(tmp_path, health, changes):
         await _wait_watching(watcher, root)
         assert "mounts" in health.registered()
     assert "mounts" not in health.registered()  # stopped on purpose: no longer counts against /livez
+
+
+@pytest.mark.asyncio
+async def test_directory_deleted_and_made_again_is_watched_again(tmp_path, health, changes):
+    import shutil
+
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "tls", {"tls.crt": "one"})
+    watcher = MountWatcher(root, health, resync_seconds=3600)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "tls")
+        shutil.rmtree(root / "tls")  # its watch dies with it (IN_DELETE_SELF)
+        await _until(lambda: root / "tls" not in watcher.watched)
+        write_secret_dir(root / "tls", {"tls.crt": "two"})
+        await changes.wait_for(_from("mount:tls"))
+        await _wait_watching(watcher, root / "tls")  # re-armed by the rescan the root's event asked for
+        changes.clear()
+        assert swap_secret_dir(root / "tls", {"tls.crt": "three"})
+        await changes.wait_for(_from("mount:tls"))  # seen by the new watch, not by a resync (an hour away)

@@ -79,7 +79,13 @@ class DirObserver:
 
     @property
     def watched(self) -> set[Path]:
-        return set(self._watches.copy())  # copy() is atomic under the GIL; sync() runs in a worker thread
+        """Directories with a live watch (a watch dies with its directory)."""
+        watches = self._watches.copy()  # copy() is atomic under the GIL; sync() runs in a worker thread
+        observer = self._observer
+        if observer is None:
+            return set()
+        live = {emitter.watch for emitter in list(observer.emitters) if emitter.is_alive()}
+        return {directory for directory, watch in watches.items() if watch in live}
 
     def start(self, dirs: list[Path]) -> None:
         if not self.polling:
