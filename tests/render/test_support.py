@@ -65,3 +65,20 @@ def test_moto_enforces_iam_and_deleted_keys_stop_working(moto_server):
         moto_server.list_objects("smoke", key)
     assert moto_server.list_objects("smoke", second) == []
     assert "hidden" in repr(second) and second.secret_access_key not in repr(second)
+
+
+def test_registry_factory_fixture_starts_on_a_free_port_and_stops_at_teardown(registry_factory, tmp_path):
+    registry = registry_factory(b"version: 0.1\nstorage: {inmemory: {}}\nhttp: {addr: ':5000', draintimeout: 1s}\n")
+    other = registry_factory(b"version: 0.1\nstorage: {inmemory: {}}\nhttp: {addr: ':5000'}\n")
+    assert registry.port != other.port
+    assert http_get(registry.url + "/v2/").status == 200 and http_get(other.url + "/v2/").status == 200
+    assert registry.stop() == 0  # draintimeout set: SIGTERM drains and exits 0
+
+
+def test_redis_server_needs_its_password(redis_server):
+    assert redis_server.command("SET", "k", "v") == "OK"
+    assert redis_server.command("GET", "k") == b"v"
+    with socket.create_connection(("127.0.0.1", redis_server.port), timeout=5) as sock:
+        sock.sendall(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+        assert sock.recv(100).startswith(b"-NOAUTH")
+    assert redis_server.password not in repr(redis_server)
