@@ -235,3 +235,28 @@ def test_api_errors_are_described_without_bodies():
     error.headers = {"Authorization": "Bearer planted-token"}
     assert describe_api_error(error) == "API answered 403 Forbidden"
     assert describe_api_error(ConnectionRefusedError()) == "cannot reach the API server (ConnectionRefusedError)"
+
+
+@pytest.mark.asyncio
+async def test_unreachable_api_is_an_error_and_keeps_beating(health, changes):
+    import kubernetes.client
+
+    from support.ports import free_port
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    configuration.retries = 0
+    watcher = RegistryApiWatcher(kubernetes.client.ApiClient(configuration), "default", "reg", health,
+                                 backoff_initial=0.05, backoff_cap=0.2)
+    errors_before = _sample(metrics.watch_errors_total, source="registry-api")
+    task = asyncio.create_task(watcher.run(changes))
+    try:
+        failed = await changes.wait_for(lambda c: c.error is not None)
+        assert failed.error.startswith("cannot read Registry default/reg: cannot reach the API server (")
+        await _until(lambda: _sample(metrics.watch_errors_total, source="registry-api") >= errors_before + 3)
+        assert len(changes.snapshot()) == 1  # the same error is emitted once, however often it recurs
+        assert health.live_ok()  # retrying is progress: a restart of the agent would not help
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
