@@ -15,7 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .errors import InputError
-from .secret_volume import list_keys, read_key, read_text
+from .secret_volume import list_keys, read_text
 
 SOURCE = "cosi"
 BUCKET_INFO_KEY = "BucketInfo"
