@@ -19,7 +19,10 @@ from .cosi import S3Credentials, read_cosi
 from .errors import InputError
 from .secret_volume import read_key, read_text
 
-__all__ = ["SOURCES", "MountedInputs", "S3Credentials", "RedisAddress", "read_inputs", "parse_redis_url"]
+__all__ = [
+    "DEFAULT_MOUNT_ROOT", "GENERATED_HTTP_SECRET_KEY", "SOURCES", "TLS_CERT_KEY", "TLS_KEY_KEY",
+    "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs",
+]
 
 DEFAULT_MOUNT_ROOT = Path("/var/run/berth")
 # Subdirectories of the mount root, one Secret volume each.
