@@ -102,7 +102,11 @@ def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
 
 
 def _kube_api_client(args: argparse.Namespace) -> Any:
-    from kubernetes import client, config  # ~46 MB: only in API mode (field-notes §6)
+    from . import kube_lazy
+
+    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube_lazy.py).
+    kube_lazy.install()
+    from kubernetes import client, config
 
     if args.kube_host:
         configuration = client.Configuration()

@@ -125,7 +125,7 @@ def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api)
         kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.1:{taken}"}}})
         wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry back on the last good config")
-        assert "not applied" in _error(kube_api)
+        wait_for(lambda: "not applied" in _error(kube_api), what="the failure in status")
         assert _record(kube_api)["configHash"] == good_hash
         assert pod.metric("rollbacks_total") == 1
         assert pod.metric("reload_failures_total", 'reason="restart"') == 1

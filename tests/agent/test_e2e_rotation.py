@@ -76,7 +76,8 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt):
         stats = loop.stop()
 
         print(f"pull loop ({fmt}): {stats.requests} requests, {stats.successes} ok, "
-              f"{stats.refused_retries} refused-connection retries, failures {stats.failures}")
+              f"retried: {stats.refused_retries} refused, {stats.reset_retries} reset before any response; "
+              f"failures {stats.failures}")
         assert stats.failures == []
         assert stats.successes == stats.requests
 

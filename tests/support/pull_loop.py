@@ -1,9 +1,11 @@
 """A client pulling one blob over and over through a registry restart, counting what a user would see.
 
-A refused connection is retried (the listener is closed for the few milliseconds between the old registry's
-drain and the new one's start); every other outcome counts: 200 with the right bytes is a success, anything
-else (another status, wrong bytes, a connection cut mid-request, a refusal lasting over `retry_seconds`) is a
-failure.
+A request that never reached the registry is retried, and counted: a refused connection (no listener for the
+few milliseconds between the old registry's drain and the new one's start), and a connection reset before any
+response byte (the kernel resets connections still waiting in the old listener's accept queue when the
+draining registry closes it; the registry never read them). Every other outcome counts: 200 with the right
+bytes is a success, anything else (another status, wrong bytes, a connection cut after the response began,
+retries lasting over `retry_seconds`) is a failure.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class PullStats:
     requests: int = 0
     successes: int = 0
     refused_retries: int = 0
+    reset_retries: int = 0
     failures: list[str] = field(default_factory=list)
 
 
@@ -39,31 +42,41 @@ class PullLoop(threading.Thread):
         self.join(30)
         return self.stats
 
-    def _get(self) -> tuple[int, bytes]:
+    def _open(self):
         request = urllib.request.Request(self.url)
         if self.auth:
             request.add_header("Authorization", "Basic " + b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode())
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.read()
+            return urllib.request.urlopen(request, timeout=30)
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+            return exc
 
     def one_request(self) -> None:
         deadline = time.monotonic() + self.retry_seconds
         self.stats.requests += 1
         while True:
             try:
-                status, body = self._get()
-            except urllib.error.URLError as exc:
-                if isinstance(exc.reason, ConnectionRefusedError) and time.monotonic() < deadline:
-                    self.stats.refused_retries += 1
+                response = self._open()  # returns once the status line arrived
+            except (urllib.error.URLError, ConnectionError) as exc:
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                if time.monotonic() < deadline and isinstance(reason, (ConnectionRefusedError, ConnectionResetError)):
+                    if isinstance(reason, ConnectionRefusedError):
+                        self.stats.refused_retries += 1
+                    else:
+                        self.stats.reset_retries += 1
                     time.sleep(0.005)
                     continue
-                self.stats.failures.append(f"{type(exc.reason).__name__}: {exc.reason}")
+                self.stats.failures.append(f"{type(reason).__name__}: {reason}")
                 return
             except (http.client.HTTPException, OSError) as exc:
                 self.stats.failures.append(f"{type(exc).__name__}: {exc}")
+                return
+            try:
+                with response:
+                    status = response.status if hasattr(response, "status") else response.code
+                    body = response.read()
+            except (http.client.HTTPException, OSError) as exc:  # cut after the response began: a real failure
+                self.stats.failures.append(f"{type(exc).__name__} while reading the body: {exc}")
                 return
             if status == 200 and body == self.expected:
                 self.stats.successes += 1

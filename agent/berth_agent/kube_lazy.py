@@ -1,0 +1,77 @@
+"""Load the official kubernetes client without importing all ~870 of its modules.
+
+`import kubernetes` executes package initialisers that import every API class and every model (about 55 MiB
+of resident memory here, most of the agent's budget of 70 MiB). The agent uses two API classes and a handful
+of models. `install()` puts lazy stand-ins for the packages `kubernetes`, `kubernetes.client`,
+`kubernetes.client.api` and `kubernetes.client.models` into sys.modules: each resolves a name on first use
+from the import table of the real `__init__.py` (read as text, not executed), so the client behaves the
+same and only what is touched gets loaded. The kubernetes client itself is not modified.
+
+Called by `berth-agent run` in the agent process only, before anything imports kubernetes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import types
+from pathlib import Path
+
+LAZY_PACKAGES = ("kubernetes", "kubernetes.client", "kubernetes.client.api", "kubernetes.client.models")
+_FROM_IMPORT = re.compile(r"^from (kubernetes[\w.]*) import (\w+)\s*$", re.M)
+_VERSION = re.compile(r'^__version__ = "([^"]+)"', re.M)
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose attributes are imported on first access (PEP 562 style, as a module subclass)."""
+
+    def __init__(self, name: str, init_source: str):
+        super().__init__(name)
+        self._lazy_table = {attr: module for module, attr in _FROM_IMPORT.findall(init_source)}
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        module_name = self._lazy_table.get(attr)
+        if module_name is None:
+            try:  # a submodule or subpackage (kubernetes.config, kubernetes.client.rest, ...)
+                value = importlib.import_module(f"{self.__name__}.{attr}")
+            except ModuleNotFoundError:
+                raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}") from None
+        else:
+            value = getattr(importlib.import_module(module_name), attr)
+        setattr(self, attr, value)
+        return value
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._lazy_table))
+
+
+def install() -> bool:
+    """Make later `import kubernetes...` lazy; False (and nothing done) if kubernetes is already imported."""
+    if any(name in sys.modules for name in LAZY_PACKAGES):
+        return False
+    for name in LAZY_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or spec.submodule_search_locations is None:
+            raise ImportError(f"cannot find the package {name}")
+        source = Path(spec.origin).read_text(encoding="utf-8")
+        module = _LazyPackage(name, source)
+        module.__spec__ = spec
+        module.__file__ = spec.origin
+        module.__path__ = list(spec.submodule_search_locations)
+        module.__package__ = name
+        module.__loader__ = spec.loader
+        version = _VERSION.search(source)
+        if version:
+            module.__version__ = version.group(1)
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+    return True
+
+
+__all__ = ["install"]
