@@ -85,7 +85,9 @@ class ApiReporter:
         from kubernetes import client  # ~46 MB: loaded only in API mode (field-notes §6)
 
         self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
+        # Events go through ApiClient.call_api, not CoreV1Api: that one class is ~3 MiB of RSS to load
+        # (kube_lazy.py loads client classes on first use) for two calls.
+        self._api_client = api_client
         self.namespace, self.name, self.pod_name = namespace, name, pod_name
         self.request_timeout = request_timeout
         self.coalesce_seconds = coalesce_seconds
@@ -173,21 +175,24 @@ class ApiReporter:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.pod_name,
         }
-        _finish(self._core.create_namespaced_event(
-            self.namespace, body, _request_timeout=self.request_timeout, _preload_content=False
-        ))
+        self._events_call("POST", "/api/v1/namespaces/{namespace}/events", body, "application/json")
         return {"name": name, "count": 1, "last": now}
 
     def _bump_event(self, seen: dict, now: float) -> None:
         body = {"count": seen["count"] + 1, "lastTimestamp": rfc3339(now)}
-        _finish(self._core.patch_namespaced_event(
-            seen["name"], self.namespace, body,
-            # For a dict body this client would send application/json-patch+json (the first type the
-            # endpoint lists), which the server rejects for an object: say merge-patch.
-            _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
-        ))
+        # Merge patch: for a dict body CoreV1Api.patch_namespaced_event would pick application/json-patch+json
+        # (the first type the endpoint lists), which the API server rejects for an object.
+        self._events_call("PATCH", "/api/v1/namespaces/{namespace}/events/{name}", body, MERGE_PATCH, name=seen["name"])
         seen["count"] += 1
         seen["last"] = now
+
+    def _events_call(self, method: str, path: str, body: dict, content_type: str, **path_params: str) -> None:
+        _finish(self._api_client.call_api(
+            path, method, path_params={"namespace": self.namespace, **path_params},
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"], response_types_map={},
+            _preload_content=False, _request_timeout=self.request_timeout,
+        ))
 
     def _forget_old_events(self, now: float) -> None:
         for key in [k for k, v in self._recent_events.items() if now - v["last"] >= self.coalesce_seconds]:

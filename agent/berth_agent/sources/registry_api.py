@@ -211,12 +211,10 @@ class RegistryApiWatcher:
         response = self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, watch=True, **kwargs)
         self._response = response
         try:
-            from kubernetes.watch.watch import iter_resp_lines
-
             if self._stop.is_set():  # stop() ran before the stream was published
                 return
             self.health.beat(self.name)  # a (re)opened watch is progress
-            for line in iter_resp_lines(response):
+            for line in _lines(response):
                 if self._stop.is_set():
                     return
                 if not line:
@@ -256,6 +254,18 @@ class RegistryApiWatcher:
             emit(Change("registry", registry=obj))
         else:
             emit(Change("registry", error=state[1]))
+
+
+def _lines(response: Any):
+    """The watch stream's lines as they arrive (the API server sends one JSON event per line, chunked)."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):  # amt=None: each chunk as it comes
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", errors="replace")
+    if buffer.strip():
+        yield buffer.decode("utf-8", errors="replace")
 
 
 def _shutdown_stream(response: Any) -> None:
