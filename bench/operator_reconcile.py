@@ -112,6 +112,7 @@ def main() -> None:
                       "rbac.authorization.k8s.io/v1/rolebindings", "v1/secrets", "v1/services", "apps/v1/deployments",
                       "v1/persistentvolumeclaims", "objectstorage.k8s.io/v1alpha1/bucketclaims",
                       "objectstorage.k8s.io/v1alpha1/bucketaccesses", "policy/v1/poddisruptionbudgets"))
+        first_requests = len(api.requests())
         peak_first = operator.peak_mb() if args.process else vm_hwm_mb()
         operator.stop()
 
@@ -127,17 +128,20 @@ def main() -> None:
                 return gets >= 2 * args.count  # apply's get and the status read, per Registry
             wait(resumed, "the resume of every Registry")
         else:
-            wait(lambda: operator.ctx.reconciles >= args.count, "the resume of every Registry")
+            wait(lambda: operator.ctx.completed >= args.count, "the resume of every Registry")
         resumed_s = time.monotonic() - started
         peak = max(peak_first, operator.peak_mb() if args.process else vm_hwm_mb())
         operator.stop()
         written = writes(api, mark)
+        resume_requests = len(api.requests()) - mark
 
     mode = "child process (berth-operator alone)" if args.process else "in process (operator + test API server)"
     print(f"operator: {mode}; {args.count} Registries, {objects} owned objects created")
     print(f"first reconcile of all: {created_s:.2f} s total, {1000 * created_s / args.count:.1f} ms per Registry")
     print(f"restart (resume) of all: {resumed_s:.2f} s total, {1000 * resumed_s / args.count:.1f} ms per Registry, "
           f"{written} writes")
+    print(f"API requests: {first_requests} for the first reconciles ({first_requests / args.count:.0f} per Registry, "
+          f"watches and Events included), {resume_requests} for the restart")
     if args.process:
         print(f"operator peak RSS (VmHWM of the child): {peak:.0f} MB")
     else:

@@ -51,7 +51,8 @@ class Context:
     seen_deployments: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     seen_agents: dict[tuple[str, str], str] = field(default_factory=dict)
     sweeper: asyncio.Task[None] | None = None
-    reconciles: int = 0  # handler invocations, for tests that check there is no retry loop
+    reconciles: int = 0  # reconciles started, for tests that check there is no retry loop
+    completed: int = 0  # reconciles finished (successfully or not)
 
     def lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -86,6 +87,7 @@ async def run_reconcile(ctx: Context, body: Mapping[str, Any], *, trigger: str) 
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+            ctx.completed += 1
     metrics.RECONCILES.labels(result=outcome.result).inc()
     for action in outcome.actions:
         metrics.APPLY_OPERATIONS.labels(kind=action.kind, verb=action.verb.lower()).inc()

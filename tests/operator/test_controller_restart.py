@@ -58,7 +58,7 @@ def test_restart_writes_nothing_and_keeps_the_http_secret(kube_api):
     second = OperatorHarness(kube_api, [NS]).start()
     try:
         # Resume ran the reconcile for each Registry (the counter counts handler runs).
-        wait_for(lambda: second.ctx.reconciles >= len(SPECS), "the resume reconciles")
+        wait_for(lambda: second.ctx.completed >= len(SPECS), "the resume reconciles")
     finally:
         second.stop()
 
