@@ -27,12 +27,14 @@ import asyncio
 import contextlib
 import contextvars
 import copy
+import importlib.resources
 import pathlib
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
+import aiohttp.test_utils
 import kmock
 import kopf
 import kubernetes.client
@@ -108,15 +110,23 @@ class KubeApi:
             try:
                 self._stop = asyncio.Event()
                 emulator = ApiServerEmulator(history_limit=self._history_limit)
-                emulator.resources.load_bundled()
+                # kmock's bundled built-in kinds (load_bundled() does the same through a deprecated call).
+                emulator.resources.load_path(importlib.resources.files("kmock._internal") / "resources.json.gz")
                 for crd in self._crds:
                     emulator.add_crd(copy.deepcopy(dict(crd)))
-                # kmock's Server listens on 127.0.0.1 on a free port; user_agent '' keeps its client quiet.
-                async with emulator, kmock.Server(emulator, host="127.0.0.1", port=0) as server:
-                    self.emulator, self.url = emulator, str(server.url).rstrip("/")
-                    started.set()
-                    await self._stop.wait()
-                    emulator.drop_watches()  # so no handler outlives the server
+                # aiohttp's test server (what kmock.Server wraps) on 127.0.0.1, free port. Not kmock.Server
+                # itself: it also swaps aiohttp's resolver process-wide, which the agent's and kopf's
+                # clients would go through, and which breaks when two servers stop out of order.
+                server = aiohttp.test_utils.RawTestServer(emulator, host="127.0.0.1", port=None)
+                async with emulator:
+                    await server.start_server()
+                    try:
+                        self.emulator, self.url = emulator, str(server.make_url("")).rstrip("/")
+                        started.set()
+                        await self._stop.wait()
+                        emulator.drop_watches()  # so no handler outlives the server
+                    finally:
+                        await server.close()
             except BaseException as error:  # reported to the starting thread
                 failure.append(error)
                 started.set()
