@@ -206,3 +206,38 @@ async def test_directory_deleted_and_made_again_is_watched_again(tmp_path, healt
         changes.clear()
         assert swap_secret_dir(root / "tls", {"tls.crt": "three"})
         await changes.wait_for(_from("mount:tls"))  # seen by the new watch, not by a resync (an hour away)
+
+
+class _Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class _DeadObserver(PollingObserver):
+    """An observer whose dispatch thread ends at once: what a crash in watchdog's thread looks like."""
+
+    def run(self):
+        return
+
+
+@pytest.mark.parametrize("factory, alive", [(PollingObserver, True), (_DeadObserver, False)])
+@pytest.mark.asyncio
+async def test_liveness_follows_the_observer_thread(tmp_path, changes, factory, alive):
+    from berth_agent.health import Health
+
+    clock = _Clock()
+    health = Health(clock=clock)
+    root = tmp_path / "mounts"
+    root.mkdir()
+    watcher = MountWatcher(root, health, resync_seconds=3600, tick_seconds=0.05, observer_factory=factory)
+    async with running(watcher, changes):
+        await _until(lambda: "mounts" in health.registered())
+        await asyncio.sleep(0.2)
+        clock.now += 10_000  # far past the allowed silence; a live watcher beats again at its next tick
+        if alive:
+            await _until(health.live_ok)
+        else:
+            await asyncio.sleep(0.3)  # several ticks, none of which may beat
+            assert not health.live_ok() and health.stale_loops()[0].startswith("mounts (silent")

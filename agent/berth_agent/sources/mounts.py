@@ -115,13 +115,15 @@ class MountWatcher:
         )
         loop = asyncio.get_running_loop()
         next_resync = loop.time() + self.resync_seconds
+        observer_was_alive = True
         try:
             while True:
                 if self._observer.alive():
                     self.health.beat(self.name)
-                else:  # the observer thread died: no beat, and /livez turns 503
+                elif observer_was_alive:  # the observer thread died: no more beats, and /livez turns 503
                     metrics.watch_errors_total.labels(source=self.name).inc()
-                    log.warning("mount observer stopped", extra={"fields": {"mount_root": str(self.mount_root)}})
+                    log.error("mount observer stopped", extra={"fields": {"mount_root": str(self.mount_root)}})
+                observer_was_alive = self._observer.alive()
                 try:
                     timeout = min(self.tick_seconds, max(0.0, next_resync - loop.time()))
                     await asyncio.wait_for(self._rescan.wait(), timeout)
