@@ -1,7 +1,8 @@
 """kmock's KubernetesEmulator with the API-server behaviour our clients rely on (field-notes §6).
 
-kmock 0.8 gives us the HTTP server, API discovery, Status-shaped errors, the request log
-(`emulator.requests`) and the object store with history (`emulator.objects`). Its own object handling
+kmock 0.8 gives us the request handler (served by aiohttp's test server, as kmock.Server does), API
+discovery, Status-shaped errors, the request log (iterate the emulator) and the object store with history
+(`emulator.objects`). Its own object handling
 is a plain dict merge, which kopf and the official client cannot run against (field-notes §6). So every
 request for an object (a path that names a known resource) is served here instead; discovery and any
 other path still goes to kmock. Each gap filler says why:
