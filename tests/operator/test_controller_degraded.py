@@ -176,3 +176,65 @@ def test_missing_existing_bucket_access_is_degraded(operator_harness, kube_api):
     status, reason, message = condition(harness, "nob", "Degraded")
     assert (status, reason) == ("True", "MissingBucketClaim")
     assert "BucketAccess nada" in message and "BucketClaim nope" in message
+
+
+def test_refused_write_is_degraded_apply_failed_with_an_event(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.fail_next(1, status=403, verb="create", plural="deployments")
+    kube_api.create(registry("denied", {"config": {"storage": {"inmemory": {}}}}))
+    harness.wait_reconciled(NS, "denied")
+    status, reason, message = condition(harness, "denied", "Degraded")
+    assert (status, reason) == ("True", "ApplyFailed")
+    assert message.startswith("create Deployment denied: HTTP 403")
+    assert condition(harness, "denied", "Ready")[:2] == ("False", "ApplyFailed")
+    wait_for(lambda: warning_events(harness, "denied", "ApplyFailed"), "the ApplyFailed event")
+    # The next reconcile (an edit here; the sweep otherwise) completes the job.
+    kube_api.patch(REGISTRIES_PATH, NS, "denied", {"spec": {"config": {"log": {"level": "warn"}}}})
+    harness.wait_reconciled(NS, "denied")
+    assert condition(harness, "denied", "Degraded")[:2] == ("False", "AsExpected")
+    assert kube_api.get("apps/v1/deployments", NS, "denied") is not None
+
+
+def test_cluster_wide_operator_sees_every_namespace(operator_harness, kube_api):
+    harness = operator_harness(None)  # --all-namespaces
+    for namespace in ("team-a", "team-b"):
+        kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                         "metadata": {"name": "r", "namespace": namespace},
+                         "spec": {"config": {"storage": {"inmemory": {}}}}})
+    for namespace in ("team-a", "team-b"):
+        harness.wait_reconciled(namespace, "r")
+        assert kube_api.get("apps/v1/deployments", namespace, "r") is not None
+
+
+def test_agent_image_from_env_or_the_operators_own_pod(kube_api, monkeypatch):
+    from berth_operator import facts
+    from berth_operator.client import Kube
+
+    kube = Kube(_configuration(kube_api))
+    try:
+        monkeypatch.setenv("BERTH_AGENT_IMAGE", "example.com/berth:env")
+        assert facts.agent_image(kube) == "example.com/berth:env"
+        monkeypatch.delenv("BERTH_AGENT_IMAGE")
+        kube_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "op-1", "namespace": "berth-system"},
+                         "spec": {"containers": [{"name": "sidecar", "image": "other"},
+                                                 {"name": "operator", "image": "example.com/berth:own"}]}})
+        monkeypatch.setenv("POD_NAME", "op-1")
+        monkeypatch.setenv("POD_NAMESPACE", "berth-system")
+        assert facts.agent_image(kube) == "example.com/berth:own"
+        monkeypatch.delenv("POD_NAME")
+        try:
+            facts.agent_image(kube)
+        except RuntimeError as exc:
+            assert "BERTH_AGENT_IMAGE" in str(exc)
+        else:
+            raise AssertionError("no image should be an error")
+    finally:
+        kube.close()
+
+
+def _configuration(kube_api):
+    import kubernetes.client
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = kube_api.url
+    return configuration
