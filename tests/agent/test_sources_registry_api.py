@@ -235,6 +235,16 @@ def test_api_errors_are_described_without_bodies():
     error.headers = {"Authorization": "Bearer planted-token"}
     assert describe_api_error(error) == "API answered 403 Forbidden"
     assert describe_api_error(ConnectionRefusedError()) == "cannot reach the API server (ConnectionRefusedError)"
+    import json
+
+    import urllib3.exceptions
+
+    dropped = urllib3.exceptions.ProtocolError("Connection broken", ConnectionResetError())
+    assert describe_api_error(dropped) == "cannot reach the API server (ProtocolError)"
+    try:
+        json.loads('{"type": "ADDED", "object": {"secret": "planted')
+    except ValueError as exc:
+        assert describe_api_error(exc) == "malformed answer from the API server (JSONDecodeError)"
 
 
 @pytest.mark.asyncio
@@ -260,3 +270,20 @@ async def test_unreachable_api_is_an_error_and_keeps_beating(health, changes):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.mark.asyncio
+async def test_410_as_the_watch_answer_also_relists(kube_api, health, changes, caplog):
+    """Some servers refuse a too-old resourceVersion with an HTTP 410 answer instead of an ERROR event."""
+    caplog.set_level("INFO", logger="berth_agent")
+    kube_api.create(REGISTRY)
+    async with watching(kube_api, health, changes):
+        await changes.wait_for(lambda c: c.registry is not None)
+        await _until(lambda: kube_api.open_watches == 1)
+        kube_api.fail_next(1, status=410, verb="watch")
+        kube_api.drop_watches()
+        await _until(lambda: any(r.getMessage().startswith("watch expired (410 Gone)") for r in caplog.records))
+        await _until(lambda: kube_api.open_watches == 1)
+        _set_level(kube_api, "debug")
+        await changes.wait_for(lambda c: _level(c) == "debug")
+    assert not [c for c in changes.snapshot() if c.error]

@@ -65,13 +65,23 @@ def describe_api_error(exc: BaseException) -> str:
     if isinstance(status, int) and status:
         reason = getattr(exc, "reason", None) or ""
         return f"API answered {status} {reason}".rstrip()
-    reason = getattr(exc, "reason", None)  # urllib3 MaxRetryError / ProtocolError wrap the real cause
-    inner = reason if isinstance(reason, BaseException) else exc
-    return f"cannot reach the API server ({type(inner).__name__})"
+    if isinstance(exc, _WatchErrorEvent):
+        return str(exc)
+    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
+        reason = getattr(exc, "reason", None)  # urllib3 MaxRetryError / ProtocolError wrap the real cause
+        inner = reason if isinstance(reason, BaseException) else exc
+        return f"cannot reach the API server ({type(inner).__name__})"
+    if isinstance(exc, ValueError):
+        return f"malformed answer from the API server ({type(exc).__name__})"
+    return type(exc).__name__
 
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+class _WatchErrorEvent(Exception):
+    """An ERROR event other than 410 in the watch stream; the message holds its code and reason only."""
 
 
 class RegistryApiWatcher:
@@ -102,7 +112,7 @@ class RegistryApiWatcher:
         self._backoff = Backoff(backoff_initial, backoff_cap)
         self._stop = threading.Event()
         self._response: Any = None  # the open watch stream, so stop() can break a blocked read
-        self._last: tuple[str, str] | None = None  # ("ok", digest) | ("error", message) | ("deleted", "")
+        self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message): last emitted
         self.resource_version: str | None = None
 
     @property
@@ -161,13 +171,14 @@ class RegistryApiWatcher:
                     self._list(emit)
                 self._watch_once(emit)
                 metrics.watch_restarts_total.labels(source=self.name).inc()  # ended by timeoutSeconds: reopen
-            except _Gone:
-                metrics.watch_restarts_total.labels(source=self.name).inc()
-                log.info("watch expired (410 Gone), listing again", extra={"fields": {"registry": self.ref}})
-                self.resource_version = None
             except Exception as exc:  # noqa: BLE001 - every failure of the loop is retried, never fatal
                 if self._stop.is_set():
                     return
+                if isinstance(exc, _Gone) or getattr(exc, "status", None) == 410:  # as an event or as the answer
+                    metrics.watch_restarts_total.labels(source=self.name).inc()
+                    log.info("watch expired (410 Gone), listing again", extra={"fields": {"registry": self.ref}})
+                    self.resource_version = None
+                    continue
                 self.resource_version = None  # a broken connection may have lost events: list again
                 metrics.watch_errors_total.labels(source=self.name).inc()
                 delay = self._backoff.next_delay()
@@ -231,7 +242,7 @@ class RegistryApiWatcher:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise _Gone()
-            raise RuntimeError(f"watch error event {obj.get('code')} {obj.get('reason', '')}".strip())
+            raise _WatchErrorEvent(f"watch error event {obj.get('code')} {obj.get('reason') or ''}".strip())
         meta = obj.get("metadata") or {}
         if meta.get("resourceVersion"):
             self.resource_version = meta["resourceVersion"]
