@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -66,7 +67,7 @@ class ApiReporter:
     """Writes status.agents.<pod> (merge patch of the pod's own key, status subresource) and core/v1 Events.
 
     Identical events within `coalesce_seconds` are folded into one Event whose count goes up (as the kubelet
-    and client-go's recorder do), so a input broken for an hour is one Event with a count, not hundreds.
+    and client-go's recorder do), so an input broken for an hour is one Event with a count, not hundreds.
     An identical status record is not written again within `refresh_seconds`.
     """
 
@@ -82,7 +83,7 @@ class ApiReporter:
         refresh_seconds: float = 600.0,
         clock=time.time,
     ) -> None:
-        from kubernetes import client  # ~46 MB: loaded only in API mode (field-notes §6)
+        from kubernetes import client  # the heavy part of the agent (field-notes §6): loaded in API mode only
 
         self._custom = client.CustomObjectsApi(api_client)
         # Events go through ApiClient.call_api, not CoreV1Api: that one class is ~3 MiB of RSS to load
@@ -95,7 +96,8 @@ class ApiReporter:
         self._clock = clock
         self._uid: str | None = None
         self._last_record: tuple[tuple, float] | None = None  # (what was written, when)
-        self._recent_events: dict[tuple[str, str, str], dict] = {}  # (type, reason, message) -> name, count, first
+        self._recent_events: dict[tuple[str, str, str], dict] = {}  # (type, reason, message) -> name, count, last
+        self._lock = threading.Lock()  # the calls run in worker threads; a caller may overlap them
 
     # ---- status ----
 
@@ -109,6 +111,10 @@ class ApiReporter:
         await asyncio.to_thread(self._write_record, {"error": error}, ("failed", error))
 
     def _write_record(self, record: dict, key: tuple) -> None:
+        with self._lock:
+            self._write_record_locked(record, key)
+
+    def _write_record_locked(self, record: dict, key: tuple) -> None:
         now = self._clock()
         if self._last_record and self._last_record[0] == key and now - self._last_record[1] < self.refresh_seconds:
             return  # same record written recently: nothing new to say
@@ -135,6 +141,10 @@ class ApiReporter:
         await asyncio.to_thread(self._write_event, reason, message[:MAX_EVENT_MESSAGE], _type(warning))
 
     def _write_event(self, reason: str, message: str, event_type: str) -> None:
+        with self._lock:
+            self._write_event_locked(reason, message, event_type)
+
+    def _write_event_locked(self, reason: str, message: str, event_type: str) -> None:
         now = self._clock()
         self._forget_old_events(now)
         key = (event_type, reason, message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -185,3 +186,13 @@ async def test_log_reporter_lines():
     ]
     assert lines[0]["config_hash"] == "hash-1" and lines[0]["generation"] == 3
     assert lines[1]["error"].startswith("registry file x") and lines[2]["reason"] == "ConfigApplied"
+
+
+@pytest.mark.asyncio
+async def test_first_record_on_a_registry_without_status(kube_api):
+    kube_api.create(REGISTRY)
+    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    await reporter.failed("spec.config.storage: exactly one backend", None)  # the very first config failed
+    assert _agents(kube_api) == {"reg-abc": {"error": "spec.config.storage: exactly one backend"}}
+    await asyncio.gather(reporter.applied("h", 1), reporter.event("ConfigApplied", "x"))  # overlapping calls
+    assert _agents(kube_api)["reg-abc"]["configHash"] == "h" and len(_events(kube_api)) == 1

@@ -100,7 +100,7 @@ class RegistryApiWatcher:
         backoff_initial: float = 0.5,
         backoff_cap: float = 10.0,
     ) -> None:
-        from kubernetes import client  # ~46 MB: only agents that talk to the API load it (field-notes §6)
+        from kubernetes import client  # heavy (field-notes §6): loaded only by agents that talk to the API
 
         self._api = client.CustomObjectsApi(api_client)
         self.namespace, self.registry_name = namespace, name
