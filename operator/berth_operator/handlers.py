@@ -19,7 +19,7 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +72,26 @@ def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
         kopf.event(body, type="Warning", reason=degraded["reason"], message=degraded["message"])
 
 
-async def run_reconcile(ctx: Context, body: Mapping[str, Any], *, trigger: str) -> Outcome | None:
-    """Reconcile one Registry (serialized per Registry), then metrics, events and one log line."""
-    raw = copy.deepcopy(dict(body))
-    key = _key(raw)
+async def run_reconcile(
+    ctx: Context,
+    body: Mapping[str, Any] | None = None,
+    *,
+    trigger: str,
+    key: tuple[str, str] | None = None,
+    fetch: Callable[[], Awaitable[Mapping[str, Any] | None]] | None = None,
+) -> Outcome | None:
+    """Reconcile one Registry (serialized per Registry), then metrics, events and one log line.
+
+    With fetch, the body is read once the lock is held: a sweep or a refresh that waited behind a
+    reconcile of a newer spec must not apply the older one it would otherwise have read before waiting.
+    """
+    key = key or _key(body or {})
     async with ctx.lock(key):
+        if fetch is not None:
+            body = await fetch()
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        raw = copy.deepcopy(dict(body))
         ctx.reconciles += 1
         started = time.monotonic()
         try:
@@ -110,20 +125,23 @@ async def run_reconcile(ctx: Context, body: Mapping[str, Any], *, trigger: str) 
 
 async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str) -> None:
     """Reconcile a Registry known only by name (from a Deployment or Pod event): read it first."""
-    body = await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
-    if body is not None and not (body.get("metadata") or {}).get("deletionTimestamp"):
-        await run_reconcile(ctx, body, trigger=trigger)
+
+    async def fetch() -> Mapping[str, Any] | None:
+        return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
+
+    await run_reconcile(ctx, key=(namespace, name), fetch=fetch, trigger=trigger)
 
 
 async def sweep_forever(ctx: Context) -> None:
     while True:
         await asyncio.sleep(ctx.refresh_interval)
         for key in list(ctx.bodies):
-            body = ctx.bodies.get(key)
-            if body is None:
-                continue
+
+            async def latest(key: tuple[str, str] = key) -> Mapping[str, Any] | None:
+                return ctx.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
+
             try:
-                await run_reconcile(ctx, body, trigger="periodic")
+                await run_reconcile(ctx, key=key, fetch=latest, trigger="periodic")
             except Exception:  # one Registry's failure must not stop the sweep of the others
                 logger.exception("periodic reconcile of Registry %s/%s failed", *key)
 

@@ -86,6 +86,12 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
     except ValidationError as exc:
         reg = None
         findings.append(Finding("InvalidSpec", describe_validation_error(exc)))
+        # Nothing is applied, but what runs from the last valid spec keeps running: report it as it is.
+        url, selector, storage = (live_status.get(k) for k in ("url", "selector", "storage"))
+        try:
+            deployment = kube.get("apps/v1", "Deployment", namespace, name)
+        except KubeError:
+            deployment = None
 
     if reg is not None:
         storage = reg.spec.config.storage.backend

@@ -238,3 +238,17 @@ def _configuration(kube_api):
     configuration = kubernetes.client.Configuration()
     configuration.host = kube_api.url
     return configuration
+
+
+def test_valid_then_invalid_keeps_what_runs(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create(registry("was-ok", {"config": {"storage": {"inmemory": {}}}}))
+    harness.wait_reconciled(NS, "was-ok")
+    url = kube_api.get(REGISTRIES_PATH, NS, "was-ok")["status"]["url"]
+    mark = len(kube_api.requests())
+    kube_api.patch(REGISTRIES_PATH, NS, "was-ok", {"spec": {"http": {"addr": ":99999"}}})
+    harness.wait_reconciled(NS, "was-ok")
+    status, reason, message = condition(harness, "was-ok", "Degraded")
+    assert (status, reason) == ("True", "InvalidSpec") and "spec.http.addr" in message
+    assert kube_api.get(REGISTRIES_PATH, NS, "was-ok")["status"]["url"] == url
+    assert all("/registries/was-ok" in path for _, path in harness.writes_after(mark))
