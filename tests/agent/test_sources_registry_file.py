@@ -130,3 +130,16 @@ def test_read_errors(tmp_path, content, expected):
 
 def test_directory_is_an_error(tmp_path):
     assert read_registry_file(tmp_path) == (None, f"registry file {tmp_path}: is a directory")
+
+
+@pytest.mark.asyncio
+async def test_file_in_a_configmap_style_volume(tmp_path, health, changes):
+    """The file as a mounted ConfigMap shows it: a symlink into ..data, updated by the AtomicWriter's swap."""
+    from support.secretdir import swap_secret_dir, write_secret_dir
+
+    volume = write_secret_dir(tmp_path / "config-volume", {"registry.yaml": yaml.safe_dump(REGISTRY)})
+    watcher = RegistryFileWatcher(volume / "registry.yaml", health, recheck_seconds=3600)
+    async with running(watcher, changes):
+        await changes.wait_for(lambda c: c.registry == REGISTRY)
+        assert swap_secret_dir(volume, {"registry.yaml": yaml.safe_dump(_with_level("debug"))})
+        await changes.wait_for(lambda c: _level(c) == "debug")
