@@ -112,6 +112,29 @@ def test_strategic_merge_patch_on_a_custom_resource_is_415(kube_api: KubeApi, cu
     assert refused.value.status == 415
 
 
+def test_strategic_merge_patch_merges_lists_by_key(kube_api: KubeApi) -> None:
+    apps = kubernetes.client.AppsV1Api(kube_api.client())  # dict bodies go as strategic merge patches
+    labels = {"app": "d"}
+    apps.create_namespaced_deployment(NS, {
+        "metadata": {"name": "d", "finalizers": ["a/b"]},
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "containers": [{"name": "agent", "image": "a:1"}, {"name": "registry", "image": "r:1",
+                                                                "env": [{"name": "X", "value": "1"}]}],
+            "volumes": [{"name": "config", "emptyDir": {}}, {"name": "data", "emptyDir": {}}]}}}})
+
+    patched = apps.patch_namespaced_deployment("d", NS, {
+        "metadata": {"finalizers": ["c/d"]},
+        "spec": {"template": {"spec": {
+            "containers": [{"name": "registry", "image": "r:2", "env": [{"name": "Y", "value": "2"}]}],
+            "volumes": [{"name": "data", "$patch": "delete"}]}}}})
+
+    pod = patched.spec.template.spec
+    assert [(c.name, c.image) for c in pod.containers] == [("agent", "a:1"), ("registry", "r:2")]
+    assert [(e.name, e.value) for e in pod.containers[1].env] == [("X", "1"), ("Y", "2")]
+    assert [v.name for v in pod.volumes] == ["config"]
+    assert patched.metadata.finalizers == ["a/b", "c/d"]  # a primitive set merges too
+
+
 def test_failed_json_patch_test_op_is_422(core) -> None:
     core.create_namespaced_config_map(NS, {"metadata": {"name": "cm", "labels": {"owner": "a"}}})
     with pytest.raises(ApiException) as failed:

@@ -18,6 +18,9 @@ other path still goes to kmock. Each gap filler says why:
 - 409 Conflict on a stale metadata.resourceVersion in an update or patch that carries one (optimistic
   concurrency; kmock has none), 409 AlreadyExists on a duplicate create.
 - 422 on a json-patch whose `test` op fails (kopf's and our compare-and-swap patches depend on it).
+- strategic merge patch (what the official client sends for dict bodies on built-in kinds) merges lists
+  by their patch merge keys, from the schemas kubernetes-validate ships (`support.kube_strategic`): a
+  container or volume left out of such a patch stays, as on a cluster. On custom resources: 415, as there.
 - PUT (replace), deletecollection, the `scale` subresource, generateName, and server-side apply
   (`application/apply-patch+yaml`) that creates a missing object and removes the fields the same field
   manager applied before and no longer applies (kmock: PUT 404s, apply is a merge that 404s).
@@ -37,9 +40,7 @@ other path still goes to kmock. Each gap filler says why:
 - fault injection for tests: `fail_next()` makes the next N matching requests fail, `drop_watches()`
   cuts every open watch connection, `compact()` forgets the watch history (next resume gets 410).
 
-Not emulated (kept out on purpose): strategic merge patch on built-in kinds is applied as a JSON merge
-patch (lists are replaced, never merged by key, so a container or volume dropped from a strategic patch
-disappears here but stays on a real cluster; on custom resources it is refused with 415, as there); server-side apply has no field-ownership conflicts;
+Not emulated (kept out on purpose): server-side apply has no field-ownership conflicts;
 no admission, defaulting, schema validation, namespace existence checks or namespace deletion;
 list pagination (`limit`) returns everything in one page; dryRun is refused with 400.
 """
@@ -64,6 +65,7 @@ import yaml
 from kmock._internal import apps, parsing, rendering  # the HTTP plumbing we keep; no public name for it
 
 from support.kube_selectors import Matcher, SelectorError, field_matcher, label_matcher
+from support.kube_strategic import schema_for, strategic_merge
 
 Obj = dict[str, Any]
 Key = tuple[kmock.resource, str | None, str]
@@ -378,7 +380,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 raise api_error(422, "Invalid", f"the server rejected our request due to an error in our request: {error}")
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
                 raise api_error(422, "Invalid", f"json patch could not be applied: {error}")
-        elif content_type in (MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
+        elif content_type == STRATEGIC_PATCH:
+            if not isinstance(patch, Mapping):
+                raise api_error(400, "BadRequest", "a strategic merge patch must be an object")
+            _, kind = self._identity(resource)
+            result = strategic_merge(base, patch, schema_for(resource.group, resource.version, kind))
+        elif content_type in (MERGE_PATCH, APPLY_PATCH):
             if not isinstance(patch, Mapping):
                 raise api_error(400, "BadRequest", "a merge patch must be an object")
             result = base
