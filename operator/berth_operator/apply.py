@@ -62,10 +62,18 @@ def desired_hash(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def _zero(value: Any) -> bool:
+    """Go's zero values, which the API server leaves out of its answers (`omitempty`)."""
+    return value is None or value is False or (not isinstance(value, bool) and value in (0, "", {}, []))
+
+
 def contains(live: Any, wanted: Any) -> bool:
-    """Whether every field of wanted is in live with the same value; lists match element by element."""
+    """Whether every field of wanted is in live with the same value; lists match element by element.
+    A wanted zero value (false, 0, "", {}, []) matches an absent field: the server omits them."""
     if isinstance(wanted, Mapping):
-        return isinstance(live, Mapping) and all(k in live and contains(live[k], v) for k, v in wanted.items())
+        return isinstance(live, Mapping) and all(
+            contains(live[k], v) if k in live else _zero(v) for k, v in wanted.items()
+        )
     if isinstance(wanted, list):
         return isinstance(live, list) and len(live) == len(wanted) and all(map(contains, live, wanted))
     return live == wanted

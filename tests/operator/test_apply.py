@@ -83,3 +83,11 @@ def test_missing_label_map_is_added_whole():
 def test_hash_is_stable_and_order_independent():
     reordered = {"spec": WANTED["spec"], "metadata": WANTED["metadata"], "kind": "Service", "apiVersion": "v1"}
     assert desired_hash(reordered) == DIGEST
+
+
+def test_zero_values_the_server_omits_match_absent_fields():
+    wanted = {"spec": {"readOnly": False, "env": [], "resources": {}, "replicas": 0, "name": "x"}}
+    assert contains({"spec": {"name": "x"}}, wanted)
+    assert not contains({"spec": {"name": "x", "readOnly": True}}, wanted)
+    assert not contains({"spec": {}}, wanted)  # "x" is not a zero value
+    assert not contains({"spec": {"name": "x"}}, {"spec": {"readOnly": True}})
