@@ -25,7 +25,9 @@ render_errors_total = Counter(_P + "render_errors", "Renders that failed on bad 
 htpasswd_updates_total = Counter(_P + "htpasswd_updates", "htpasswd rewrites applied without a restart.")
 watch_events_total = Counter(_P + "watch_events", "Events seen by the watch loops, by source.", ["source"])
 watch_errors_total = Counter(_P + "watch_errors", "Errors in the watch loops, by source.", ["source"])
-watch_restarts_total = Counter(_P + "watch_restarts", "Watches reopened (timeout, drop, relist), by source.", ["source"])
+watch_restarts_total = Counter(
+    _P + "watch_restarts", "Watches reopened (timeout, drop, relist), by source.", ["source"]
+)
 # The pvc_* series exist only once a PVC is probed (expose_pvc): a registry on object storage has no PVC, and a
 # pvc_ok of 0 there would look like a broken volume to an alert.
 pvc_capacity_bytes = Gauge(_P + "pvc_capacity_bytes", "Size of the filesystem holding the PVC mount path.",

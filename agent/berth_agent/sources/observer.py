@@ -98,7 +98,8 @@ class DirObserver:
                 metrics.watch_errors_total.labels(source=self._source).inc()
                 log.warning(
                     "inotify unavailable, falling back to polling",
-                    extra={"fields": {"source": self._source, "errno": exc.errno, "error": os.strerror(exc.errno or 0)}},
+                    extra={"fields": {"source": self._source, "errno": exc.errno,
+                                      "error": os.strerror(exc.errno or 0)}},
                 )
                 self._stop_quietly()
                 self.polling = True
@@ -136,7 +137,8 @@ class DirObserver:
                     metrics.watch_errors_total.labels(source=self._source).inc()
                     log.warning(
                         "cannot watch directory",
-                        extra={"fields": {"source": self._source, "path": str(directory), "error": os.strerror(exc.errno or 0)}},
+                        extra={"fields": {"source": self._source, "path": str(directory),
+                                          "error": os.strerror(exc.errno or 0)}},
                     )
         return added
 
