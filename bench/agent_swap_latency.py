@@ -126,8 +126,8 @@ def main() -> None:
     if restarts:
         apply = [line["seconds"] for line in restarts]
         restart = [line["restart_seconds"] for line in restarts]
-        for line in restarts[:5]:
-            print("   ", line["timings"])
+        for line in restarts[:3]:
+            print("    sample step timings (s):", line["timings"])
         print(f"inside the agent, render+preflight+write+restart: {summary_ms(apply)}; "
               f"of which SIGTERM -> new registry answers: {summary_ms(restart)}")
     print(f"p99 {p99 * 1000:.1f} ms (target < 1000 ms: {'met' if p99 < 1.0 else 'MISSED'})")

@@ -1,0 +1,17 @@
+"""Keep the agent benchmarks from rotting: run one with a tiny N and check what it prints (not how fast)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def test_inflight_benchmark_runs_and_counts_no_failure():
+    result = subprocess.run([sys.executable, str(BENCH / "agent_inflight.py"), "--reloads", "2", "--pullers", "1"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "reloads: 2 " in result.stdout
+    assert "failed requests: 0 " in result.stdout
