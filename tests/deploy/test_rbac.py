@@ -54,7 +54,7 @@ def cluster_role_grants() -> set[tuple[str, str, str]]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
-def request_triple(api: KubeApi, method: str, target: str) -> tuple[str, str, str] | None:
+def request_triple(method: str, target: str) -> tuple[str, str, str] | None:
     """(apiGroup, resource[/subresource], verb) of a resource request; None for discovery paths."""
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query)
@@ -137,7 +137,7 @@ def exercised() -> set[tuple[str, str, str]]:
                      "Registry deleted")
         finally:
             harness.stop()
-        return {triple for method, target in api.requests() if (triple := request_triple(api, method, target))}
+        return {triple for method, target in api.requests() if (triple := request_triple(method, target))}
 
 
 def test_every_request_is_allowed(exercised: set[tuple[str, str, str]]) -> None:
