@@ -8,6 +8,7 @@ import errno
 
 import pytest
 from berth_agent.sources.mounts import MountWatcher
+from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from support.secretdir import swap_secret_dir, write_secret_dir
@@ -241,3 +242,31 @@ async def test_liveness_follows_the_observer_thread(tmp_path, changes, factory, 
         else:
             await asyncio.sleep(0.3)  # several ticks, none of which may beat
             assert not health.live_ok() and health.stale_loops()[0].startswith("mounts (silent")
+
+
+class _ObserverAtItsLimit(Observer):
+    """inotify that has room for the watches made at start, and none for any added later (ENOSPC)."""
+
+    def schedule(self, *args, **kwargs):
+        if self.is_alive():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().schedule(*args, **kwargs)
+
+
+@pytest.mark.asyncio
+async def test_limit_reached_after_start_falls_back_to_polling(tmp_path, health, changes):
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "cosi", {"BucketInfo": "1"})
+    watcher = MountWatcher(root, health, resync_seconds=3600, observer_factory=_ObserverAtItsLimit,
+                           poll_seconds=0.2)
+    async with running(watcher, changes):
+        await _wait_watching(watcher, root / "cosi")
+        assert not watcher.polling
+        write_secret_dir(root / "tls", {"tls.crt": "one"})  # its watch hits the limit
+        await _until(lambda: watcher.polling)
+        await _wait_watching(watcher, root / "tls")
+        changes.clear()
+        assert swap_secret_dir(root / "tls", {"tls.crt": "two"})
+        await changes.wait_for(_from("mount:tls"))
+        assert swap_secret_dir(root / "cosi", {"BucketInfo": "2"})  # the earlier directory is still watched
+        await changes.wait_for(_from("mount:cosi"))

@@ -6,6 +6,7 @@ a watch on the directory sees and a watch on a file symlink or on `..data` does 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -47,6 +48,8 @@ CHANGE_EVENTS: list[type[FileSystemEvent]] = [
 ]
 
 ObserverFactory = Callable[[], BaseObserver]
+
+INOTIFY_LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOSPC)  # instances, open files, watches
 
 
 class _Callback(FileSystemEventHandler):
@@ -93,17 +96,19 @@ class DirObserver:
                 self._start_with(self._factory, dirs)
                 return
             except OSError as exc:
-                # inotify limits are per user per node (max_user_instances, max_user_watches): when they are hit,
-                # watchdog raises EMFILE or ENOSPC (field-notes §4). Polling costs a stat per entry per second.
-                metrics.watch_errors_total.labels(source=self._source).inc()
-                log.warning(
-                    "inotify unavailable, falling back to polling",
-                    extra={"fields": {"source": self._source, "errno": exc.errno,
-                                      "error": os.strerror(exc.errno or 0)}},
-                )
-                self._stop_quietly()
-                self.polling = True
+                self._fall_back(exc)
         self._start_with(lambda: PollingObserver(timeout=self._poll_seconds), dirs)
+
+    def _fall_back(self, exc: OSError) -> None:
+        # inotify limits are per user per node (max_user_instances, max_user_watches): when they are hit,
+        # watchdog raises EMFILE or ENOSPC (field-notes §4). Polling costs a stat per entry per second.
+        metrics.watch_errors_total.labels(source=self._source).inc()
+        log.warning(
+            "inotify unavailable, falling back to polling",
+            extra={"fields": {"source": self._source, "errno": exc.errno, "error": os.strerror(exc.errno or 0)}},
+        )
+        self._stop_quietly()
+        self.polling = True
 
     def _start_with(self, factory: ObserverFactory, dirs: list[Path]) -> None:
         self._observer = factory()
@@ -132,8 +137,14 @@ class DirObserver:
                 try:
                     self._schedule(directory)
                     added.append(directory)
-                except OSError as exc:  # gone again, or an inotify limit: the next sync retries
+                except OSError as exc:
                     self._watches.pop(directory, None)
+                    if exc.errno in INOTIFY_LIMITS and not self.polling:
+                        # The limit was reached after start: watch everything by polling from now on.
+                        self._fall_back(exc)
+                        self._start_with(lambda: PollingObserver(timeout=self._poll_seconds), dirs)
+                        return list(dirs)
+                    # The directory is gone again: the next sync looks again.
                     metrics.watch_errors_total.labels(source=self._source).inc()
                     log.warning(
                         "cannot watch directory",
