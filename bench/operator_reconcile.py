@@ -20,7 +20,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -94,7 +93,8 @@ def main() -> None:
 
     with KubeApi() as api:
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": NS},
+        api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "shared", "namespace": NS},
                     "spec": {"accessModes": ["ReadWriteMany"]}})
         before_mb = vm_hwm_mb()
         operator = ChildOperator(api) if args.process else OperatorHarness(api, [NS])

@@ -179,7 +179,9 @@ def waiting(kube: Kube, reg: Registry) -> list[Finding]:
             granted = _status(access).get("accessGranted") or _status(access).get("readyToUse")
             secret_name = (access.get("spec") or {}).get("credentialsSecretName")
             if not granted:
-                found.append(Finding("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet"))
+                found.append(
+                    Finding("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet")
+                )
             elif secret_name and kube.get("v1", "Secret", namespace, secret_name) is None:
                 found.append(Finding(
                     "WaitingForBucketAccess",

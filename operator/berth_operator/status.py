@@ -127,7 +127,10 @@ def _pod_findings(obs: Observation) -> list[Finding]:
         )
         if behind:
             found.append(
-                Finding("WaitingForAgents", f"agents of {', '.join(behind)} have not applied generation {obs.generation}")
+                Finding(
+                    "WaitingForAgents",
+                    f"agents of {', '.join(behind)} have not applied generation {obs.generation}",
+                )
             )
     return found
 

@@ -8,7 +8,6 @@ from typing import Any
 from support.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "edits"
-JSON_PATCH = "application/json-patch+json"
 
 
 def registry(name: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import yaml
 from support.operator_harness import OWNED_PATHS, OperatorHarness, wait_for
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
-NS = "apps"
 
 # What the cluster has before each Registry: referenced Secrets, claims, accesses and classes.
 COSI = "objectstorage.k8s.io/v1alpha1"

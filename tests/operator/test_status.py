@@ -155,7 +155,8 @@ def test_operator_status_and_patch_only_when_changed():
     # Unknown pods: nothing pruned.
     assert status_patch(live, wanted, live_pods=None) is None
     changed = operator_status(
-        Observation(generation=2, deployment=READY_DEPLOYMENT), live, now=T1, url="u", selector="a=1", storage="inmemory"
+        Observation(generation=2, deployment=READY_DEPLOYMENT), live,
+        now=T1, url="u", selector="a=1", storage="inmemory",
     )
     patch = status_patch(live, changed, live_pods=["p1"])["status"]
     assert patch["observedGeneration"] == 2 and patch["url"] == "u" and "agents" not in patch
