@@ -97,7 +97,10 @@ def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
                     {
                         "downwardAPI": {
                             "items": [
-                                {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                                {
+                                    "path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                                }
                             ]
                         }
                     },
@@ -185,7 +188,12 @@ def registry_container(reg: Registry) -> dict[str, Any]:
         },
         # TCP, not GET /: a failing storage health check (or the agent's health file before a restart) must
         # take the replica out of rotation, not get the container killed and restarted with back-off.
-        "livenessProbe": {"tcpSocket": {"port": port_name}, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 6},
+        "livenessProbe": {
+            "tcpSocket": {"port": port_name},
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 6,
+        },
         "resources": resources,
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
