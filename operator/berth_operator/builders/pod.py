@@ -27,7 +27,9 @@ AGENT_HEALTH_PORT = 8081
 # Fixed on purpose: spec.http.drainTimeout is applied hot, so it may not shape the pod. Long enough for any
 # sensible drain; problems() warns when the drain timeout would not fit.
 TERMINATION_GRACE_PERIOD_SECONDS = 300
-# Kubelet's projected-token default (3607 s: one hour plus the jitter the kubelet itself uses).
+# What the automatically injected kube-api-access volume requests. The API server knows this value
+# (WarnOnlyBoundTokenExpirationSeconds): with --service-account-extend-token-expiration (the default) it
+# issues a longer-lived token and only warns, so a client that never re-reads the file keeps working.
 TOKEN_EXPIRATION_SECONDS = 3607
 # Secret files readable by the pod's group (fsGroup) and nobody else.
 SECRET_MODE = 0o440
