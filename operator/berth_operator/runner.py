@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 from kubernetes.client import Configuration
 
+from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
 from .client import Kube
 from .handlers import Context, make_registry
 
@@ -35,6 +36,10 @@ def settings(*, peering_standalone: bool = True) -> kopf.OperatorSettings:
     s.peering.standalone = peering_standalone
     # Watches are re-opened at least every 5 minutes (idle connections get dropped: field-notes §3).
     s.watching.server_timeout = 270
+    # Only Berth's pods and Deployments are of interest: filter on the server, not after receiving every pod
+    # of the cluster (the handlers filter the same labels again).
+    s.watching.label_selectors["", "v1", "pods"] = f"{MANAGED_BY_LABEL}=berth,{NAME_LABEL}=registry"
+    s.watching.label_selectors["apps", "v1", "deployments"] = f"{MANAGED_BY_LABEL}=berth"
     s.watching.client_timeout = 300
     return s
 
