@@ -68,6 +68,15 @@ def test_drain_timeout_longer_than_the_grace_period(registry_factory, facts_fact
     assert problems(registry_factory(spec(COSI_CLASSES, http={"drainTimeout": "4m50s"})), facts_factory()) == []
 
 
+def test_http_addr_must_listen_on_every_interface(registry_factory, facts_factory):
+    for addr in ("127.0.0.1:5000", "localhost:5000", "[::1]:5000", "10.0.0.7:5000"):
+        [message] = problems(registry_factory(spec(COSI_CLASSES, http={"addr": addr})), facts_factory())
+        assert message.startswith(f"spec.http.addr: {addr!r} listens on ")
+        assert "':5000' or '0.0.0.0:5000'" in message
+    for addr in (":5000", "0.0.0.0:5000", "[::]:5000"):
+        assert problems(registry_factory(spec(COSI_CLASSES, http={"addr": addr})), facts_factory()) == [], addr
+
+
 def test_go_durations():
     assert go_duration_seconds("0") == 0
     assert go_duration_seconds("30s") == 30

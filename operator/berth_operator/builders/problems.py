@@ -17,6 +17,8 @@ _MAX_LABEL_LENGTH = 63
 # Seconds the registry needs after its drain to exit, and the agent after it.
 _STOP_MARGIN_SECONDS = 10
 _GO_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+# Hosts in spec.http.addr that listen on every interface of the pod.
+_WILDCARD_HOSTS = {"", "0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]"}
 _SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -61,6 +63,14 @@ def problems(reg: Registry, facts: ClusterFacts) -> list[str]:
             f"spec.config.storage.objectStorage.bucketAccess: waiting for BucketAccess "
             f"{object_storage.bucket_access!r} to name its credentials Secret (spec.credentialsSecretName); "
             "the Deployment is not built until then"
+        )
+
+    addr = reg.spec.http.addr
+    host = addr.rsplit(":", 1)[0]
+    if host not in _WILDCARD_HOSTS:
+        found.append(
+            f"spec.http.addr: {addr!r} listens on {host} only, where neither the Service nor the kubelet's probes "
+            f"reach it (they use the pod IP); use ':{reg.spec.http.port}' or '0.0.0.0:{reg.spec.http.port}'"
         )
 
     drain = go_duration_seconds(reg.spec.http.drain_timeout)
