@@ -3,6 +3,9 @@ the registry container, replicas and strategy."""
 
 from __future__ import annotations
 
+import argparse
+
+from berth_agent import run_command
 from berth_operator.builders import build_all, deployment, names
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -94,6 +97,12 @@ def test_agent_is_a_native_sidecar(builder_case):
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081",
     ]
+    # The agent's own command line accepts them (parsed, not run).
+    parser = argparse.ArgumentParser(prog="berth-agent")
+    run_command.add_parser(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(agent["args"])
+    assert (parsed.registry, str(parsed.mounts), parsed.health_addr) == \
+        ("registries/demo", "/var/run/berth", "0.0.0.0:8081")
     assert agent["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
     ]
