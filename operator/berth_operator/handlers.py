@@ -5,6 +5,7 @@
   Registry again: status refresh (pods becoming ready, a PVC binding) and repair of drifted objects. It is a
   plain task rather than a kopf timer so Registries carry no finalizer: the operator has nothing to clean up
   (garbage collection removes what a Registry owns), and an uninstalled operator never blocks a deletion.
+  It starts with the first Registry event and stops on kopf's cleanup.
 - Deployment status changes and Pod deletions of Berth's pods reconcile their Registry at once (Ready
   follows the pods; status.agents records of deleted pods are pruned).
 - A change of status.agents (written by the agents) reconciles too: Ready waits for every agent to apply.
@@ -157,10 +158,6 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
     """The handlers of one operator instance (a fresh registry, so several can run in one process)."""
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.startup(registry=registry, id="start-sweeper")
-    async def start_sweeper(**_: Any) -> None:
-        ctx.sweeper = asyncio.create_task(sweep_forever(ctx), name="berth-sweeper")
-
     @kopf.on.cleanup(registry=registry, id="stop-sweeper")
     async def stop_sweeper(**_: Any) -> None:
         if ctx.sweeper is not None:
@@ -177,6 +174,10 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
 
     @kopf.on.event(*REGISTRIES, registry=registry, id="track-registry")
     async def track_registry(event: Mapping[str, Any], **_: Any) -> None:
+        if ctx.sweeper is None:
+            # Started from a resource handler, not from on.startup: kopf sets the context its Event poster
+            # needs (kopf.event) only in the tasks that process objects, and the sweep posts Events too.
+            ctx.sweeper = asyncio.create_task(sweep_forever(ctx), name="berth-sweeper")
         body = event.get("object") or {}
         key = _key(body)
         if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):

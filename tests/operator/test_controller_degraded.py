@@ -107,6 +107,8 @@ def test_missing_secret_then_created(operator_harness, kube_api):
                      "data": {"other": base64.b64encode(b"x").decode()}})
     wait_for(lambda: condition(harness, "auth", "Degraded")[1] == "MissingSecretKey", "MissingSecretKey")
     assert "has no key htpasswd" in condition(harness, "auth", "Degraded")[2]
+    # The sweep posts Events too (a new Degraded reason: a new Warning).
+    wait_for(lambda: warning_events(harness, "auth", "MissingSecretKey"), "the sweep's MissingSecretKey event")
     kube_api.patch("v1/secrets", NS, "users", {"data": {"htpasswd": base64.b64encode(b"u:$2y$05$x").decode()}})
     wait_for(lambda: condition(harness, "auth", "Degraded")[0] == "False", "Degraded cleared")
 
