@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from berth_api import Registry
+from kubernetes.utils import parse_quantity
 
 from .builders import names
 from .client import COSI, Kube, KubeError
@@ -67,13 +68,34 @@ def _zero(value: Any) -> bool:
     return value is None or value is False or (not isinstance(value, bool) and value in (0, "", {}, []))
 
 
+def _same_quantity(live: Any, wanted: Any) -> bool:
+    """Resource quantities compare by value: the API server rewrites them canonically (0.5 -> 500m)."""
+    try:
+        return parse_quantity(live) == parse_quantity(wanted)
+    except (ValueError, TypeError, ArithmeticError):
+        return False
+
+
+def _quantities(live: Any, wanted: Mapping[str, Any]) -> bool:
+    return isinstance(live, Mapping) and all(
+        k in live and (live[k] == v or _same_quantity(live[k], v)) for k, v in wanted.items()
+    )
+
+
+def _field_matches(live: Mapping[str, Any], key: str, wanted: Any) -> bool:
+    if key not in live:
+        return _zero(wanted)
+    if key in ("requests", "limits") and isinstance(wanted, Mapping):
+        return _quantities(live[key], wanted)
+    return contains(live[key], wanted)
+
+
 def contains(live: Any, wanted: Any) -> bool:
     """Whether every field of wanted is in live with the same value; lists match element by element.
-    A wanted zero value (false, 0, "", {}, []) matches an absent field: the server omits them."""
+    A wanted zero value (false, 0, "", {}, []) matches an absent field: the server omits them. Values under
+    `requests` and `limits` are resource quantities and compare by value."""
     if isinstance(wanted, Mapping):
-        return isinstance(live, Mapping) and all(
-            contains(live[k], v) if k in live else _zero(v) for k, v in wanted.items()
-        )
+        return isinstance(live, Mapping) and all(_field_matches(live, k, v) for k, v in wanted.items())
     if isinstance(wanted, list):
         return isinstance(live, list) and len(live) == len(wanted) and all(map(contains, live, wanted))
     return live == wanted

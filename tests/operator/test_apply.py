@@ -91,3 +91,13 @@ def test_zero_values_the_server_omits_match_absent_fields():
     assert not contains({"spec": {"name": "x", "readOnly": True}}, wanted)
     assert not contains({"spec": {}}, wanted)  # "x" is not a zero value
     assert not contains({"spec": {"name": "x"}}, {"spec": {"readOnly": True}})
+
+
+def test_resource_quantities_compare_by_value():
+    wanted = {"resources": {"requests": {"cpu": "0.5", "memory": "1.5Gi"}, "limits": {"memory": "2Gi"}}}
+    live = {"resources": {"requests": {"cpu": "500m", "memory": "1536Mi"}, "limits": {"memory": "2Gi"}}}
+    assert contains(live, wanted)
+    assert not contains({"resources": {"requests": {"cpu": "600m", "memory": "1536Mi"}, "limits": {"memory": "2Gi"}}},
+                        wanted)
+    # Only under requests/limits: elsewhere "1.0" and "1" are different strings.
+    assert not contains({"labels": {"v": "1.0"}}, {"labels": {"v": "1"}})
