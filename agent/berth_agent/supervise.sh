@@ -57,6 +57,13 @@ while [ -z "$stopping" ]; do
         wait "$child"
         status=$?
         if ! kill -0 "$child" 2>/dev/null; then
+            # Gone. If a signal interrupted the wait just as it exited, the status above is the signal's
+            # (>128): a second wait collects the registry's own (127 when there is nothing left to collect).
+            wait "$child" 2>/dev/null
+            again=$?
+            if [ "$again" -ne 127 ]; then
+                status=$again
+            fi
             break
         fi
     done
