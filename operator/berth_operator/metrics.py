@@ -9,18 +9,20 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-RECONCILES = Counter("berth_reconciles_total", "Reconciles of a Registry, by result.", ["result"])
+RECONCILES = Counter("berth_operator_reconciles_total", "Reconciles of a Registry, by result.", ["result"])
 RECONCILE_SECONDS = Histogram(
-    "berth_reconcile_duration_seconds",
+    "berth_operator_reconcile_duration_seconds",
     "Time one reconcile of a Registry took.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 APPLY_OPERATIONS = Counter(
-    "berth_apply_operations_total", "Writes to the API server, by kind and verb.", ["kind", "verb"]
+    "berth_operator_apply_operations_total", "Writes to the API server, by kind and verb.", ["kind", "verb"]
 )
-ERRORS = Counter("berth_errors_total", "Failures while reconciling, by kind of failure.", ["reason"])
+ERRORS = Counter("berth_operator_errors_total", "Failures while reconciling, by kind of failure.", ["reason"])
 REGISTRIES = Gauge(
-    "berth_registries", "Registries known to this operator, by condition and its status.", ["condition", "status"]
+    "berth_operator_registries",
+    "Registries known to this operator, by condition and its status.",
+    ["condition", "status"],
 )
 
 # (namespace, name) -> {condition type: status}; the gauge is recomputed from it, so a Registry moving from

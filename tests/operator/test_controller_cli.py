@@ -46,10 +46,10 @@ def test_berth_operator_process(kube_api, tmp_path):
         assert status == 200
         wait_for_port(metrics_port)
         _, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
-        assert 'berth_reconciles_total{result="ok"}' in metrics
-        assert "berth_reconcile_duration_seconds_bucket" in metrics
-        assert 'berth_apply_operations_total{kind="Deployment",verb="created"} 1.0' in metrics
-        assert 'berth_registries{condition="Ready",status="False"} 1.0' in metrics
+        assert 'berth_operator_reconciles_total{result="ok"}' in metrics
+        assert "berth_operator_reconcile_duration_seconds_bucket" in metrics
+        assert 'berth_operator_apply_operations_total{kind="Deployment",verb="created"} 1.0' in metrics
+        assert 'berth_operator_registries{condition="Ready",status="False"} 1.0' in metrics
         assert kube_api.get("apps/v1/deployments", NS, "proc") is not None
     finally:
         proc.send_signal(signal.SIGTERM)
