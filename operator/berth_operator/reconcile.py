@@ -66,6 +66,17 @@ def _problem_finding(message: str) -> Finding:
     return Finding("Unsatisfiable", message)
 
 
+def _usable_status(status: Any) -> dict[str, Any]:
+    """The live status, with the parts we read in the shapes we read (nothing validates status: a broken
+    agent or a hand edit can put anything there)."""
+    usable = dict(status) if isinstance(status, Mapping) else {}
+    if not isinstance(usable.get("agents"), Mapping):
+        usable["agents"] = {}
+    if not isinstance(usable.get("conditions"), list):
+        usable["conditions"] = []
+    return usable
+
+
 def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
@@ -74,7 +85,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
     generation = meta.get("generation")
-    live_status = body.get("status") or {}
+    live_status = _usable_status(body.get("status"))
     outcome = Outcome(previous_conditions=list(live_status.get("conditions") or []))
     findings: list[Finding] = []
     deployment = None
@@ -114,18 +125,22 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
 
-    agents = live_status.get("agents") or {}
+    agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
     if live_pods is not None:
         agents = {pod: rec for pod, rec in agents.items() if pod in live_pods}
     obs = Observation(
         generation=generation,
         findings=tuple(findings),
         deployment=DeploymentState.from_manifest(deployment),
-        agents=agents if isinstance(agents, Mapping) else {},
+        agents=agents,
     )
     wanted = status.operator_status(obs, live_status, now=now(), url=url, selector=selector, storage=storage)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=live_pods)
+    raw_agents = (body.get("status") or {}).get("agents") if isinstance(body.get("status"), Mapping) else None
+    if raw_agents is not None and not isinstance(raw_agents, Mapping):  # not a map of records: drop it whole
+        patch = patch or {"status": {}}
+        patch["status"]["agents"] = None
     if patch is not None:
         try:
             kube.patch(*REGISTRY, namespace, name, patch, subresource="status")

@@ -254,3 +254,15 @@ def test_valid_then_invalid_keeps_what_runs(operator_harness, kube_api):
     assert (status, reason) == ("True", "InvalidSpec") and "spec.http.addr" in message
     assert kube_api.get(REGISTRIES_PATH, NS, "was-ok")["status"]["url"] == url
     assert all("/registries/was-ok" in path for _, path in harness.writes_after(mark))
+
+
+def test_junk_in_status_does_not_break_the_reconcile(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create(registry("junk", {"config": {"storage": {"inmemory": {}}}}))
+    harness.wait_reconciled(NS, "junk")
+    kube_api.patch(REGISTRIES_PATH, NS, "junk", {"status": {"conditions": "bad", "agents": ["not", "a", "map"]}},
+                   subresource="status")
+    kube_api.patch(REGISTRIES_PATH, NS, "junk", {"spec": {"image": "registry:3.0.1"}})
+    harness.wait_reconciled(NS, "junk")
+    assert condition(harness, "junk", "Degraded")[:2] == ("False", "AsExpected")
+    assert "agents" not in kube_api.get(REGISTRIES_PATH, NS, "junk")["status"]
