@@ -81,6 +81,25 @@ def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
 
+def _apply(
+    kube: Kube, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Look up, build, apply and prune; then read what the status reports. Appends to findings and actions
+    as it goes (so a failure half-way still reports what was done); returns the Deployment and pod names."""
+    lookup = facts.look_up(kube, reg, agent_image)
+    findings += lookup.findings
+    findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
+    built = build_all(reg, lookup.facts, http_secret_value=apply.http_secret_value(kube, reg))
+    for manifest in built:
+        action = apply.apply_object(kube, manifest)
+        if action is not None:
+            actions.append(action)
+    actions += apply.prune(kube, reg, built)
+    findings += facts.waiting(kube, reg)
+    deployment = kube.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
+    return deployment, [p["metadata"]["name"] for p in _live_pods(kube, reg)]
+
+
 def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outcome:
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
@@ -109,19 +128,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
         selector = names.selector_string(reg)
         url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
-            lookup = facts.look_up(kube, reg, agent_image)
-            findings += lookup.findings
-            findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
-            value = apply.http_secret_value(kube, reg)
-            built = build_all(reg, lookup.facts, http_secret_value=value)
-            for manifest in built:
-                action = apply.apply_object(kube, manifest)
-                if action is not None:
-                    outcome.actions.append(action)
-            outcome.actions += apply.prune(kube, reg, built)
-            findings += facts.waiting(kube, reg)
-            deployment = kube.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
-            live_pods = [p["metadata"]["name"] for p in _live_pods(kube, reg)]
+            deployment, live_pods = _apply(kube, reg, agent_image, findings, outcome.actions)
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
 
