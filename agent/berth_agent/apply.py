@@ -7,8 +7,10 @@ files, config paths, hashes and pids, never file contents.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +19,7 @@ import yaml
 
 from .preflight import PreflightError, check_config, s3_target
 from .render import Rendered
-from .restart import Endpoint, RestartResult, find_registry_processes, restart_registry
+from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, restart_registry
 from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ class Applier:
         self.restart_timeout = restart_timeout
         self.preflight = preflight
         self.current: Rendered | None = None  # the last good render: on disk and (when started) running
+        # Set when the agent stops: a restart still being verified is abandoned (the pod is going away).
+        self.stopping = threading.Event()
 
     def adopt_existing(self, rendered: Rendered) -> bool:
         """After an agent restart: if the files on disk already are this render, take them as current."""
@@ -83,8 +87,26 @@ class Applier:
         self.current = rendered
         return True
 
+    def on_disk(self, names: set[str]) -> Rendered | None:
+        """What the config dir holds now (config.yml and `names`), as a render to roll back to; None if empty."""
+        try:
+            config = self.config_path.read_bytes()
+        except OSError:
+            return None
+        files = {}
+        for name in sorted(names):
+            try:
+                files[name] = (self.config_dir / name).read_bytes()
+            except OSError:
+                pass
+        return Rendered(config=config, files=files, config_hash=hashlib.sha256(config).hexdigest())
+
     def apply(self, rendered: Rendered) -> Outcome:
         previous = self.current
+        if previous is None and find_registry_processes(self.config_path):
+            # The agent restarted and the registry runs on what the config dir holds: that is the last good
+            # config to return to if the new one fails.
+            previous = self.on_disk(set(rendered.files))
         if previous is not None and previous.config == rendered.config and previous.files == rendered.files:
             return Outcome("unchanged", True)
         if previous is not None and not rendered.restart_needed(previous):
@@ -114,11 +136,14 @@ class Applier:
             return Outcome("written", True, timings=timings)
 
         timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
-        result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout)
+        result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout,
+                                  stop=self.stopping)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered
             return Outcome("restarted", True, restart=result, timings=timings)
+        if result.detail == STOPPED:
+            return Outcome("failed", False, detail=STOPPED, restart=result, timings=timings)
         if previous is None:
             return Outcome("failed", False, detail=result.detail, restart=result)
 
@@ -126,8 +151,9 @@ class Applier:
                     extra={"fields": {"config_hash": rendered.config_hash, "restore_hash": previous.config_hash,
                                       "reason": result.detail}})
         self._write(previous, rendered)
+        self.current = previous  # what is on disk again, and what runs once the restart below succeeds
         rollback = restart_registry(self.config_path, endpoint_of(previous.config),
-                                    timeout=self.restart_timeout or restart_bound(previous.config))
+                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping)
         return Outcome("rolled-back", False, detail=result.detail, restart=result, rollback=rollback)
 
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:

@@ -14,8 +14,10 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -69,7 +71,8 @@ class Pipeline:
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
         self.reported_hash: str | None = None
-        self.failed_hash: str | None = None  # a render the registry refused: not retried until inputs change
+        # A render the registry refused (its fingerprint) and why: not tried again until an input changes.
+        self.refused: tuple[str, str] | None = None
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
         self._retry: asyncio.TimerHandle | None = None
         self._queue: asyncio.Queue[Change] | None = None
@@ -84,8 +87,12 @@ class Pipeline:
                 self.health.beat("pipeline")
                 self._absorb(await queue.get())
                 await self._debounce(queue)
-                await self.apply_once()
+                try:
+                    await self.apply_once()
+                except Exception as exc:  # noqa: BLE001  a bug or an I/O failure (disk full) must not end the loop
+                    await self._internal_error(exc)
         finally:
+            self.applier.stopping.set()  # a worker thread still verifying a restart gives up
             self.health.unregister("pipeline")
             if self._retry is not None:
                 self._retry.cancel()
@@ -136,9 +143,10 @@ class Pipeline:
         if rendered is None:
             await self._fail(error or "no Registry read yet")
             return
-        if rendered.config_hash == self.failed_hash and self.applier.current is not None:
+        fingerprint = render_fingerprint(rendered)
+        if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None:
             # Already refused by the registry; wait for an input to change rather than restart it again.
-            await self._settle(error)
+            await self._fail(self.refused[1])
             return
         if self.applier.current is None and await asyncio.to_thread(self.applier.adopt_existing, rendered):
             log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
@@ -152,7 +160,7 @@ class Pipeline:
             await self._settle(error)
             return
         if outcome.ok:
-            self.failed_hash = None
+            self.refused = None
             self._log_success(outcome, fields)
             self._mark_written(rendered)
             await self._settle(error)
@@ -161,20 +169,31 @@ class Pipeline:
         if outcome.action == "preflight-failed":
             metrics.reload_failures_total.labels(reason="preflight").inc()
             self._schedule_retry()  # a new key can take a moment to become live
-        else:
+        message = f"config {rendered.config_hash[:12]} not applied: {outcome.detail}"
+        if outcome.action != "preflight-failed":
             metrics.reload_failures_total.labels(reason="restart").inc()
-            self.failed_hash = rendered.config_hash
+            self.refused = (fingerprint, message)
         if outcome.action == "rolled-back":
             metrics.rollbacks_total.inc()
             back = outcome.rollback
-            fields.update(restored_hash=self.applier.current.config_hash if self.applier.current else None,
-                          rollback_ok=bool(back and back.ok), new_pid=back.new.pid if back and back.new else None)
+            restored = self.applier.current.config_hash if self.applier.current else ""
+            fields.update(restored_hash=restored, rollback_ok=bool(back and back.ok),
+                          new_pid=back.new.pid if back and back.new else None)
             log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
-            await self.reporter.event("RolledBack", f"config {rendered.config_hash[:12]} did not come up: "
-                                      f"{outcome.detail}; restored {fields['restored_hash'][:12]}", warning=True)
+            await self.reporter.event("RolledBack", f"new config {rendered.config_hash[:12]} did not come up: "
+                                      f"{outcome.detail}; restored the last good config and files "
+                                      f"({restored[:12]})", warning=True)
             if back is not None and not back.ok:
                 self._schedule_retry()
-        await self._fail(f"config {rendered.config_hash[:12]} not applied: {outcome.detail}")
+        await self._fail(message)
+
+    async def _internal_error(self, exc: Exception) -> None:
+        """Log where it happened, not the message (it could quote file contents), report, and retry later."""
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f"{Path(frame.filename).name}:{frame.lineno}" if frame else "?"
+        metrics.reload_failures_total.labels(reason="internal").inc()
+        self._schedule_retry()
+        await self._fail(f"internal error {type(exc).__name__} at {where}; retrying in {self.settings.retry_seconds:g}s")
 
     def _render(self) -> tuple[Rendered | None, str | None]:
         """(render, input error to report) or (None, error). Runs in a thread: it reads files."""
@@ -241,6 +260,14 @@ class Pipeline:
             "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
         await self.reporter.failed(error, self.generation)
         await self.reporter.event("ConfigRejected", error, warning=True)
+
+
+def render_fingerprint(rendered: Rendered) -> str:
+    """Identity of a render: config.yml and every file beside it (a TLS rotation leaves config.yml as it was)."""
+    digest = hashlib.sha256(rendered.config)
+    for name in sorted(rendered.files):
+        digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(rendered.files[name]).digest())
+    return digest.hexdigest()
 
 
 def _source_label(source: str) -> str:

@@ -13,6 +13,7 @@ import http.client
 import os
 import signal
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 PROC = Path("/proc")
 POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-notes §6)
 CRASHES_BEFORE_GIVING_UP = 2
+STOPPED = "the agent is stopping"
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ def wait_until_serving(
     timeout: float,
     exclude: list[RegistryProcess] = (),
     proc: Path = PROC,
+    stop: threading.Event | None = None,
 ) -> tuple[RegistryProcess | None, str]:
     """Wait for a registry process not in `exclude` serving config_path that answers HTTP; (process, why not)."""
     deadline = time.monotonic() + timeout
@@ -157,7 +160,10 @@ def wait_until_serving(
             return None, f"the registry exited at start {len(died)} times on {config_path} (a config it refuses?)"
         if time.monotonic() >= deadline:
             break
-        time.sleep(POLL_SECONDS)
+        if stop is not None and stop.wait(POLL_SECONDS):
+            return None, STOPPED
+        if stop is None:
+            time.sleep(POLL_SECONDS)
     if current is None:
         return None, f"no registry process serving {config_path} appeared within {timeout:g}s"
     if last_status is None:
@@ -166,7 +172,8 @@ def wait_until_serving(
 
 
 def restart_registry(
-    config_path: Path, endpoint: Endpoint, *, timeout: float, proc: Path = PROC
+    config_path: Path, endpoint: Endpoint, *, timeout: float, proc: Path = PROC,
+    stop: threading.Event | None = None,
 ) -> RestartResult:
     """SIGTERM every registry serving config_path, then wait (up to timeout) for a new one that answers.
 
@@ -180,5 +187,5 @@ def restart_registry(
             os.kill(process.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    new, detail = wait_until_serving(config_path, endpoint, timeout=timeout, exclude=old, proc=proc)
+    new, detail = wait_until_serving(config_path, endpoint, timeout=timeout, exclude=old, proc=proc, stop=stop)
     return RestartResult(ok=new is not None, old=old, new=new, seconds=time.monotonic() - began, detail=detail)

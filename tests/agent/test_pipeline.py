@@ -96,3 +96,27 @@ def test_a_restarted_agent_adopts_the_running_config_without_restarting_the_regi
     time.sleep(0.5)
     assert pod.registry_pid() == pid and pod.registry_starts() == 1
     assert pod.actions("restarted") == []
+
+
+def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_fails(pod):
+    write_secret_dir(pod.mounts / "http-secret", {"secret": "s"})
+    pod.write_registry_file(_registry(pod.port))
+    pod.start_agent()
+    pod.start_supervisor()
+    pod.wait_serving()
+    assert pod.stop_agent() == 0
+    good = (pod.config_dir / "config.yml").read_bytes()
+
+    # While no agent runs, the Registry changes to a port someone else holds; the new agent has no memory of
+    # the last good config, only the files on disk, which the running registry uses.
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        pod.write_registry_file(_registry(squatter.getsockname()[1]))
+        pod.start_agent()
+        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
+        wait_for(pod.serving, what="the registry on the config it had")
+    assert (pod.config_dir / "config.yml").read_bytes() == good
+    assert pod.metric("rollbacks_total") == 1

@@ -62,6 +62,7 @@ class RegistryPod:
         self.registry_file.parent.mkdir(parents=True, exist_ok=True)
         self.agent_log = self.root / "agent.log"
         self.shell = shell
+        self.tls = False  # set when the Registry serves HTTPS
         self.agent: subprocess.Popen | None = None
         self.supervisor: Supervisor | None = None
         self._agent_log_file = None
@@ -70,7 +71,7 @@ class RegistryPod:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def host(self) -> str:
@@ -111,7 +112,7 @@ class RegistryPod:
     # ---- observations ----------------------------------------------------------------------------------------
 
     def serving(self) -> bool:
-        return answers(Endpoint("127.0.0.1", self.port)) in (200, 401)
+        return answers(Endpoint("127.0.0.1", self.port, self.tls)) in (200, 401)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         wait_for(self.serving, timeout, what=f"the registry to answer on {self.host}\n{self.agent_log_text()}")
