@@ -121,3 +121,30 @@ def test_deleting_the_registry_leaves_nothing_behind(operator_harness, kube_api)
 
     for path in OWNED_PATHS.values():
         assert kube_api.list(path, NS) == [], path
+
+
+def test_conflicting_write_is_read_again_and_retried(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    kube_api.create(registry("race", INMEMORY))
+    harness.wait_reconciled(NS, "race")
+    # Someone else wrote the Deployment between our read and our patch (409 Conflict once).
+    kube_api.fail_next(1, status=409, verb="patch", plural="deployments")
+    kube_api.patch(REGISTRIES_PATH, NS, "race", {"spec": {"image": "docker.io/library/registry:3.0.0"}})
+    harness.wait_reconciled(NS, "race")
+    containers = kube_api.get("apps/v1/deployments", NS, "race")["spec"]["template"]["spec"]["containers"]
+    assert "docker.io/library/registry:3.0.0" in [c["image"] for c in containers]
+    assert harness.condition(NS, "race", "Degraded")["status"] == "False"
+
+
+def test_object_of_another_controller_is_left_alone_and_reported(operator_harness, kube_api):
+    harness = operator_harness([NS])
+    other = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "someone", "uid": "other-uid", "controller": True}
+    kube_api.create({"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": "taken", "namespace": NS, "ownerReferences": [other]}, "spec": {"ports": [{"port": 80}]}})
+    kube_api.create(registry("taken", INMEMORY))
+    harness.wait_reconciled(NS, "taken")
+    cond = harness.condition(NS, "taken", "Degraded")
+    assert (cond["status"], cond["reason"]) == ("True", "ApplyFailed")
+    assert "Service taken exists and is controlled by another owner" in cond["message"]
+    service = kube_api.get("v1/services", NS, "taken")
+    assert service["metadata"]["ownerReferences"] == [other] and service["spec"]["ports"] == [{"port": 80}]
