@@ -148,3 +148,12 @@ def test_object_of_another_controller_is_left_alone_and_reported(operator_harnes
     assert "Service taken exists and is controlled by another owner" in cond["message"]
     service = kube_api.get("v1/services", NS, "taken")
     assert service["metadata"]["ownerReferences"] == [other] and service["spec"]["ports"] == [{"port": 80}]
+
+
+def test_sweep_recreates_a_deleted_object_without_any_edit(operator_harness, kube_api):
+    harness = operator_harness([NS], refresh_interval=0.3)
+    kube_api.create(registry("heal", INMEMORY))
+    harness.wait_reconciled(NS, "heal")
+    kube_api.delete("v1/services", NS, "heal")
+    service = wait_for(lambda: kube_api.get("v1/services", NS, "heal"), "the Service recreated by the sweep")
+    assert [p["port"] for p in service["spec"]["ports"]] == [5000]
