@@ -270,3 +270,33 @@ async def test_limit_reached_after_start_falls_back_to_polling(tmp_path, health,
         await changes.wait_for(_from("mount:tls"))
         assert swap_secret_dir(root / "cosi", {"BucketInfo": "2"})  # the earlier directory is still watched
         await changes.wait_for(_from("mount:cosi"))
+
+
+@pytest.mark.asyncio
+async def test_cancel_while_starting_leaves_no_watch_threads(tmp_path, health, changes):
+    """Cancelled while its observer is still starting in a worker thread: everything is stopped anyway."""
+    import threading
+
+    started = threading.Event()
+    release = threading.Event()
+
+    class SlowStartingObserver(PollingObserver):
+        def start(self):
+            started.set()
+            release.wait(30)  # still starting when the cancel arrives
+            super().start()
+
+    root = tmp_path / "mounts"
+    write_secret_dir(root / "cosi", {"BucketInfo": "1"})
+    before = set(threading.enumerate())
+    watcher = MountWatcher(root, health, resync_seconds=3600, observer_factory=SlowStartingObserver)
+    task = asyncio.create_task(watcher.run(changes))
+    await asyncio.to_thread(started.wait, 30)
+    task.cancel()
+    await asyncio.sleep(0.1)
+    release.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert "mounts" not in health.registered()
+    await _until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()
+                              and t.name != "asyncio_0" and not t.name.startswith("asyncio_")])

@@ -47,13 +47,14 @@ class MountWatcher:
         self._emit: Emit | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rescan: asyncio.Event | None = None
-        self._observer = DirObserver(
+        self._new_observer = lambda: DirObserver(
             self._on_event,
             source=self.name,
             observer_factory=observer_factory,
             force_polling=force_polling,
             poll_seconds=poll_seconds,
         )
+        self._observer = self._new_observer()
 
     @property
     def polling(self) -> bool:
@@ -104,19 +105,19 @@ class MountWatcher:
 
     async def run(self, emit: Emit) -> None:
         self._emit = emit
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._rescan = asyncio.Event()
+        self._observer = self._new_observer()  # a stopped DirObserver stays stopped
         self.health.register(self.name, max_silence_seconds=3 * self.tick_seconds + 30)
-        await asyncio.to_thread(self._observer.start, self._wanted_dirs())
-        log.info(
-            "watching mounted secrets",
-            extra={"fields": {"mount_root": str(self.mount_root), "dirs": sorted(d.name for d in self.watched),
-                              "polling": self.polling}},
-        )
-        loop = asyncio.get_running_loop()
-        next_resync = loop.time() + self.resync_seconds
-        observer_was_alive = True
         try:
+            await asyncio.to_thread(self._observer.start, self._wanted_dirs())
+            log.info(
+                "watching mounted secrets",
+                extra={"fields": {"mount_root": str(self.mount_root),
+                                  "dirs": sorted(d.name for d in self.watched), "polling": self.polling}},
+            )
+            next_resync = loop.time() + self.resync_seconds
+            observer_was_alive = True
             while True:
                 if self._observer.alive():
                     self.health.beat(self.name)
@@ -138,8 +139,8 @@ class MountWatcher:
                     emit(Change("resync"))
         finally:
             self._emit = self._loop = self._rescan = None
-            await asyncio.to_thread(self._observer.stop)
             self.health.unregister(self.name)
+            await asyncio.to_thread(self._observer.stop)
 
 
 __all__ = ["SOURCE_DIRS", "MountWatcher"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,7 +62,12 @@ class _Callback(FileSystemEventHandler):
 
 
 class DirObserver:
-    """Watches a changing set of directories; `on_event(watched_dir, event)` runs in the observer's thread."""
+    """Watches a changing set of directories; `on_event(watched_dir, event)` runs in the observer's thread.
+
+    start, sync and stop block (they start and join threads), so callers run them in worker threads; a lock
+    orders them, and stop is final: a start or sync that a cancelled caller left running in its thread, and that
+    gets the lock only after stop, does nothing instead of leaving watch threads behind. One instance per run.
+    """
 
     def __init__(
         self,
@@ -79,6 +85,9 @@ class DirObserver:
         self.polling = force_polling
         self._observer: BaseObserver | None = None
         self._watches: dict[Path, ObservedWatch] = {}
+        # Never taken by on_event (the dispatch thread holds watchdog's own lock then): no lock-order cycle.
+        self._lock = threading.RLock()
+        self._closed = False
 
     @property
     def watched(self) -> set[Path]:
@@ -91,6 +100,12 @@ class DirObserver:
         return {directory for directory, watch in watches.items() if watch in live}
 
     def start(self, dirs: list[Path]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._start(dirs)
+
+    def _start(self, dirs: list[Path]) -> None:
         if not self.polling:
             try:
                 self._start_with(self._factory, dirs)
@@ -126,6 +141,12 @@ class DirObserver:
 
     def sync(self, dirs: list[Path]) -> list[Path]:
         """Watch exactly `dirs` from now on; returns the directories newly watched."""
+        with self._lock:
+            if self._closed or self._observer is None:
+                return []
+            return self._sync(dirs)
+
+    def _sync(self, dirs: list[Path]) -> list[Path]:
         wanted = set(dirs)
         for gone in set(self._watches) - wanted:
             self._unschedule(gone)
@@ -171,7 +192,9 @@ class DirObserver:
         return self._observer is not None and self._observer.is_alive()
 
     def stop(self) -> None:
-        self._stop_quietly()
+        with self._lock:
+            self._closed = True
+            self._stop_quietly()
 
     def _stop_quietly(self) -> None:
         observer, self._observer = self._observer, None

@@ -75,13 +75,14 @@ class RegistryFileWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message)
-        self._observer = DirObserver(
+        self._new_observer = lambda: DirObserver(
             self._on_event,
             source=self.name,
             observer_factory=observer_factory,
             force_polling=force_polling,
             poll_seconds=poll_seconds,
         )
+        self._observer = self._new_observer()
 
     @property
     def polling(self) -> bool:
@@ -123,11 +124,12 @@ class RegistryFileWatcher:
     async def run(self, emit: Emit) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._observer = self._new_observer()  # a stopped DirObserver stays stopped
         self.health.register(self.name, max_silence_seconds=3 * self.recheck_seconds + 30)
         directory = self.path.parent
-        await asyncio.to_thread(self._observer.start, [directory] if directory.is_dir() else [])
-        log.info("watching registry file", extra={"fields": {"path": str(self.path), "polling": self.polling}})
         try:
+            await asyncio.to_thread(self._observer.start, [directory] if directory.is_dir() else [])
+            log.info("watching registry file", extra={"fields": {"path": str(self.path), "polling": self.polling}})
             while True:
                 await asyncio.to_thread(self._check, emit)
                 if directory.is_dir():  # it may have appeared, or been replaced, since the last look
@@ -143,8 +145,8 @@ class RegistryFileWatcher:
                     await asyncio.sleep(self.settle_seconds)
         finally:
             self._loop = self._wake = None
-            await asyncio.to_thread(self._observer.stop)
             self.health.unregister(self.name)
+            await asyncio.to_thread(self._observer.stop)
 
 
 __all__ = ["RegistryFileWatcher", "read_registry_file"]
