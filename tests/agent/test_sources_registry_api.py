@@ -192,6 +192,7 @@ async def test_every_event_is_a_liveness_beat(kube_api, changes):
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
         await _until(lambda: kube_api.open_watches == 1)
+        await asyncio.sleep(0.5)  # the beat for the opened watch lands just after the server counts it
         clock.now += 10_000  # the idle watch has been silent far too long...
         assert not health.live_ok()
         _set_level(kube_api, "debug")  # ...until an event arrives
