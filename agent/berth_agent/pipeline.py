@@ -32,17 +32,12 @@ from .errors import InputError
 from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
+from .report import Reporter
 from .sources import Change
 
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
-
-
-class Reporter:  # the protocol report.py implements (agent-interfaces.md); here for typing only
-    async def applied(self, config_hash: str, generation: int | None) -> None: ...
-    async def failed(self, error: str, generation: int | None) -> None: ...
-    async def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
 @dataclass
@@ -276,4 +271,4 @@ def _source_label(source: str) -> str:
     return head if head in SOURCES else "spec"
 
 
-__all__ = ["Pipeline", "PipelineSettings", "Reporter"]
+__all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]
