@@ -136,7 +136,9 @@ class Pipeline:
         rendered, error = await asyncio.to_thread(self._render)
         render_seconds = time.monotonic() - started
         if rendered is None:
-            await self._fail(error or "no Registry read yet")
+            if error:
+                await self._fail(error)
+            # else: no Registry read yet (a mount event came first); its source will emit it shortly
             return
         fingerprint = render_fingerprint(rendered)
         if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
+from support.ports import free_port
 from support.supervisor import Supervisor, available_shells
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
