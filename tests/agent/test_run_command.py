@@ -1,0 +1,47 @@
+"""`berth-agent run` argument and start-up errors: one JSON line, an exit status, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+from berth_agent.run_command import supervisor_for
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "berth_agent.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_a_malformed_registry_name_exits_2_with_one_json_line(tmp_path):
+    result = _run("--registry", "just-a-name", "--config-dir", str(tmp_path), "--health-addr", "127.0.0.1:0")
+    assert result.returncode == 2
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert lines[-1]["msg"] == "bad arguments" and "NAMESPACE/NAME" in lines[-1]["error"]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_taken_health_port_exits_1_without_a_traceback(tmp_path):
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text("apiVersion: berth.dev/v1alpha1\nkind: Registry\nmetadata: {name: r}\n"
+                             "spec: {config: {storage: {inmemory: {}}}, http: {addr: '127.0.0.1:5999'}}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run("--registry-file", str(registry_file), "--config-dir", str(tmp_path / "config"),
+                      "--mounts", str(tmp_path / "mounts"), "--data-dir", str(tmp_path),
+                      "--health-addr", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert json.loads(result.stderr.splitlines()[-1])["msg"] == "cannot start"
+    assert "Traceback" not in result.stderr
+    # supervise.sh is written before anything can fail: the registry container can wait on it.
+    assert (tmp_path / "config" / "supervise.sh").exists()
+
+
+def test_the_written_supervisor_defaults_to_this_agents_binary_and_config(tmp_path):
+    script = supervisor_for("/usr/bin/docker-registry", tmp_path / "cfg").decode()
+    assert '${BERTH_REGISTRY_BIN:-/usr/bin/docker-registry}' in script
+    assert f'${{BERTH_CONFIG:-{tmp_path / "cfg" / "config.yml"}}}' in script
