@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from .ports import free_port, wait_for_port
+from .processes import stop_process
 
 REDIS_BINARY = "/usr/bin/redis-server"
 
@@ -76,16 +76,8 @@ class RedisServer:
             return _read_reply(stream)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self._log_file is not None:
-            self._log_file.close()  # type: ignore[attr-defined]
-            self._log_file = None
+        stop_process(self.process, self._log_file)  # type: ignore[arg-type]
+        self._log_file = None
 
 
 def start_redis(workdir: Path) -> RedisServer:

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import tarfile
@@ -33,6 +32,7 @@ import pytest
 import yaml
 
 from .ports import free_port
+from .processes import stop_process
 
 REGISTRY_BINARY = os.environ.get("BERTH_REGISTRY_BINARY", "/usr/bin/docker-registry")
 START_TIMEOUT = 20.0
@@ -103,17 +103,9 @@ class RegistryProcess:
 
     def stop(self) -> int:
         """Stop the process and return its exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self._log_file is not None:
-            self._log_file.close()  # type: ignore[attr-defined]
-            self._log_file = None
-        return self.process.returncode
+        status = stop_process(self.process, self._log_file, timeout=STOP_TIMEOUT)  # type: ignore[arg-type]
+        self._log_file = None
+        return status
 
 
 def registry_env() -> dict[str, str]:

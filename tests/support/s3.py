@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from .ports import free_port, wait_for_port
+from .processes import stop_process
 
 REGION = "us-east-1"
 ALLOW_ALL = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
@@ -136,16 +136,8 @@ class MotoServer:
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self._log_file is not None:
-            self._log_file.close()  # type: ignore[attr-defined]
-            self._log_file = None
+        stop_process(self.process, self._log_file)  # type: ignore[arg-type]
+        self._log_file = None
 
 
 def start_moto(workdir: Path, *, port: int | None = None, timeout: float = 30.0) -> MotoServer:
