@@ -100,9 +100,13 @@ class Pipeline:
             if wait <= 0:
                 return
             try:
-                self._absorb(await asyncio.wait_for(queue.get(), wait))
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as an
+                # item arrives, and the agent would not stop.
+                async with asyncio.timeout(wait):
+                    change = await queue.get()
+            except TimeoutError:
                 return
+            self._absorb(change)
 
     def _absorb(self, change: Change) -> None:
         if change.source == "registry":

@@ -120,3 +120,25 @@ def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_f
         wait_for(pod.serving, what="the registry on the config it had")
     assert (pod.config_dir / "config.yml").read_bytes() == good
     assert pod.metric("rollbacks_total") == 1
+
+
+def test_a_cancel_that_lands_with_a_change_still_stops_the_pipeline(tmp_path):
+    """On Python 3.11 asyncio.wait_for can swallow a cancel that arrives as the queue yields an item; the
+    pipeline's debounce then kept running and the agent could not stop."""
+    settings = PipelineSettings(config_dir=tmp_path / "config", data_dir=tmp_path / "data",
+                                mount_root=tmp_path / "mounts", quiet_seconds=30.0, max_wait_seconds=60.0)
+
+    async def scenario() -> None:
+        for attempt in range(5):
+            pipeline = Pipeline(settings, LogReporter("test"), Health())
+            queue: asyncio.Queue[Change] = asyncio.Queue()
+            task = asyncio.create_task(pipeline.run(queue))
+            queue.put_nowait(Change("resync"))  # the first Change; the debounce now waits for more
+            for _ in range(3 + attempt):
+                await asyncio.sleep(0)
+            queue.put_nowait(Change("resync"))
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=10)
+            assert done, f"the pipeline ignored the cancel (attempt {attempt})"
+
+    asyncio.run(scenario())

@@ -300,3 +300,21 @@ async def test_cancel_while_starting_leaves_no_watch_threads(tmp_path, health, c
     assert "mounts" not in health.registered()
     await _until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()
                               and t.name != "asyncio_0" and not t.name.startswith("asyncio_")])
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_that_lands_with_a_rescan_still_stops_the_watcher(tmp_path, health, changes):
+    """On Python 3.11, asyncio.wait_for swallows a cancel that arrives as the awaited event is set; the watcher
+    then ran for ever and the agent could not stop. Set the event and cancel in the same loop iteration."""
+    root = tmp_path / "mounts"
+    (root / "cosi").mkdir(parents=True)
+    for attempt in range(5):
+        watcher = MountWatcher(root, health, resync_seconds=3600)
+        task = asyncio.create_task(watcher.run(changes))
+        await _wait_watching(watcher, root / "cosi")
+        for _ in range(attempt):
+            await asyncio.sleep(0)
+        watcher._rescan.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert done, f"the watcher ignored the cancel (attempt {attempt})"

@@ -143,3 +143,21 @@ async def test_file_in_a_configmap_style_volume(tmp_path, health, changes):
         await changes.wait_for(lambda c: c.registry == REGISTRY)
         assert swap_secret_dir(volume, {"registry.yaml": yaml.safe_dump(_with_level("debug"))})
         await changes.wait_for(lambda c: _level(c) == "debug")
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_that_lands_with_a_wake_still_stops_the_watcher(tmp_path, health, changes):
+    """The registry file watcher's counterpart of the mount watcher's cancel test (Python 3.11 wait_for)."""
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(REGISTRY))
+    for attempt in range(5):
+        watcher = RegistryFileWatcher(path, health, recheck_seconds=3600)
+        task = asyncio.create_task(watcher.run(changes))
+        await changes.wait_for(lambda c: c.source == "registry")
+        changes.clear()
+        for _ in range(attempt):
+            await asyncio.sleep(0)
+        watcher._wake.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert done, f"the watcher ignored the cancel (attempt {attempt})"

@@ -126,8 +126,10 @@ class MountWatcher:
                     log.error("mount observer stopped", extra={"fields": {"mount_root": str(self.mount_root)}})
                 observer_was_alive = self._observer.alive()
                 try:
-                    timeout = min(self.tick_seconds, max(0.0, next_resync - loop.time()))
-                    await asyncio.wait_for(self._rescan.wait(), timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that lands as the
+                    # event is set, and the watcher would then never stop.
+                    async with asyncio.timeout(min(self.tick_seconds, max(0.0, next_resync - loop.time()))):
+                        await self._rescan.wait()
                 except TimeoutError:
                     pass
                 if self._rescan.is_set():

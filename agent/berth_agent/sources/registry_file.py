@@ -137,7 +137,8 @@ class RegistryFileWatcher:
                 if self._observer.alive():
                     self.health.beat(self.name)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.recheck_seconds)
+                    async with asyncio.timeout(self.recheck_seconds):  # not wait_for: see sources/mounts.py
+                        await self._wake.wait()
                 # Trailing debounce: read once the directory has been quiet for settle_seconds, so one save
                 # (truncate, write, close; or write aside and rename) is read once, whole.
                 while self._wake.is_set():
