@@ -20,7 +20,6 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -34,6 +33,7 @@ from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
+from .sources.pvc import PvcProbe
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,11 @@ class PipelineSettings:
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc_check: Callable[[], Any] | None = None) -> None:
+                 *, pvc: PvcProbe | None = None) -> None:
         self.settings = settings
         self.reporter = reporter
         self.health = health
-        self.pvc_check = pvc_check  # -> PvcState (sources/pvc.py); only used for filesystem storage
+        self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
@@ -206,8 +206,12 @@ class Pipeline:
         except ValidationError as exc:
             metrics.render_errors_total.labels(source="registry").inc()
             return None, describe_validation_error(exc, "spec")
-        if spec.config.storage.filesystem is not None and self.pvc_check is not None:
-            state = self.pvc_check()
+        filesystem = spec.config.storage.filesystem is not None
+        if self.pvc is not None:
+            # Object and in-memory storage have no data path: probing one would report a missing PVC.
+            self.pvc.set_enabled(filesystem)
+        if filesystem and self.pvc is not None:
+            state = self.pvc.check()
             if state.error:
                 metrics.render_errors_total.labels(source="pvc").inc()
                 return None, state.error

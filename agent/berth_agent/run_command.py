@@ -135,7 +135,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     health = Health()
     queue: asyncio.Queue[Change] = asyncio.Queue()
     emit = queue_emitter(queue)
-    pvc = PvcProbe(args.data_dir, health)
+    pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
     sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
     if args.registry is not None:
         from .sources.registry_api import RegistryApiWatcher
@@ -156,7 +156,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
     )
-    pipeline = Pipeline(settings, reporter, health, pvc_check=pvc.check)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,

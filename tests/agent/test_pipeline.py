@@ -142,3 +142,32 @@ def test_a_cancel_that_lands_with_a_change_still_stops_the_pipeline(tmp_path):
             assert done, f"the pipeline ignored the cancel (attempt {attempt})"
 
     asyncio.run(scenario())
+
+
+def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path):
+    """Object and in-memory storage have no PVC: the probe stays off, so no 'data path unusable' warning and no
+    pvc_ok 0 for them; filesystem storage turns it on, and a missing data path is then the error reported."""
+    from berth_agent.sources.pvc import PvcProbe
+
+    health = Health()
+    missing = tmp_path / "no-pvc-here"
+    probe = PvcProbe(missing, health, enabled=False)
+    settings = PipelineSettings(config_dir=tmp_path / "config", data_dir=missing, mount_root=tmp_path / "mounts")
+    (tmp_path / "config").mkdir()
+    pipeline = Pipeline(settings, LogReporter("test"), health, pvc=probe)
+    inmemory = {"distribution": "2", "config": {"storage": {"inmemory": {}}},
+                "http": {"addr": "127.0.0.1:5999"}}
+
+    async def scenario() -> None:
+        pipeline._absorb(Change("registry", registry=registry_object(inmemory)))
+        await pipeline.apply_once()
+        assert probe.enabled is False
+        assert pipeline.reported_error is None
+        assert (tmp_path / "config" / "config.yml").exists()
+
+        pipeline._absorb(Change("registry", registry=_registry(5999)))  # filesystem on the missing path
+        await pipeline.apply_once()
+        assert probe.enabled is True
+        assert pipeline.reported_error is not None and str(missing) in pipeline.reported_error
+
+    asyncio.run(scenario())
