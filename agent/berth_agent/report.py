@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from berth_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import metrics
+from .sources.pvc import PvcState
 from .sources.registry_api import describe_api_error
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class Reporter(Protocol):
     async def failed(self, error: str, generation: int | None) -> None: ...  # error already secret-free
 
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+
+    async def data_path(self, state: PvcState | None) -> None: ...  # None: no data path (not filesystem storage)
 
 
 def rfc3339(ts: float | None = None, *, millis: bool = False) -> str:
@@ -57,6 +60,26 @@ class LogReporter:
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
         log.log(logging.WARNING if warning else logging.INFO, message,
                 extra={"fields": {"registry": self.subject, "reason": reason, "type": _type(warning)}})
+
+    async def data_path(self, state: PvcState | None) -> None:
+        pass  # outside Kubernetes there is no status; the berth_agent_pvc_* metrics carry the figures
+
+
+def data_path_record(state: PvcState | None, now: float) -> dict | None:
+    """status.agents.<pod>.dataPath for a probe's state; None when there is no usable data path to describe."""
+    if state is None or state.capacity_bytes is None:
+        return None
+    return {"mounted": state.mounted, "capacityBytes": state.capacity_bytes, "freeBytes": state.free_bytes,
+            "checkedAt": rfc3339(now)}
+
+
+def data_path_moved(old: dict | None, new: dict | None, *, fraction: float = 0.01) -> bool:
+    """Worth a status write: the record appeared or went, the volume changed, or free space moved by 1% of it."""
+    if old is None or new is None:
+        return old is not new
+    if (old["mounted"], old["capacityBytes"]) != (new["mounted"], new["capacityBytes"]):
+        return True
+    return abs((old["freeBytes"] or 0) - (new["freeBytes"] or 0)) >= fraction * max(new["capacityBytes"], 1)
 
 
 def _type(warning: bool) -> str:
@@ -96,6 +119,7 @@ class ApiReporter:
         self._clock = clock
         self._uid: str | None = None
         self._last_record: tuple[tuple, float] | None = None  # (what was written, when)
+        self._last_data_path: tuple[dict | None, float] | None = None  # (dataPath written, when)
         self._recent_events: dict[tuple[str, str, str], dict] = {}  # (type, reason, message) -> name, count, last
         self._lock = threading.Lock()  # the calls run in worker threads; a caller may overlap them
 
@@ -110,6 +134,24 @@ class ApiReporter:
         # (the last good one), which is what status.agents.<pod> records.
         await asyncio.to_thread(self._write_record, {"error": error}, ("failed", error))
 
+    async def data_path(self, state: PvcState | None) -> None:
+        await asyncio.to_thread(self._write_data_path, state)
+
+    def _write_data_path(self, state: PvcState | None) -> None:
+        # The probe runs every 30 s in every pod: write only what a reader would notice, so N replicas do not
+        # patch the Registry N times a minute for a byte of free space.
+        with self._lock:
+            now = self._clock()
+            record = data_path_record(state, now)
+            if self._last_data_path is not None:
+                last, when = self._last_data_path
+                if not data_path_moved(last, record) and now - when < self.refresh_seconds:
+                    return
+            elif record is None:
+                return  # nothing written before, nothing to remove
+            if self._patch_status({"dataPath": record}, "status"):
+                self._last_data_path = (record, now)
+
     def _write_record(self, record: dict, key: tuple) -> None:
         with self._lock:
             self._write_record_locked(record, key)
@@ -120,6 +162,11 @@ class ApiReporter:
             return  # same record written recently: nothing new to say
         if "appliedAt" in record:
             record["appliedAt"] = rfc3339(now, millis=True)
+        if self._patch_status(record, "status"):
+            self._last_record = (key, now)
+
+    def _patch_status(self, record: dict, kind: str) -> bool:
+        """Merge-patch status.agents.<pod> with `record` (this pod's key only); False when the API refused."""
         body = {"status": {"agents": {self.pod_name: record}}}
         try:
             # The client already picks merge-patch for a dict body here; explicit, so a client change cannot
@@ -131,9 +178,9 @@ class ApiReporter:
         except Exception as exc:  # noqa: BLE001 - reporting never raises into the pipeline
             if getattr(exc, "status", None) == 404:
                 self._uid = None  # the Registry is gone (or being recreated with a new uid)
-            self._count_failure("status", exc)
-            return
-        self._last_record = (key, now)
+            self._count_failure(kind, exc)
+            return False
+        return True
 
     # ---- events ----
 

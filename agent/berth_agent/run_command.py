@@ -156,6 +156,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
     )
+    pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
     pipeline = Pipeline(settings, reporter, health, pvc=pvc)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

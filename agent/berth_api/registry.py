@@ -98,6 +98,17 @@ class Condition(ApiModel):
     )
 
 
+class DataPathRecord(ApiModel):
+    """The registry's data path (the PVC, filesystem storage only) as the pod's agent last saw it."""
+
+    mounted: bool = Field(description="Whether the data path is a mount point (false outside Kubernetes).")
+    capacity_bytes: int | None = Field(None, alias="capacityBytes", ge=0, description="Size of the volume in bytes.")
+    free_bytes: int | None = Field(
+        None, alias="freeBytes", ge=0, description="Bytes the registry can still write (what non-root may use)."
+    )
+    checked_at: str = Field(alias="checkedAt", description="When the agent looked (RFC 3339).")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -107,6 +118,12 @@ class AgentRecord(ApiModel):
         None, alias="observedGeneration", description="metadata.generation the agent rendered from."
     )
     error: str | None = Field(None, description="Why the latest input was not applied; empty when it was.")
+    data_path: DataPathRecord | None = Field(
+        None,
+        alias="dataPath",
+        description="The data path's capacity and free space (filesystem storage); refreshed when it moves by 1% "
+        "of capacity, or every 10 minutes.",
+    )
 
 
 class RegistryStatus(ApiModel):

@@ -124,3 +124,16 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     assert pod.metric("htpasswd_updates_total") == 1
     assert pod.metric("reloads_total") == 0
     assert "bob-pw" not in pod.agent_log_text() and "alice-pw" not in pod.agent_log_text()
+
+
+def test_data_path_capacity_and_free_space_on_status(api_pod, kube_api):  # noqa: F811
+    """Filesystem storage: the agent reports the data path's size on its own status record (issue 3: the PVC
+    path's capacity and free space, as metrics and status); the probe was switched on by the spec itself."""
+    pod = api_pod
+    wait_for(lambda: "dataPath" in _status_of(kube_api), what="status.agents.pod-0.dataPath")
+    data_path = _status_of(kube_api)["dataPath"]
+    assert data_path["capacityBytes"] > 0 and 0 <= data_path["freeBytes"] <= data_path["capacityBytes"]
+    assert data_path["mounted"] is False  # a plain directory here; a PVC mount in a pod
+    assert data_path["checkedAt"].endswith("Z")
+    assert pod.metric("pvc_capacity_bytes") == data_path["capacityBytes"]
+    assert pod.metric("pvc_ok") == 1

@@ -196,3 +196,47 @@ async def test_first_record_on_a_registry_without_status(kube_api):
     assert _agents(kube_api) == {"reg-abc": {"error": "spec.config.storage: exactly one backend"}}
     await asyncio.gather(reporter.applied("h", 1), reporter.event("ConfigApplied", "x"))  # overlapping calls
     assert _agents(kube_api)["reg-abc"]["configHash"] == "h" and len(_events(kube_api)) == 1
+
+
+@pytest.mark.asyncio
+async def test_data_path_record_follows_the_volume_without_churn(kube_api, registry):
+    """status.agents.<pod>.dataPath: written on the first probe, not again for a small move of free space, again
+    for a move of 1% of capacity or a change of the volume, removed when the storage is no longer a volume."""
+    from berth_agent.sources.pvc import PvcState
+
+    now = [1_000_000.0]
+    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc", clock=lambda: now[0])
+    gib = 1 << 30
+
+    def state(free: int, *, mounted: bool = True, capacity: int = 10 * gib) -> PvcState:
+        return PvcState("/var/lib/registry", present=True, mounted=mounted, capacity_bytes=capacity,
+                        free_bytes=free, writable=True)
+
+    def patches() -> int:
+        return sum(1 for method, _ in kube_api.requests() if method == "PATCH")
+
+    await reporter.applied("hash-1", 1)
+    await reporter.data_path(state(8 * gib))
+    mine = _agents(kube_api)["reg-abc"]
+    assert mine["configHash"] == "hash-1"  # the applied record is kept beside it
+    assert mine["dataPath"] == {"mounted": True, "capacityBytes": 10 * gib, "freeBytes": 8 * gib,
+                                "checkedAt": "1970-01-12T13:46:40Z"}
+    written = patches()
+
+    now[0] += 30
+    await reporter.data_path(state(8 * gib - 50 * (1 << 20)))  # 50 MiB less: under 1% of 10 GiB
+    assert patches() == written
+    now[0] += 30
+    await reporter.data_path(state(8 * gib - 200 * (1 << 20)))  # 200 MiB less: over 1%
+    assert patches() == written + 1
+    assert _agents(kube_api)["reg-abc"]["dataPath"]["freeBytes"] == 8 * gib - 200 * (1 << 20)
+    now[0] += 30
+    await reporter.data_path(state(8 * gib - 200 * (1 << 20), capacity=20 * gib))  # the volume was expanded
+    assert _agents(kube_api)["reg-abc"]["dataPath"]["capacityBytes"] == 20 * gib
+    now[0] += 601
+    await reporter.data_path(state(8 * gib - 200 * (1 << 20), capacity=20 * gib))  # unchanged, but 10 min on
+    assert _agents(kube_api)["reg-abc"]["dataPath"]["checkedAt"] != "1970-01-12T13:46:40Z"
+
+    await reporter.data_path(None)  # switched to object storage
+    assert "dataPath" not in _agents(kube_api)["reg-abc"]
+    assert _agents(kube_api)["reg-other"] == {"configHash": "other-hash"}

@@ -147,3 +147,29 @@ async def test_disabled_probe_stays_quiet(tmp_path, health, changes):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.mark.asyncio
+async def test_each_probe_is_handed_on_and_withdrawn_when_switched_off(tmp_path, health, changes):
+    """on_state gets every periodic probe's state (the reporter decides what is worth a status write), and one
+    None when probing is switched off, so a stale dataPath does not outlive filesystem storage."""
+    seen: list = []
+
+    async def on_state(state):
+        seen.append(state)
+
+    probe = PvcProbe(tmp_path, health, interval=0.05, on_state=on_state)
+    task = asyncio.create_task(probe.run(changes))
+    try:
+        while len(seen) < 2:
+            await asyncio.sleep(0.05)
+        assert all(s is not None and s.ok and s.capacity_bytes for s in seen)
+        probe.set_enabled(False)
+        while seen[-1] is not None:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # several idle intervals: withdrawn once, not on every one
+        assert seen.count(None) == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

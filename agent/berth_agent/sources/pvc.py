@@ -7,10 +7,12 @@ a warning in the log) but is not an error. A missing or unwritable path is an er
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
 from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .. import metrics
@@ -77,19 +79,33 @@ def _why(exc: OSError) -> str:
 class PvcProbe:
     name = "pvc"
 
-    def __init__(self, path: Path, health: Health, *, interval: float = 30.0, enabled: bool = True) -> None:
+    def __init__(self, path: Path, health: Health, *, interval: float = 30.0, enabled: bool = True,
+                 on_state: Callable[[PvcState | None], Awaitable[None]] | None = None) -> None:
         self.path = Path(path)
+        # Called after every periodic probe with its state, and once with None when probing is switched off:
+        # the agent's status record (Reporter.data_path) follows the volume.
+        self.on_state = on_state
         self.health = health
         self.interval = interval
         # Only filesystem storage has a PVC: the pipeline turns the periodic probe off for object storage, so
         # no warning, no Change and no pvc_* series appear for a volume that is not meant to exist.
         self.enabled = enabled
         self.last: PvcState | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
         self._warned_not_mounted = False
 
     def set_enabled(self, enabled: bool) -> None:
-        """Probe periodically (filesystem storage) or not (object storage, in-memory); check() works either way."""
-        self.enabled = enabled
+        """Probe periodically (filesystem storage) or not (object storage, in-memory); check() works either way.
+        Thread-safe (the pipeline calls it while rendering, in a worker thread); a switch wakes the loop at once
+        instead of after the interval."""
+        changed, self.enabled = self.enabled != enabled, enabled
+        loop, wake = self._loop, self._wake
+        if changed and loop is not None and wake is not None:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:
+                pass  # loop closed: shutting down
 
     def check(self) -> PvcState:
         """Probe now, set the pvc_* metrics, remember the state; blocking (call via asyncio.to_thread)."""
@@ -106,17 +122,25 @@ class PvcProbe:
         return state
 
     async def run(self, emit: Emit) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         self.health.register(self.name, max_silence_seconds=3 * self.interval + 30)
         reported: str | None = None  # the error last reported; None = ok (nothing to report at start)
+        described = False  # on_state has been given a state since probing was last switched on
         try:
             while True:
                 self.health.beat(self.name)
                 if not self.enabled:
                     reported = None  # start afresh if turned on again
-                    await asyncio.sleep(self.interval)
+                    if described and self.on_state is not None:
+                        await self.on_state(None)  # the storage is no longer a volume: withdraw its figures
+                    described = False
+                    await self._pause()
                     continue
                 state = await asyncio.to_thread(self.check)
                 self.health.beat(self.name)
+                if self.on_state is not None:
+                    await self.on_state(state)
+                    described = True
                 if state.error != reported:
                     reported = state.error
                     if state.error:
@@ -125,9 +149,18 @@ class PvcProbe:
                     else:
                         log.info("data path usable again", extra={"fields": {"path": state.path}})
                     emit(Change("pvc"))
-                await asyncio.sleep(self.interval)
+                await self._pause()
         finally:
+            self._loop = self._wake = None
             self.health.unregister(self.name)
+
+    async def _pause(self) -> None:
+        """Wait one interval, or less when set_enabled switches the probe."""
+        assert self._wake is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.interval):  # not wait_for: see sources/mounts.py
+                await self._wake.wait()
+        self._wake.clear()
 
 
 __all__ = ["PROBE_FILE", "PvcProbe", "PvcState", "probe_path"]
