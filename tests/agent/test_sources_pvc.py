@@ -19,7 +19,7 @@ def test_plain_directory_is_usable_but_not_mounted(tmp_path, health):
     state = probe.check()
     assert state.ok and state.present and state.writable and not state.mounted
     assert state.capacity_bytes > 0 and 0 <= state.free_bytes <= state.capacity_bytes
-    assert not (tmp_path / PROBE_FILE).exists()  # the probe file is removed again
+    assert not list(tmp_path.glob(PROBE_FILE + "*"))  # the probe file is removed again
     assert metrics.pvc_ok._value.get() == 1
     assert metrics.pvc_capacity_bytes._value.get() == state.capacity_bytes
 
@@ -173,3 +173,14 @@ async def test_each_probe_is_handed_on_and_withdrawn_when_switched_off(tmp_path,
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_concurrent_probes_of_one_path_do_not_collide(tmp_path):
+    """The periodic loop and the pipeline probe at the same moment, and replicas share a ReadWriteMany volume:
+    each probe writes a file of its own, so none reports the path unwritable because of another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        states = list(pool.map(lambda _: probe_path(tmp_path), range(400)))
+    assert [s.error for s in states if s.error] == []
+    assert not list(tmp_path.glob(PROBE_FILE + "*"))

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -56,9 +57,11 @@ def probe_path(path: Path) -> PvcState:
         capacity, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize  # f_bavail: what non-root may use
     except OSError as exc:
         return PvcState(where, present=True, mounted=mounted, error=f"data path {where}: cannot stat ({_why(exc)})")
-    probe = path / PROBE_FILE
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # A file of its own per probe: the periodic loop and the pipeline may probe at the same moment, and the
+        # agents of several replicas share a ReadWriteMany volume; one shared name made one unlink the other's
+        # file and report the path unwritable.
+        fd, probe = tempfile.mkstemp(prefix=PROBE_FILE + "-", dir=path)
         try:
             os.write(fd, b"ok")
         finally:
