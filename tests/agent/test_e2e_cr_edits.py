@@ -121,7 +121,8 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     assert http_get(pod.url + "/v2/", auth=("alice", "alice-pw")).status == 401
     assert pod.registry_pid() == pid and pod.registry_starts() == starts
     assert (pod.config_dir / "config.yml").read_bytes() == config_before
-    assert pod.metric("htpasswd_updates_total") == 1
+    # The file is in place before the agent counts it: the login can win that race, so wait for the count.
+    wait_for(lambda: pod.metric("htpasswd_updates_total") == 1, what="the htpasswd update to be counted")
     assert pod.metric("reloads_total") == 0
     assert "bob-pw" not in pod.agent_log_text() and "alice-pw" not in pod.agent_log_text()
 
