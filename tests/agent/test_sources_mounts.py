@@ -11,20 +11,9 @@ from berth_agent.sources.mounts import MountWatcher
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
+from support.sources import running
 from support.secretdir import swap_secret_dir, write_secret_dir
 
-
-
-@contextlib.asynccontextmanager
-async def running(source, emit):
-    task = asyncio.create_task(source.run(emit))
-    try:
-        await asyncio.sleep(0)
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _wait_watching(watcher, path, timeout=10.0):

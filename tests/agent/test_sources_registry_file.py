@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 
@@ -11,6 +10,7 @@ import pytest
 import yaml
 from berth_agent.sources.registry_file import RegistryFileWatcher, read_registry_file
 
+from support.sources import running
 
 REGISTRY = {
     "apiVersion": "berth.dev/v1alpha1",
@@ -18,18 +18,6 @@ REGISTRY = {
     "metadata": {"name": "local", "namespace": "default"},
     "spec": {"config": {"log": {"level": "info"}, "storage": {"filesystem": {"rootdirectory": "/tmp/x"}}}},
 }
-
-
-@contextlib.asynccontextmanager
-async def running(source, emit):
-    task = asyncio.create_task(source.run(emit))
-    try:
-        await asyncio.sleep(0)
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _level(change):
