@@ -18,7 +18,7 @@ from watchdog.events import FileSystemEvent
 from .. import metrics
 from ..health import Health
 from . import Change, Emit
-from .observer import DirObserver, ObserverFactory
+from .observer import DirectorySource, ObserverFactory
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 SOURCE_DIRS = ("cosi", "htpasswd", "http-secret", "redis", "tls")
 
 
-class MountWatcher:
+class MountWatcher(DirectorySource):
     name = "mounts"
 
     def __init__(
@@ -47,19 +47,7 @@ class MountWatcher:
         self._emit: Emit | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rescan: asyncio.Event | None = None
-        self._new_observer = lambda: DirObserver(
-            self._on_event,
-            source=self.name,
-            observer_factory=observer_factory,
-            force_polling=force_polling,
-            poll_seconds=poll_seconds,
-        )
-        self._observer = self._new_observer()
-
-    @property
-    def polling(self) -> bool:
-        """True when inotify was unavailable and the polling observer is in use."""
-        return self._observer.polling
+        self._init_observer(observer_factory=observer_factory, force_polling=force_polling, poll_seconds=poll_seconds)
 
     @property
     def watched(self) -> set[Path]:

@@ -7,6 +7,7 @@ a watch on the directory sees and a watch on a file symlink or on `..data` does 
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import threading
@@ -208,3 +209,32 @@ class DirObserver:
                 observer.join(timeout=5)
         except Exception:  # noqa: BLE001 - stopping a half-started observer must not hide the original failure
             log.debug("observer stop failed", exc_info=True)
+
+
+class DirectorySource:
+    """Shared by the sources that watch directories (mounts, registry file): how their DirObserver is made,
+    and whether it fell back to polling. A subclass sets `name`, defines `_on_event(watched, event)` and calls
+    `_init_observer` in its __init__; `run` makes a fresh observer per run (a stopped one stays stopped)."""
+
+    name: str
+
+    def _on_event(self, watched: Path, event: FileSystemEvent) -> None:
+        raise NotImplementedError
+
+    def _init_observer(
+        self, *, observer_factory: ObserverFactory | None, force_polling: bool, poll_seconds: float
+    ) -> None:
+        self._new_observer = functools.partial(
+            DirObserver,
+            self._on_event,
+            source=self.name,
+            observer_factory=observer_factory,
+            force_polling=force_polling,
+            poll_seconds=poll_seconds,
+        )
+        self._observer = self._new_observer()
+
+    @property
+    def polling(self) -> bool:
+        """True when inotify was unavailable and the polling observer is in use."""
+        return self._observer.polling

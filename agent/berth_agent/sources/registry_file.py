@@ -22,7 +22,7 @@ from watchdog.events import FileSystemEvent
 from .. import metrics
 from ..health import Health
 from . import Change, Emit
-from .observer import DirObserver, ObserverFactory
+from .observer import DirectorySource, ObserverFactory
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def read_registry_file(path: Path) -> tuple[dict | None, str | None]:
     return obj, None
 
 
-class RegistryFileWatcher:
+class RegistryFileWatcher(DirectorySource):
     name = "registry-file"
 
     def __init__(
@@ -75,18 +75,7 @@ class RegistryFileWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message)
-        self._new_observer = lambda: DirObserver(
-            self._on_event,
-            source=self.name,
-            observer_factory=observer_factory,
-            force_polling=force_polling,
-            poll_seconds=poll_seconds,
-        )
-        self._observer = self._new_observer()
-
-    @property
-    def polling(self) -> bool:
-        return self._observer.polling
+        self._init_observer(observer_factory=observer_factory, force_polling=force_polling, poll_seconds=poll_seconds)
 
     def _on_event(self, _watched: Path, _event: FileSystemEvent) -> None:
         """Runs in the observer thread: any change in the directory may be ours (a rename onto the file, a
