@@ -14,13 +14,11 @@ Target (issue 3): exactly 1 restart.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
-from agent_common import workdir
+from agent_common import shm_dir, workdir
 
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.secretdir import swap_secret_dir, write_secret_dir
@@ -34,9 +32,8 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with workdir("burst") as tmp:
+    with workdir("burst") as tmp, shm_dir() as shm:
         root = Path(tmp)
-        shm = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
         pod = RegistryPod(root / "pod", config_dir=shm / "config")
         results = []
         try:
@@ -62,7 +59,6 @@ def main() -> None:
                 results.append((burst_seconds, pod.registry_starts() - starts))
         finally:
             pod.stop()
-            shutil.rmtree(shm, ignore_errors=True)
     for n, (seconds, restarts) in enumerate(results, 1):
         print(f"round {n}: {args.swaps} Secret swaps (~{args.swaps * 9} file events) in {seconds:.2f} s -> "
               f"{restarts} registry restart(s) (target 1)")

@@ -5,8 +5,10 @@ Each benchmark is a script that prints its figures; none is part of the test sui
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -19,6 +21,16 @@ os.environ.pop("AWS_CA_BUNDLE", None)  # the 2.8 registry panics with it set (fi
 
 def workdir(name: str) -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"berth-bench-{name}-")
+
+
+@contextlib.contextmanager
+def shm_dir():
+    """A directory on /dev/shm for the pod's config volume (a memory-backed emptyDir in the pod), removed after."""
+    path = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def nearest_rank(samples: list[float], q: float) -> float:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from agent_common import workdir
+from agent_common import shm_dir, workdir
 
 from support.kube import KubeApi
 from support.pod import RegistryPod, filesystem_spec, registry_object
@@ -43,8 +41,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(mode: str, seconds: float) -> tuple[float, float, float]:
-    with workdir(f"idle-{mode}") as tmp:
-        shm = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
+    with workdir(f"idle-{mode}") as tmp, shm_dir() as shm:
         pod = RegistryPod(Path(tmp) / "pod", config_dir=shm / "config")
         api = KubeApi() if mode == "api" else None
         try:
@@ -74,7 +71,6 @@ def measure(mode: str, seconds: float) -> tuple[float, float, float]:
             pod.stop()
             if api is not None:
                 api.close()
-            shutil.rmtree(shm, ignore_errors=True)
 
 
 def main() -> None:

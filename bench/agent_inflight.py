@@ -16,12 +16,10 @@ Target (issue 3): 0 failed requests.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from agent_common import summary_ms, workdir
+from agent_common import shm_dir, summary_ms, workdir
 
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.pull_loop import PullLoop
@@ -35,9 +33,8 @@ def main() -> None:
     parser.add_argument("--reloads", type=int, default=20)
     parser.add_argument("--pullers", type=int, default=2)
     args = parser.parse_args()
-    with workdir("inflight") as tmp:
+    with workdir("inflight") as tmp, shm_dir() as shm:
         root = Path(tmp)
-        shm = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
         pod = RegistryPod(root / "pod", config_dir=shm / "config")
         loops: list[PullLoop] = []
         try:
@@ -71,7 +68,6 @@ def main() -> None:
             for loop in loops:
                 loop.stop()
             pod.stop()
-            shutil.rmtree(shm, ignore_errors=True)
 
     requests = sum(s.requests for s in stats)
     failures = [f for s in stats for f in s.failures]

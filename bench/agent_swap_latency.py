@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from agent_common import nearest_rank, summary_ms, workdir
+from agent_common import nearest_rank, shm_dir, summary_ms, workdir
 
 from berth_agent.restart import Endpoint, answers, find_registry_processes
 from support.pod import RegistryPod, registry_object
@@ -84,11 +82,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--swaps", type=int, default=30)
     args = parser.parse_args()
-    with workdir("swap") as tmp, running_moto(Path(tmp) / "moto") as moto:
+    with workdir("swap") as tmp, shm_dir() as shm, running_moto(Path(tmp) / "moto") as moto:
         root = Path(tmp)
         key = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
-        shm = Path(tempfile.mkdtemp(prefix="berth-bench-config-", dir="/dev/shm"))
         pod = RegistryPod(root / "pod", config_dir=shm / "config")
         try:
             write_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, key))
@@ -115,7 +112,6 @@ def main() -> None:
             restarts = pod.actions("restarted")
         finally:
             pod.stop()
-            shutil.rmtree(shm, ignore_errors=True)
 
     median, cold_median = statistics.median(swaps), statistics.median(cold)
     p99 = nearest_rank(swaps, 0.99)
