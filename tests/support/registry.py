@@ -35,6 +35,19 @@ from .ports import free_port
 from .processes import stop_process
 
 REGISTRY_BINARY = os.environ.get("BERTH_REGISTRY_BINARY", "/usr/bin/docker-registry")
+# A real Distribution 3.x binary (../shared/dist/registry-v3.1.1; .ci/run sets the variable where it exists).
+# A user's fresh clone has none: tests that need it skip with this reason.
+REGISTRY3_BINARY = os.environ.get("BERTH_REGISTRY3_BIN", "")
+NO_REGISTRY3 = "BERTH_REGISTRY3_BIN is unset: no Distribution 3 binary (.ci/run sets it from ../shared/dist)"
+requires_registry3 = pytest.mark.skipif(not REGISTRY3_BINARY, reason=NO_REGISTRY3)
+
+
+def registry_binaries() -> list:
+    """pytest params for a test that runs on both majors: ("2", 2.8 binary) and ("3", 3.x binary or a skip)."""
+    return [
+        pytest.param(("2", REGISTRY_BINARY), id="dist2"),
+        pytest.param(("3", REGISTRY3_BINARY), id="dist3", marks=requires_registry3),
+    ]
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
 
@@ -115,7 +128,7 @@ def registry_env() -> dict[str, str]:
 
 
 def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None,
-                   timeout: float = START_TIMEOUT) -> RegistryProcess:
+                   timeout: float = START_TIMEOUT, binary: str | None = None) -> RegistryProcess:
     """Start `docker-registry serve` from config bytes or a config file and wait until GET /v2/ answers.
 
     With `addr`, http.addr is rewritten to it; otherwise the config's own addr must be 127.0.0.1:PORT.
@@ -137,7 +150,7 @@ def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = No
     tls = bool((yaml.safe_load(data).get("http") or {}).get("tls"))
     log_path = workdir / "registry.log"
     log_file = open(log_path, "ab")
-    process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config_path)], stdout=log_file,
+    process = subprocess.Popen([binary or REGISTRY_BINARY, "serve", str(config_path)], stdout=log_file,
                                stderr=subprocess.STDOUT, env=registry_env(), cwd=workdir)
     registry = RegistryProcess(process, config_path, log_path, listen, tls, log_file)
     deadline = time.monotonic() + timeout
@@ -156,12 +169,13 @@ def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = No
 
 
 @contextlib.contextmanager
-def running_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None) -> Iterator[RegistryProcess]:
+def running_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None,
+                     binary: str | None = None) -> Iterator[RegistryProcess]:
     """start_registry as a context manager; with no `addr` and a config not on 127.0.0.1, a free port is used."""
     data = Path(config).read_bytes() if isinstance(config, Path) else config
     if addr is None and not config_addr(data).startswith("127.0.0.1:"):
         addr = f"127.0.0.1:{free_port()}"
-    registry = start_registry(config, workdir, addr=addr)
+    registry = start_registry(config, workdir, addr=addr, binary=binary)
     try:
         yield registry
     finally:
@@ -173,11 +187,13 @@ def registry_factory(tmp_path: Path) -> Iterator:
     """Fixture: call it with config bytes (and optional addr) to get a started registry; all stop at teardown."""
     started: list[RegistryProcess] = []
 
-    def start(config: bytes | Path, *, addr: str | None = None, name: str | None = None) -> RegistryProcess:
+    def start(config: bytes | Path, *, addr: str | None = None, name: str | None = None,
+              binary: str | None = None) -> RegistryProcess:
         data = Path(config).read_bytes() if isinstance(config, Path) else config
         if addr is None and not config_addr(data).startswith("127.0.0.1:"):
             addr = f"127.0.0.1:{free_port()}"
-        registry = start_registry(config, tmp_path / (name or f"registry-{len(started)}"), addr=addr)
+        registry = start_registry(config, tmp_path / (name or f"registry-{len(started)}"), addr=addr,
+                                  binary=binary)
         started.append(registry)
         return registry
 
