@@ -27,6 +27,7 @@ from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
 from .apply import Applier, Outcome
+from .clock import Clock, LoopClock
 from .errors import InputError
 from .health import Health
 from .mounts import SOURCES, read_inputs
@@ -55,8 +56,9 @@ class PipelineSettings:
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None) -> None:
+                 *, pvc: PvcProbe | None = None, clock: Clock | None = None) -> None:
         self.settings = settings
+        self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
@@ -93,16 +95,14 @@ class Pipeline:
                 self._retry.cancel()
 
     async def _debounce(self, queue: asyncio.Queue[Change]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.max_wait_seconds
+        clock = self.clock
+        deadline = clock.now() + self.settings.max_wait_seconds
         while True:
-            wait = min(self.settings.quiet_seconds, deadline - loop.time())
+            wait = min(self.settings.quiet_seconds, deadline - clock.now())
             if wait <= 0:
                 return
             try:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as an
-                # item arrives, and the agent would not stop.
-                async with asyncio.timeout(wait):
+                async with clock.timeout(wait):
                     change = await queue.get()
             except TimeoutError:
                 return
