@@ -178,7 +178,8 @@ class Pipeline:
             metrics.rollbacks_total.inc()
             back = outcome.rollback
             restored = self.applier.current.config_hash if self.applier.current else ""
-            fields.update(restored_hash=restored, rollback_ok=bool(back and back.ok),
+            fields.update(action="rolled back",  # the log's name for it, as in the message (Outcome: rolled-back)
+                          restored_hash=restored, rollback_ok=bool(back and back.ok),
                           new_pid=back.new.pid if back and back.new else None)
             log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
             await self.reporter.event("RolledBack", f"new config {rendered.config_hash[:12]} did not come up: "
@@ -262,7 +263,7 @@ class Pipeline:
             return  # the same problem seen again (resync): already in status and the log
         self.reported_error = error
         log.error("failed", extra={"fields": {
-            "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
+            "action": "failed", "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
         await self.reporter.failed(error, self.generation)
         await self.reporter.event("ConfigRejected", error, warning=True)
 
