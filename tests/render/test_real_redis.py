@@ -50,6 +50,7 @@ def test_v3_ignores_redis_tls_enabled_and_talks_clear_text_to_a_tls_only_redis(t
         _, mounts, config = prepare(redis_registry({}), tmp_path, "3", redis_url=url)
         document = yaml.safe_load(config.read_bytes())
         document["redis"]["tls"] = {"enabled": True}
+        document["redis"]["maxretries"] = -1  # test only: go-redis would retry each failing call with backoff
         config.write_text(yaml.safe_dump(document))
         registry = start_registry(config, tmp_path / "run", binary=REGISTRY3_BINARY)
         try:
