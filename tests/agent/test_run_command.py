@@ -57,3 +57,10 @@ def test_help_names_the_endpoints_and_every_default():
                    "--max-wait", "--resync", "--log-level"):
         described = text.split(f"{option} ", 2)[-1].split(" --", 1)[0]  # the option's entry in the list
         assert "default" in described, option
+
+
+def test_top_level_help_names_the_endpoints_too():
+    result = subprocess.run([sys.executable, "-m", "berth_agent.cli", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    assert all(endpoint in result.stdout for endpoint in ("/startupz", "/readyz", "/livez", "/metrics"))
