@@ -14,8 +14,10 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -32,12 +34,16 @@ from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
 from .report import Reporter
+from .secret_volume import volume_fingerprint
 from .sources import Change
 from .sources.pvc import PvcProbe
 
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
+# Reading bounded inputs and rendering takes milliseconds; 30 s means a read is stuck (a hung volume).
+RENDER_TIMEOUT_SECONDS = 30.0
+STALE_RENDERS = 3  # renders overtaken by a newer input before the round gives up and retries later
 
 
 @dataclass
@@ -51,6 +57,7 @@ class PipelineSettings:
     restart_timeout: float | None = None  # default: the drain timeout + 10 s
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
+    render_timeout: float = RENDER_TIMEOUT_SECONDS
 
 
 class Pipeline:
@@ -70,6 +77,7 @@ class Pipeline:
         self.refused: tuple[str, str] | None = None
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
         self._retry: asyncio.TimerHandle | None = None
+        self._overrun: asyncio.Future | None = None  # a render thread that outlived render_timeout
         self._queue: asyncio.Queue[Change] | None = None
 
     # ---- the loop -------------------------------------------------------------------------------------------
@@ -111,6 +119,7 @@ class Pipeline:
     def _absorb(self, change: Change) -> None:
         if change.source == "registry":
             if change.error is not None:
+                metrics.render_errors_total.labels(source="registry").inc()  # bad YAML, an empty file, ...
                 self.registry_error = change.error  # keep the last object read: its config keeps serving
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
@@ -137,7 +146,7 @@ class Pipeline:
         """Render from the latest inputs and apply when the result differs from what runs."""
         self.applies += 1
         started = time.monotonic()
-        rendered, error = await asyncio.to_thread(self._render)
+        rendered, error = await self._render_current()
         render_seconds = time.monotonic() - started
         if rendered is None:
             if error:
@@ -190,11 +199,56 @@ class Pipeline:
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f"{Path(frame.filename).name}:{frame.lineno}" if frame else "?"
         metrics.reload_failures_total.labels(reason="internal").inc()
         self._schedule_retry()
-        await self._fail(f"internal error {type(exc).__name__} at {where}; retrying in {self.settings.retry_seconds:g}s")
+        await self._fail(f"{describe_internal_error(exc)}; retrying in {self.settings.retry_seconds:g}s")
+
+    async def _render_current(self) -> tuple[Rendered | None, str | None]:
+        """Render in a thread within a time bound, and only hand on a render whose inputs did not move while it
+        was made: a render overtaken by a newer input is stale and is made again, never applied."""
+        for _ in range(STALE_RENDERS):
+            before = await asyncio.to_thread(self._input_fingerprint)
+            rendered, error = await self._in_bounded_thread(self._render)
+            if rendered is None:
+                return rendered, error
+            if self._registry_pending():
+                return None, None  # a newer Registry waits in the queue: the next round renders it
+            if await asyncio.to_thread(self._input_fingerprint) == before:
+                return rendered, error
+            log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
+        self._schedule_retry()  # the inputs keep moving: look again in a moment
+        return None, None
+
+    def _input_fingerprint(self) -> tuple:
+        return tuple(volume_fingerprint(self.settings.mount_root / source) for source in SOURCES)
+
+    def _registry_pending(self) -> bool:
+        """Whether a Registry Change is queued behind the one being rendered (the queue is put back as it was)."""
+        queue = self._queue
+        if queue is None or queue.empty():
+            return False
+        waiting = [queue.get_nowait() for _ in range(queue.qsize())]
+        for change in waiting:
+            queue.put_nowait(change)
+        return any(change.source == "registry" for change in waiting)
+
+    async def _in_bounded_thread(self, work) -> tuple[Rendered | None, str | None]:
+        """Run work() in a thread for at most settings.render_timeout. A thread cannot be stopped: one that
+        overruns is left to finish, no other is started meanwhile, and the `render` liveness entry it holds
+        turns /livez red, so a read that is really stuck (a hung volume) gets the agent restarted."""
+        limit = self.settings.render_timeout
+        if self._overrun is not None and not self._overrun.done():
+            return None, f"reading the inputs and rendering has not finished after {limit:g}s; last good config kept"
+        self.health.register("render", max_silence_seconds=limit)
+        future = asyncio.ensure_future(asyncio.to_thread(work))
+        future.add_done_callback(lambda _: self.health.unregister("render"))
+        done, _ = await asyncio.wait({future}, timeout=limit)
+        if not done:
+            self._overrun = future
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it: no warning
+            return None, f"reading the inputs and rendering did not finish within {limit:g}s; last good config kept"
+        self._overrun = None
+        return future.result()
 
     def _render(self) -> tuple[Rendered | None, str | None]:
         """(render, input error to report) or (None, error). Runs in a thread: it reads files."""
@@ -267,6 +321,20 @@ class Pipeline:
         await self.reporter.event("ConfigRejected", error, warning=True)
 
 
+def describe_internal_error(exc: BaseException) -> str:
+    """`internal error OSError ENOSPC writing /etc/berth/config.yml (at write.py:52)`: the type, for an OSError
+    the errno name and the file and action (write.py names them), and where it was raised. Never the message,
+    which could quote a file."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f"{Path(frame.filename).name}:{frame.lineno}" if frame else "?"
+    detail = ""
+    if isinstance(exc, OSError) and exc.errno:
+        detail = f" {errno.errorcode.get(exc.errno, str(exc.errno))}"
+        if exc.filename is not None:
+            detail += f" {getattr(exc, 'action', 'on')} {os.fsdecode(exc.filename)}"
+    return f"internal error {type(exc).__name__}{detail} (at {where})"
+
+
 def render_fingerprint(rendered: Rendered) -> str:
     """Identity of a render: config.yml and every file beside it (a TLS rotation leaves config.yml as it was)."""
     digest = hashlib.sha256(rendered.config)
@@ -281,4 +349,4 @@ def _source_label(source: str) -> str:
     return head if head in SOURCES else "spec"
 
 
-__all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]
+__all__ = ["Pipeline", "PipelineSettings", "describe_internal_error", "render_fingerprint"]

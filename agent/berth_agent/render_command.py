@@ -14,10 +14,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from berth_api import Registry, describe_validation_error
+from berth_api import Registry, describe_validation_error, type_meta_problem
 
 from .errors import InputError
 from .mounts import DEFAULT_MOUNT_ROOT, read_inputs
+from .registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
 from .render import RenderPaths, render
 
 EXIT_BAD_INPUT = 2
@@ -42,21 +43,27 @@ def add_parser(subparsers: Any) -> None:
 
 
 def load_registry(path: Path) -> Registry:
-    """Parse and validate a Registry manifest; raises InputError naming the file or the API field."""
+    """Parse and validate a Registry manifest as the API server would (types exactly, apiVersion and kind);
+    raises InputError naming the file or the API field."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular_file(path)
+        text = data.decode("utf-8")
+        document = load_yaml(text)
+    except RegistryFileProblem as exc:
+        raise InputError(str(path), str(exc)) from None
     except OSError as exc:
         raise InputError(str(path), f"cannot be read: {exc.strerror or type(exc).__name__}") from None
     except UnicodeDecodeError:
         raise InputError(str(path), "is not UTF-8 text") from None
-    try:
-        document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         raise InputError(str(path), f"is not valid YAML{where}") from None
     if not isinstance(document, dict):
         raise InputError(str(path), "does not hold a Registry object (expected a YAML mapping)")
+    problem = type_meta_problem(document)
+    if problem is not None:
+        raise InputError(str(path), problem)
     try:
         return Registry.model_validate(document)
     except ValidationError as exc:

@@ -57,7 +57,7 @@ Regex = Annotated[str, StringConstraints(min_length=1), AfterValidator(_valid_re
 class ApiModel(BaseModel):
     """Base of every API model: camelCase aliases as written in the CR, unknown fields refused."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, strict=True)
 
 
 class SecretKeyRef(ApiModel):
