@@ -154,3 +154,21 @@ def test_a_write_failure_names_the_errno_and_the_path(tmp_path):
     [error] = reporter.errors
     assert error.startswith(f"internal error IsADirectoryError EISDIR writing {tmp_path}/config/config.yml "), error
     assert "never-in-the-error" not in error
+
+
+def test_every_failure_to_read_the_registry_counts_as_a_render_error(tmp_path):
+    """An empty file or invalid YAML never reaches validation, yet it is a Registry that cannot be rendered."""
+    from prometheus_client import REGISTRY
+
+    from berth_agent.sources.registry_file import read_registry_file
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("berth_agent_render_errors_total", {"source": "registry"}) or 0.0
+
+    pipeline = Pipeline(_settings(tmp_path), LogReporter("test"), Health())
+    before = count()
+    for content in ("", "spec: [unclosed\n", "kind: Deployment\n"):
+        (tmp_path / "r.yaml").write_text(content)
+        obj, error = read_registry_file(tmp_path / "r.yaml")
+        pipeline._absorb(Change("registry", registry=obj, error=error))
+    assert count() == before + 3
