@@ -176,11 +176,12 @@ def test_a_socket_is_refused(volume, tmp_path):
 
     def bind(path: Path) -> None:
         # sun_path holds ~107 bytes: bind at a short name on the same file system, then move it into place.
-        short = Path(tempfile.mkdtemp(dir=tmp_path.parents[1], prefix="s")) / "s"
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind(str(short))
-        listeners.append(listener)
-        os.rename(short, path)
+        with tempfile.TemporaryDirectory(dir=tmp_path.anchor + "tmp", prefix="berth-") as short_dir:
+            short = Path(short_dir) / "s"
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(str(short))
+            listeners.append(listener)
+            os.rename(short, path)
 
     swap_key(tmp_path, volume, bind)
     try:
