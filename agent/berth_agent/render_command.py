@@ -7,7 +7,11 @@ key) for bad input. The error never contains a secret value and is never a stack
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,27 @@ from .registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
 from .render import RenderPaths, render
 
 EXIT_BAD_INPUT = 2
+RENDER_TIMEOUT_SECONDS = 30  # as the agent's pipeline: bounded inputs read and render in milliseconds
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: int) -> Iterator[None]:
+    """SIGALRM after `seconds` ends a read that is stuck (a hung volume) with an InputError (main thread only:
+    called in process from another thread, it runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum, _frame):
+        raise InputError("render", f"reading the inputs and rendering did not finish within {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -72,10 +97,11 @@ def load_registry(path: Path) -> Registry:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        registry = load_registry(args.registry)
-        inputs = read_inputs(registry.spec, args.mounts)
-        rendered = render(registry.spec, inputs, distribution=args.distribution,
-                          paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
+        with _time_bound(RENDER_TIMEOUT_SECONDS):
+            registry = load_registry(args.registry)
+            inputs = read_inputs(registry.spec, args.mounts)
+            rendered = render(registry.spec, inputs, distribution=args.distribution,
+                              paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
     except InputError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held
         print(f"berth-agent render: {message}", file=sys.stderr)
