@@ -322,7 +322,7 @@ class Pipeline:
 
 
 def describe_internal_error(exc: BaseException) -> str:
-    """`internal error OSError ENOSPC writing /etc/berth/config.yml (at write.py:52)`: the type, for an OSError
+    """`internal error OSError ENOSPC writing /etc/berth/config.yml (at write.py:56)`: the type, for an OSError
     the errno name and the file and action (write.py names them), and where it was raised. Never the message,
     which could quote a file."""
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
