@@ -207,17 +207,25 @@ class Pipeline:
         """Render in a thread within a time bound, and only hand on a render whose inputs did not move while it
         was made: a render overtaken by a newer input is stale and is made again, never applied."""
         for _ in range(STALE_RENDERS):
-            before = await asyncio.to_thread(self._input_fingerprint)
-            rendered, error = await self._in_bounded_thread(self._render)
+            outcome = await self._in_bounded_thread(self._render_and_recheck)
+            if isinstance(outcome, str):
+                return None, outcome  # overran its time bound
+            rendered, error, moved = outcome
             if rendered is None:
                 return rendered, error
             if self._registry_pending():
                 return None, None  # a newer Registry waits in the queue: the next round renders it
-            if await asyncio.to_thread(self._input_fingerprint) == before:
+            if not moved:
                 return rendered, error
             log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
         self._schedule_retry()  # the inputs keep moving: look again in a moment
         return None, None
+
+    def _render_and_recheck(self) -> tuple[Rendered | None, str | None, bool]:
+        """_render, and whether a Secret volume changed while it ran (fingerprints by stat, never a read)."""
+        before = self._input_fingerprint()
+        rendered, error = self._render()
+        return rendered, error, rendered is not None and self._input_fingerprint() != before
 
     def _input_fingerprint(self) -> tuple:
         return tuple(volume_fingerprint(self.settings.mount_root / source) for source in SOURCES)
@@ -232,13 +240,14 @@ class Pipeline:
             queue.put_nowait(change)
         return any(change.source == "registry" for change in waiting)
 
-    async def _in_bounded_thread(self, work) -> tuple[Rendered | None, str | None]:
-        """Run work() in a thread for at most settings.render_timeout. A thread cannot be stopped: one that
-        overruns is left to finish, no other is started meanwhile, and the `render` liveness entry it holds
-        turns /livez red, so a read that is really stuck (a hung volume) gets the agent restarted."""
+    async def _in_bounded_thread(self, work):
+        """work() in a thread for at most settings.render_timeout; its result, or an error message when it overran.
+        A thread cannot be stopped: one that overruns is left to finish, no other is started meanwhile, and the
+        `render` liveness entry it holds turns /livez red, so a read that is really stuck (a hung volume) gets
+        the agent restarted."""
         limit = self.settings.render_timeout
         if self._overrun is not None and not self._overrun.done():
-            return None, f"reading the inputs and rendering has not finished after {limit:g}s; last good config kept"
+            return f"reading the inputs and rendering has not finished after {limit:g}s; last good config kept"
         self.health.register("render", max_silence_seconds=limit)
         future = asyncio.ensure_future(asyncio.to_thread(work))
         future.add_done_callback(lambda _: self.health.unregister("render"))
@@ -246,7 +255,7 @@ class Pipeline:
         if not done:
             self._overrun = future
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it: no warning
-            return None, f"reading the inputs and rendering did not finish within {limit:g}s; last good config kept"
+            return f"reading the inputs and rendering did not finish within {limit:g}s; last good config kept"
         self._overrun = None
         return future.result()
 
