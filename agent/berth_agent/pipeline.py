@@ -268,7 +268,8 @@ class Pipeline:
             spec = RegistrySpec.model_validate(self.registry.get("spec"))
         except ValidationError as exc:
             metrics.render_errors_total.labels(source="registry").inc()
-            return None, describe_validation_error(exc, "spec")
+            # A newer file that could not be read at all is the problem to show, not the older object's.
+            return None, self.registry_error or describe_validation_error(exc, "spec")
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:
             # Object and in-memory storage have no data path: probing one would report a missing PVC.

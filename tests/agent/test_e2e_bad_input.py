@@ -316,3 +316,45 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
         assert "RecursionError" not in messages and "internal error" not in messages
         _assert_no_secret_leaked(pod, kube_api, [PLANTED, password, HTTP_SECRET, key.secret_access_key,
                                                  redis.password, tls_key.decode().splitlines()[1]])
+
+
+def test_a_registry_file_is_as_strict_as_the_api_server(pod):
+    """--registry-file: what the API server would refuse (a coerced type, another kind or apiVersion) and what
+    cannot be read at all (an empty file) keep the last good config serving, name the problem, and each counts
+    in render_errors_total{source="registry"}; a good file then applies."""
+    good = registry_object(filesystem_spec(pod.port))
+    pod.write_registry_file(good)
+    pod.start_agent()
+    pod.start_supervisor()
+    pod.wait_serving()
+    pid = pod.registry_pid()
+
+    def failed_with(part: str) -> bool:
+        return any(part in line.get("error", "") for line in pod.actions("failed"))
+
+    coerced = json.loads(json.dumps(good))
+    coerced["spec"]["config"]["storage"]["maintenance"] = {"readonly": {"enabled": "yes"}}
+    deployment = {**good, "kind": "Deployment"}
+    future = {**good, "apiVersion": "berth.dev/v9"}
+    for document, part in ((coerced, "spec.config.storage.maintenance.readonly.enabled: Input should be a valid "
+                                     "boolean"),
+                           (deployment, "kind: must be Registry"),
+                           (future, "apiVersion: must be berth.dev/v1alpha1")):
+        pod.write_registry_file(document)
+        wait_for(lambda: failed_with(part), what=f"{part}\n{pod.agent_log_text()[-2000:]}")
+        _assert_kept_serving(pod, pid)
+    errors = pod.metric("render_errors_total", 'source="registry"')
+    assert errors >= 3
+
+    pod.registry_file.write_text("")
+    wait_for(lambda: failed_with("is empty"), what="the empty file reported")
+    wait_for(lambda: pod.metric("render_errors_total", 'source="registry"') > errors, what="the empty file counted")
+    _assert_kept_serving(pod, pid)
+    assert "readonly:\n      enabled: false" in (pod.config_dir / "config.yml").read_text()
+
+    fixed = json.loads(json.dumps(good))
+    fixed["spec"]["config"]["storage"]["maintenance"] = {"readonly": {"enabled": True}}
+    pod.write_registry_file(fixed)
+    wait_for(lambda: "readonly:\n      enabled: true" in (pod.config_dir / "config.yml").read_text(),
+             what=f"the good file applied\n{pod.agent_log_text()[-2000:]}")
+    wait_for(pod.serving, what="the registry on the new config")
