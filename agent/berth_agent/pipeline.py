@@ -14,12 +14,9 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import logging
-import os
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +26,12 @@ from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
 from .apply import Applier, Outcome
-from .errors import InputError
+from .errors import InputError, describe_internal_error
 from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
+from .render_guard import BoundedThread, Overrun, inputs_fingerprint, registry_pending
 from .report import Reporter
-from .secret_volume import volume_fingerprint
 from .sources import Change
 from .sources.pvc import PvcProbe
 
@@ -69,6 +66,7 @@ class Pipeline:
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
+        self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
@@ -77,7 +75,6 @@ class Pipeline:
         self.refused: tuple[str, str] | None = None
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
         self._retry: asyncio.TimerHandle | None = None
-        self._overrun: asyncio.Future | None = None  # a render thread that outlived render_timeout
         self._queue: asyncio.Queue[Change] | None = None
 
     # ---- the loop -------------------------------------------------------------------------------------------
@@ -204,60 +201,27 @@ class Pipeline:
         await self._fail(f"{describe_internal_error(exc)}; retrying in {self.settings.retry_seconds:g}s")
 
     async def _render_current(self) -> tuple[Rendered | None, str | None]:
-        """Render in a thread within a time bound, and only hand on a render whose inputs did not move while it
-        was made: a render overtaken by a newer input is stale and is made again, never applied."""
+        """Render within a time bound, and hand on only a render whose inputs did not move while it was made:
+        one overtaken by a newer input is stale, made again (render_guard.py), never applied."""
         for _ in range(STALE_RENDERS):
-            outcome = await self._in_bounded_thread(self._render_and_recheck)
-            if isinstance(outcome, str):
-                return None, outcome  # overran its time bound
+            outcome = await self.bounded.run(self._render_and_recheck)
+            if isinstance(outcome, Overrun):
+                return None, outcome
             rendered, error, moved = outcome
             if rendered is None:
-                return rendered, error
-            if self._registry_pending():
-                return None, None  # a newer Registry waits in the queue: the next round renders it
+                return None, error
             if not moved:
+                if registry_pending(self._queue):
+                    return None, None  # a newer Registry waits in the queue: the next round renders it
                 return rendered, error
             log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
         self._schedule_retry()  # the inputs keep moving: look again in a moment
         return None, None
 
     def _render_and_recheck(self) -> tuple[Rendered | None, str | None, bool]:
-        """_render, and whether a Secret volume changed while it ran (fingerprints by stat, never a read)."""
-        before = self._input_fingerprint()
+        before = inputs_fingerprint(self.settings.mount_root)
         rendered, error = self._render()
-        return rendered, error, rendered is not None and self._input_fingerprint() != before
-
-    def _input_fingerprint(self) -> tuple:
-        return tuple(volume_fingerprint(self.settings.mount_root / source) for source in SOURCES)
-
-    def _registry_pending(self) -> bool:
-        """Whether a Registry Change is queued behind the one being rendered (the queue is put back as it was)."""
-        queue = self._queue
-        if queue is None or queue.empty():
-            return False
-        waiting = [queue.get_nowait() for _ in range(queue.qsize())]
-        for change in waiting:
-            queue.put_nowait(change)
-        return any(change.source == "registry" for change in waiting)
-
-    async def _in_bounded_thread(self, work):
-        """work() in a thread for at most settings.render_timeout; its result, or an error message when it overran.
-        A thread cannot be stopped: one that overruns is left to finish, no other is started meanwhile, and the
-        `render` liveness entry it holds turns /livez red, so a read that is really stuck (a hung volume) gets
-        the agent restarted."""
-        limit = self.settings.render_timeout
-        if self._overrun is not None and not self._overrun.done():
-            return f"reading the inputs and rendering has not finished after {limit:g}s; last good config kept"
-        self.health.register("render", max_silence_seconds=limit)
-        future = asyncio.ensure_future(asyncio.to_thread(work))
-        future.add_done_callback(lambda _: self.health.unregister("render"))
-        done, _ = await asyncio.wait({future}, timeout=limit)
-        if not done:
-            self._overrun = future
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it: no warning
-            return f"reading the inputs and rendering did not finish within {limit:g}s; last good config kept"
-        self._overrun = None
-        return future.result()
+        return rendered, error, rendered is not None and inputs_fingerprint(self.settings.mount_root) != before
 
     def _render(self) -> tuple[Rendered | None, str | None]:
         """(render, input error to report) or (None, error). Runs in a thread: it reads files."""
@@ -331,20 +295,6 @@ class Pipeline:
         await self.reporter.event("ConfigRejected", error, warning=True)
 
 
-def describe_internal_error(exc: BaseException) -> str:
-    """`internal error OSError ENOSPC writing /etc/berth/config.yml (at write.py:56)`: the type, for an OSError
-    the errno name and the file and action (write.py names them), and where it was raised. Never the message,
-    which could quote a file."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f"{Path(frame.filename).name}:{frame.lineno}" if frame else "?"
-    detail = ""
-    if isinstance(exc, OSError) and exc.errno:
-        detail = f" {errno.errorcode.get(exc.errno, str(exc.errno))}"
-        if exc.filename is not None:
-            detail += f" {getattr(exc, 'action', 'on')} {os.fsdecode(exc.filename)}"
-    return f"internal error {type(exc).__name__}{detail} (at {where})"
-
-
 def render_fingerprint(rendered: Rendered) -> str:
     """Identity of a render: config.yml and every file beside it (a TLS rotation leaves config.yml as it was)."""
     digest = hashlib.sha256(rendered.config)
@@ -359,4 +309,4 @@ def _source_label(source: str) -> str:
     return head if head in SOURCES else "spec"
 
 
-__all__ = ["Pipeline", "PipelineSettings", "describe_internal_error", "render_fingerprint"]
+__all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]

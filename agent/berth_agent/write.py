@@ -36,7 +36,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = SECRET_MODE) -> bool:
 def name_os_error(exc: OSError, action: str, path: Path) -> OSError:
     """Mark exc with the file it is about and what was being done to it (paths only, never contents)."""
     exc.filename, exc.filename2 = str(path), None
-    exc.action = action  # type: ignore[attr-defined]  read by pipeline.describe_internal_error
+    exc.action = action  # type: ignore[attr-defined]  read by errors.describe_internal_error
     return exc
 
 

@@ -172,3 +172,21 @@ def test_every_failure_to_read_the_registry_counts_as_a_render_error(tmp_path):
         obj, error = read_registry_file(tmp_path / "r.yaml")
         pipeline._absorb(Change("registry", registry=obj, error=error))
     assert count() == before + 3
+
+
+def test_looking_for_a_pending_registry_change_keeps_the_queue_as_it_was():
+    from berth_agent.render_guard import registry_pending
+
+    async def scenario() -> None:
+        queue: asyncio.Queue[Change] = asyncio.Queue()
+        assert not registry_pending(queue)
+        changes = [Change("mount:tls"), Change("resync")]
+        for change in changes:
+            queue.put_nowait(change)
+        assert not registry_pending(queue)
+        changes.append(Change("registry", registry={"spec": {}}))
+        queue.put_nowait(changes[-1])
+        assert registry_pending(queue)
+        assert [queue.get_nowait() for _ in range(queue.qsize())] == changes
+
+    asyncio.run(scenario())
