@@ -233,3 +233,43 @@ def test_the_fingerprint_moves_with_a_swap_and_not_with_a_read(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     os.symlink(tmp_path / "fifo", directory / "blocking")
     volume_fingerprint(directory)  # stat only: returns although the FIFO has no writer
+
+
+def test_a_swap_racing_the_reader_never_leads_out_or_blocks(tmp_path):
+    """`..data` flips between a good payload, one whose key links out of the volume and one whose key is a FIFO,
+    as fast as a thread can rename, while reads run: each read gives the good value or an InputError, never the
+    planted file's content, and never blocks (the open is per component with O_NOFOLLOW and O_NONBLOCK)."""
+    from berth_agent.secret_volume import read_key
+
+    outside = tmp_path / "planted"
+    outside.write_text(PLANTED)
+    volume = write_secret_dir(tmp_path / "http-secret", {"secret": "good"})
+    payloads = [os.readlink(volume / "..data")]
+    for name, make in (("..escape", lambda p: os.symlink(outside, p)), ("..fifo", os.mkfifo)):
+        (volume / name).mkdir()
+        make(volume / name / "secret")
+        payloads.append(name)
+    stop = threading.Event()
+
+    def flip() -> None:
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            os.symlink(payloads[turn % 3], volume / "..data_tmp")
+            os.rename(volume / "..data_tmp", volume / "..data")
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    good = refused = 0
+    try:
+        for _ in range(3000):  # pytest's timeout is the hang guard: a blocked open never returns
+            try:
+                assert read_key(tmp_path, "http-secret", "secret", why="test", limit=SCALAR_LIMIT) == b"good"
+                good += 1
+            except InputError as exc:
+                assert PLANTED not in str(exc)
+                refused += 1
+    finally:
+        stop.set()
+        flipper.join(10)
+    assert good and refused, (good, refused)  # both kinds of payload were met
