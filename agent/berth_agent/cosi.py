@@ -9,19 +9,25 @@ registry's s3 config takes an access key, so `authenticationType: IAM` is refuse
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .errors import InputError
-from .secret_volume import list_keys, read_text
+from .secret_volume import DOCUMENT_LIMIT, list_keys, read_text
 
 SOURCE = "cosi"
 BUCKET_INFO_KEY = "BucketInfo"
 # Used when the credentials name no region: any region works against a custom endpoint, and it is AWS's default.
 DEFAULT_REGION = "us-east-1"
 WHY = "spec.config.storage.objectStorage"
+# BucketInfo is 3 levels deep (spec.secretS3.accessKeyID); room for fields COSI may add, none for abuse.
+MAX_JSON_DEPTH = 16
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[][{}]")
 
 # v1alpha2 key names: (bucket, endpoint, region, addressing style, access key id, secret access key).
 COSI_KEYS = ("COSI_S3_BUCKET_ID", "COSI_S3_ENDPOINT", "COSI_S3_REGION", "COSI_S3_ADDRESSING_STYLE",
@@ -69,7 +75,12 @@ def read_cosi(directory: Path) -> S3Credentials:
 
 def _from_bucket_info(directory: Path) -> S3Credentials:
     where = f"{SOURCE}/{BUCKET_INFO_KEY}"
-    text = read_text(directory.parent, SOURCE, BUCKET_INFO_KEY, why=WHY)
+    text = read_text(directory.parent, SOURCE, BUCKET_INFO_KEY, why=WHY, limit=DOCUMENT_LIMIT)
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        # json.loads recurses once per level: a 200k-deep document would end in RecursionError.
+        raise InputError(where, f"nests JSON {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted "
+                         "(BucketInfo needs 3)")
     try:
         info = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -98,6 +109,19 @@ def _from_bucket_info(directory: Path) -> S3Credentials:
     )
 
 
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in a JSON text (brackets inside strings do not count); linear in the
+    text's size, without recursion."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def _member(obj: Any, name: str, where: str, prefix: str, kind: type, *, required: bool = True) -> Any:
     """obj[name], checked for type and emptiness; errors name the JSON path, never the value."""
     if not isinstance(obj, dict):
@@ -122,7 +146,7 @@ def _from_keys(directory: Path, names: tuple[str | None, ...]) -> S3Credentials:
         return read_text(root, SOURCE, key, why=WHY)
 
     def optional(key: str | None) -> str | None:
-        if key is None or not (directory / key).exists():
+        if key is None or not os.path.lexists(directory / key):
             return None
         try:
             return read_text(root, SOURCE, key, why=WHY)

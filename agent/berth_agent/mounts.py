@@ -8,6 +8,7 @@ and key (never the value).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from berth_api import RegistrySpec
 
 from .cosi import S3Credentials, read_cosi
 from .errors import InputError
-from .secret_volume import read_key, read_text
+from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, read_key, read_text
 
 __all__ = [
     "DEFAULT_MOUNT_ROOT", "GENERATED_HTTP_SECRET_KEY", "SOURCES", "TLS_CERT_KEY", "TLS_KEY_KEY",
@@ -131,13 +132,14 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT) -> Mo
 
     if storage.auth.htpasswd is not None:
         key = storage.auth.htpasswd.secret.field
-        data = read_key(mount_root, "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret")
+        data = read_key(mount_root, "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
+                        limit=HTPASSWD_LIMIT)
         _check_htpasswd(data, f"htpasswd/{key}")
         values["htpasswd"] = data
 
     if spec.http.secret is not None:
         values["http_secret"] = read_text(mount_root, "http-secret", spec.http.secret.field, why="spec.http.secret")
-    elif (mount_root / "http-secret" / GENERATED_HTTP_SECRET_KEY).exists():
+    elif os.path.lexists(mount_root / "http-secret" / GENERATED_HTTP_SECRET_KEY):
         values["http_secret"] = read_text(
             mount_root, "http-secret", GENERATED_HTTP_SECRET_KEY, why="the operator-generated http secret"
         )
@@ -149,8 +151,8 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT) -> Mo
         values["redis_url"] = url
 
     if spec.http.tls is not None:
-        cert = read_key(mount_root, "tls", TLS_CERT_KEY, why="spec.http.tls.secretName")
-        key = read_key(mount_root, "tls", TLS_KEY_KEY, why="spec.http.tls.secretName")
+        cert = read_key(mount_root, "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        key = read_key(mount_root, "tls", TLS_KEY_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
         _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key

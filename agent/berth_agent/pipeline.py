@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import logging
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +27,11 @@ from berth_api import RegistrySpec, describe_validation_error
 from . import metrics
 from .apply import Applier, Outcome
 from .clock import Clock, LoopClock
-from .errors import InputError
+from .errors import InputError, describe_internal_error
 from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
+from .render_guard import BoundedThread, Overrun, inputs_fingerprint, registry_pending
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
@@ -39,6 +39,9 @@ from .sources.pvc import PvcProbe
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
+# Reading bounded inputs and rendering takes milliseconds; 30 s means a read is stuck (a hung volume).
+RENDER_TIMEOUT_SECONDS = 30.0
+STALE_RENDERS = 3  # renders overtaken by a newer input before the round gives up and retries later
 
 
 @dataclass
@@ -52,6 +55,7 @@ class PipelineSettings:
     restart_timeout: float | None = None  # default: the drain timeout + 10 s
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
+    render_timeout: float = RENDER_TIMEOUT_SECONDS
 
 
 class Pipeline:
@@ -64,6 +68,7 @@ class Pipeline:
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
+        self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
@@ -111,6 +116,7 @@ class Pipeline:
     def _absorb(self, change: Change) -> None:
         if change.source == "registry":
             if change.error is not None:
+                metrics.render_errors_total.labels(source="registry").inc()  # bad YAML, an empty file, ...
                 self.registry_error = change.error  # keep the last object read: its config keeps serving
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
@@ -137,7 +143,7 @@ class Pipeline:
         """Render from the latest inputs and apply when the result differs from what runs."""
         self.applies += 1
         started = time.monotonic()
-        rendered, error = await asyncio.to_thread(self._render)
+        rendered, error = await self._render_current()
         render_seconds = time.monotonic() - started
         if rendered is None:
             if error:
@@ -191,11 +197,32 @@ class Pipeline:
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f"{Path(frame.filename).name}:{frame.lineno}" if frame else "?"
         metrics.reload_failures_total.labels(reason="internal").inc()
         self._schedule_retry()
-        await self._fail(f"internal error {type(exc).__name__} at {where}; retrying in {self.settings.retry_seconds:g}s")
+        await self._fail(f"{describe_internal_error(exc)}; retrying in {self.settings.retry_seconds:g}s")
+
+    async def _render_current(self) -> tuple[Rendered | None, str | None]:
+        """Render within a time bound, and hand on only a render whose inputs did not move while it was made:
+        one overtaken by a newer input is stale, made again (render_guard.py), never applied."""
+        for _ in range(STALE_RENDERS):
+            outcome = await self.bounded.run(self._render_and_recheck)
+            if isinstance(outcome, Overrun):
+                return None, outcome
+            rendered, error, moved = outcome
+            if rendered is None:
+                return None, error
+            if not moved:
+                if registry_pending(self._queue):
+                    return None, None  # a newer Registry waits in the queue: the next round renders it
+                return rendered, error
+            log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
+        self._schedule_retry()  # the inputs keep moving: look again in a moment
+        return None, None
+
+    def _render_and_recheck(self) -> tuple[Rendered | None, str | None, bool]:
+        before = inputs_fingerprint(self.settings.mount_root)
+        rendered, error = self._render()
+        return rendered, error, rendered is not None and inputs_fingerprint(self.settings.mount_root) != before
 
     def _render(self) -> tuple[Rendered | None, str | None]:
         """(render, input error to report) or (None, error). Runs in a thread: it reads files."""
@@ -206,7 +233,8 @@ class Pipeline:
             spec = RegistrySpec.model_validate(self.registry.get("spec"))
         except ValidationError as exc:
             metrics.render_errors_total.labels(source="registry").inc()
-            return None, describe_validation_error(exc, "spec")
+            # A newer file that could not be read at all is the problem to show, not the older object's.
+            return None, self.registry_error or describe_validation_error(exc, "spec")
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:
             # Object and in-memory storage have no data path: probing one would report a missing PVC.

@@ -7,20 +7,46 @@ key) for bad input. The error never contains a secret value and is never a stack
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from berth_api import Registry, describe_validation_error
+from berth_api import Registry, describe_validation_error, type_meta_problem
 
 from .errors import InputError
 from .mounts import DEFAULT_MOUNT_ROOT, read_inputs
+from .registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
 from .render import RenderPaths, render
 
 EXIT_BAD_INPUT = 2
+RENDER_TIMEOUT_SECONDS = 30  # as the agent's pipeline: bounded inputs read and render in milliseconds
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: int) -> Iterator[None]:
+    """SIGALRM after `seconds` ends a read that is stuck (a hung volume) with an InputError (main thread only:
+    called in process from another thread, it runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum, _frame):
+        raise InputError("render", f"reading the inputs and rendering did not finish within {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -42,21 +68,27 @@ def add_parser(subparsers: Any) -> None:
 
 
 def load_registry(path: Path) -> Registry:
-    """Parse and validate a Registry manifest; raises InputError naming the file or the API field."""
+    """Parse and validate a Registry manifest as the API server would (types exactly, apiVersion and kind);
+    raises InputError naming the file or the API field."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular_file(path)
+        text = data.decode("utf-8")
+        document = load_yaml(text)
+    except RegistryFileProblem as exc:
+        raise InputError(str(path), str(exc)) from None
     except OSError as exc:
         raise InputError(str(path), f"cannot be read: {exc.strerror or type(exc).__name__}") from None
     except UnicodeDecodeError:
         raise InputError(str(path), "is not UTF-8 text") from None
-    try:
-        document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         raise InputError(str(path), f"is not valid YAML{where}") from None
     if not isinstance(document, dict):
         raise InputError(str(path), "does not hold a Registry object (expected a YAML mapping)")
+    problem = type_meta_problem(document)
+    if problem is not None:
+        raise InputError(str(path), problem)
     try:
         return Registry.model_validate(document)
     except ValidationError as exc:
@@ -65,10 +97,11 @@ def load_registry(path: Path) -> Registry:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        registry = load_registry(args.registry)
-        inputs = read_inputs(registry.spec, args.mounts)
-        rendered = render(registry.spec, inputs, distribution=args.distribution,
-                          paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
+        with _time_bound(RENDER_TIMEOUT_SECONDS):
+            registry = load_registry(args.registry)
+            inputs = read_inputs(registry.spec, args.mounts)
+            rendered = render(registry.spec, inputs, distribution=args.distribution,
+                              paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
     except InputError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held
         print(f"berth-agent render: {message}", file=sys.stderr)

@@ -23,9 +23,24 @@ def write_atomic(path: Path, data: bytes, *, mode: int = SECRET_MODE) -> bool:
     """Write data to path atomically; False (and no write) when the file already holds exactly that data.
 
     Skipping unchanged files keeps the htpasswd file's mtime still, which is what the registry watches
-    (field-notes §1).
+    (field-notes §1). An OSError (a full or read-only volume) names `path` and the action `writing`, never the
+    temp file, so the pipeline can report `ENOSPC writing /etc/berth/config.yml`.
     """
     path = Path(path)
+    try:
+        return _write_atomic(path, data, mode)
+    except OSError as exc:
+        raise name_os_error(exc, "writing", path) from None
+
+
+def name_os_error(exc: OSError, action: str, path: Path) -> OSError:
+    """Mark exc with the file it is about and what was being done to it (paths only, never contents)."""
+    exc.filename, exc.filename2 = str(path), None
+    exc.action = action  # type: ignore[attr-defined]  read by errors.describe_internal_error
+    return exc
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> bool:
     try:
         if path.read_bytes() == data and (path.stat().st_mode & 0o777) == mode:
             return False
@@ -78,6 +93,8 @@ def remove_stale(root: Path, keep: set[str], managed: set[str]) -> list[str]:
             removed.append(relative)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise name_os_error(exc, "removing", target) from None
     return removed
 
 

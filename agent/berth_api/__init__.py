@@ -16,6 +16,7 @@ from .registry import (
     RegistryStatus,
     describe_validation_error,
     distribution_from_image,
+    type_meta_problem,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "RegistryStatus",
     "describe_validation_error",
     "distribution_from_image",
+    "type_meta_problem",
 ]

@@ -174,6 +174,18 @@ class Registry(ApiModel):
     )
 
 
+def type_meta_problem(document: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest's apiVersion and kind, or None. The API server routes by them, so a file
+    that names another group, version or kind is not a Registry at all (the value is not echoed)."""
+    problems = []
+    for field, wanted in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if field not in document:
+            problems.append(f"{field}: is missing (expected {wanted})")
+        elif document[field] != wanted:
+            problems.append(f"{field}: must be {wanted}")
+    return "; ".join(problems) or None
+
+
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """One line per problem, each naming the field by its API path (e.g. spec.config.storage.filesystem)."""
     lines = []

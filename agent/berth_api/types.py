@@ -55,9 +55,11 @@ Regex = Annotated[str, StringConstraints(min_length=1), AfterValidator(_valid_re
 
 
 class ApiModel(BaseModel):
-    """Base of every API model: camelCase aliases as written in the CR, unknown fields refused."""
+    """Base of every API model: camelCase aliases as written in the CR, unknown fields refused, and JSON types
+    taken exactly (strict): the CRD refuses `enabled: 'yes'` or `replicas: "2"`, so a Registry file must not
+    render them either (tests/api/test_strict_types.py)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, strict=True)
 
 
 class SecretKeyRef(ApiModel):

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 
 import pytest
 
@@ -181,3 +182,179 @@ def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_p
         assert pod.serving()
         _assert_no_secret_leaked(pod, kube_api, [k.secret_access_key for k in (key, dead, fresh)] +
                                  [k.access_key_id for k in (key, dead, fresh)])
+
+
+# ---- hostile mounts (issue 10): every key confined to its volume, a regular file, bounded ----------------------
+
+PLANTED = "PLANTED-by-an-attacker-5c2e91"
+
+
+def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # noqa: F811
+    """One pod reading all five Secret volumes (COSI on moto, htpasswd, an http secret, a real redis-server, TLS).
+    Each attack is swapped into one volume as the kubelet swaps: a link out of the volume to a file holding a
+    value that would render, a FIFO, a link to a device, a device node, a key over its limit, 200k-deep JSON.
+    Each time the registry keeps serving the last good config with the same pid, the status error names the
+    volume and key, /livez stays green (nothing is stuck), and putting the good payload back clears the error.
+    A CR edit made while a FIFO sits in a volume is applied once the FIFO is gone. Nothing planted and no secret
+    appears in the log, status, Events or metrics."""
+    from render.mountkit import htpasswd_entry, self_signed_pair
+    from support.redisserver import running_redis
+    from support.secretdir import swap_payload
+
+    from berth_agent.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
+
+    with running_moto(tmp_path / "moto") as moto, running_redis(tmp_path / "redis") as redis:
+        key = moto.create_s3_user("registry", bucket="registry-data")
+        moto.enforce_iam()
+        cert, tls_key = self_signed_pair()
+        password = "alice-password-" + PLANTED[-6:]
+        bucket_info = {"spec": {"bucketName": "registry-data", "authenticationType": "Key", "secretS3": {
+            "endpoint": moto.endpoint, "region": REGION, "accessKeyID": key.access_key_id,
+            "accessSecretKey": key.secret_access_key}}}
+        good = {
+            "cosi": {"BucketInfo": json.dumps(bucket_info).encode()},
+            "htpasswd": {"htpasswd": htpasswd_entry("alice", password) + b"\n"},
+            "http-secret": {"secret": HTTP_SECRET.encode()},
+            "redis": {"url": redis.url().encode() + b"\n"},
+            "tls": {"tls.crt": cert, "tls.key": tls_key},
+        }
+        for source, data in good.items():
+            write_secret_dir(pod.mounts / source, data)
+        pod.tls = True
+        _start(pod, kube_api, {
+            "image": "docker.io/library/registry:2", "distribution": "2",
+            "config": {"storage": {"objectStorage": {"bucketClaim": "data", "bucketAccess": "access"},
+                                   "redirect": {"disabled": True}, "cache": {"blobdescriptor": "redis"},
+                                   "auth": {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}}}}},
+            "http": {"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "5s", "tls": {"secretName": "tls"},
+                     "secret": {"name": "http", "field": "secret"}},
+            "redis": {"secret": {"name": "redis", "field": "url"}}})
+        pid, good_hash = pod.registry_pid(), _record(kube_api)["configHash"]
+
+        # Values that would render if read: the planted file outside every volume holds them.
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        planted = {
+            ("cosi", "BucketInfo"): json.dumps({"spec": {**bucket_info["spec"], "secretS3": {
+                **bucket_info["spec"]["secretS3"], "accessSecretKey": PLANTED}}}).encode(),
+            ("htpasswd", "htpasswd"): htpasswd_entry(PLANTED, "x") + b"\n",
+            ("http-secret", "secret"): PLANTED.encode(),
+            ("redis", "url"): f"redis://:{PLANTED}@127.0.0.1:{redis.port}/0".encode(),
+            ("tls", "tls.key"): tls_key.replace(b"-----\n", b"-----\n" + PLANTED.encode() + b"\n", 1),
+        }
+        for (source, name), value in planted.items():
+            (outside / f"{source}-{name}").write_bytes(value)
+
+        def link_out(source, name):
+            return lambda path: os.symlink(outside / f"{source}-{name}", path)
+
+        def padded(data: bytes, limit: int, pad: bytes) -> bytes:  # still a valid value, one byte too long
+            head, tail = (data[:-1], data[-1:]) if data.endswith(b"}") else (data, b"")
+            return head + pad * (limit + 1 - len(head) - len(tail)) + tail
+
+        def mknod_zero(path):
+            os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 5))
+
+        attacks = [(f"escape {s}/{n}", s, n, link_out(s, n), "leaves the Secret volume") for s, n in planted]
+        attacks += [
+            ("device link", "http-secret", "secret", lambda path: os.symlink("/dev/urandom", path),
+             "leaves the Secret volume"),
+            ("oversize cosi/BucketInfo", "cosi", "BucketInfo",
+             lambda path: path.write_bytes(padded(good["cosi"]["BucketInfo"], DOCUMENT_LIMIT, b" ")), "larger than 1 MiB"),
+            ("oversize htpasswd", "htpasswd", "htpasswd",
+             lambda path: path.write_bytes(padded(good["htpasswd"]["htpasswd"], HTPASSWD_LIMIT, b"\n")),
+             "larger than 4 MiB"),
+            ("oversize http-secret", "http-secret", "secret",
+             lambda path: path.write_bytes(b"s" * (SCALAR_LIMIT + 1)), "larger than 64 KiB"),
+            ("oversize redis/url", "redis", "url",
+             lambda path: path.write_bytes(padded(good["redis"]["url"], SCALAR_LIMIT, b" ")), "larger than 64 KiB"),
+            ("oversize tls.crt", "tls", "tls.crt",
+             lambda path: path.write_bytes(padded(cert, DOCUMENT_LIMIT, b"\n")), "larger than 1 MiB"),
+            ("deep JSON", "cosi", "BucketInfo",
+             lambda path: path.write_text("[" * 200_000 + "]" * 200_000), "levels deep"),
+        ]
+        if os.geteuid() == 0:  # mknod needs CAP_MKNOD
+            attacks.append(("device node", "tls", "tls.crt", mknod_zero, "is a character device"))
+
+        def swap(source: str, name: str | None = None, make=None) -> None:
+            def fill(payload):
+                for key_name, value in good[source].items():
+                    if key_name == name:
+                        make(payload / key_name)
+                    else:
+                        (payload / key_name).write_bytes(value)
+
+            swap_payload(pod.mounts / source, list(good[source]), fill)
+
+        for title, source, name, make, message in attacks:
+            errors_before = pod.metric("render_errors_total", f'source="{source}"')
+            swap(source, name, make)
+            wait_for(lambda: f"{source}/{name}: " in _error(kube_api) and message in _error(kube_api),
+                     what=f"{title}: the error in status\n{_error(kube_api)}\n{pod.agent_log_text()[-3000:]}")
+            _assert_kept_serving(pod, pid)
+            assert _record(kube_api)["configHash"] == good_hash, title
+            assert pod.health("/livez") == 200, title
+            assert pod.metric("render_errors_total", f'source="{source}"') > errors_before, title
+            swap(source)  # the good payload back
+            wait_for(lambda: not _error(kube_api), what=f"{title}: recovery\n{pod.agent_log_text()[-3000:]}")
+            _assert_kept_serving(pod, pid)
+
+        # A FIFO used to block the pipeline thread in open(2): a CR edit made meanwhile was never applied.
+        swap("redis", "url", os.mkfifo)
+        wait_for(lambda: "redis/url: is a FIFO" in _error(kube_api), what="the FIFO error in status")
+        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"config": {"log": {"level": "debug"}}}})
+        wait_for(lambda: pod.metric("renders_total") > 0 and "redis/url: is a FIFO" in _error(kube_api),
+                 what="the edit rendered against the FIFO")
+        assert pod.health("/livez") == 200
+        _assert_kept_serving(pod, pid)
+        swap("redis")
+        wait_for(lambda: not _error(kube_api) and "level: debug" in (pod.config_dir / "config.yml").read_text(),
+                 what=f"the edit applied once the FIFO is gone\n{pod.agent_log_text()[-3000:]}")
+        wait_for(pod.serving, what="the registry on the edited config")
+
+        messages = _error(kube_api) + pod.agent_log_text() + json.dumps(kube_api.list("v1/events", "default"))
+        assert "RecursionError" not in messages and "internal error" not in messages
+        _assert_no_secret_leaked(pod, kube_api, [PLANTED, password, HTTP_SECRET, key.secret_access_key,
+                                                 redis.password, tls_key.decode().splitlines()[1]])
+
+
+def test_a_registry_file_is_as_strict_as_the_api_server(pod):
+    """--registry-file: what the API server would refuse (a coerced type, another kind or apiVersion) and what
+    cannot be read at all (an empty file) keep the last good config serving, name the problem, and each counts
+    in render_errors_total{source="registry"}; a good file then applies."""
+    good = registry_object(filesystem_spec(pod.port))
+    pod.write_registry_file(good)
+    pod.start_agent()
+    pod.start_supervisor()
+    pod.wait_serving()
+    pid = pod.registry_pid()
+
+    def failed_with(part: str) -> bool:
+        return any(part in line.get("error", "") for line in pod.actions("failed"))
+
+    coerced = json.loads(json.dumps(good))
+    coerced["spec"]["config"]["storage"]["maintenance"] = {"readonly": {"enabled": "yes"}}
+    deployment = {**good, "kind": "Deployment"}
+    future = {**good, "apiVersion": "berth.dev/v9"}
+    for document, part in ((coerced, "spec.config.storage.maintenance.readonly.enabled: Input should be a valid "
+                                     "boolean"),
+                           (deployment, "kind: must be Registry"),
+                           (future, "apiVersion: must be berth.dev/v1alpha1")):
+        pod.write_registry_file(document)
+        wait_for(lambda: failed_with(part), what=f"{part}\n{pod.agent_log_text()[-2000:]}")
+        _assert_kept_serving(pod, pid)
+    errors = pod.metric("render_errors_total", 'source="registry"')
+    assert errors >= 3
+
+    pod.registry_file.write_text("")
+    wait_for(lambda: failed_with("is empty"), what="the empty file reported")
+    wait_for(lambda: pod.metric("render_errors_total", 'source="registry"') > errors, what="the empty file counted")
+    _assert_kept_serving(pod, pid)
+    assert "readonly:\n      enabled: false" in (pod.config_dir / "config.yml").read_text()
+
+    fixed = json.loads(json.dumps(good))
+    fixed["spec"]["config"]["storage"]["maintenance"] = {"readonly": {"enabled": True}}
+    pod.write_registry_file(fixed)
+    wait_for(lambda: "readonly:\n      enabled: true" in (pod.config_dir / "config.yml").read_text(),
+             what=f"the good file applied\n{pod.agent_log_text()[-2000:]}")
+    wait_for(pod.serving, what="the registry on the new config")

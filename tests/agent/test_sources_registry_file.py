@@ -149,3 +149,40 @@ async def test_a_cancel_that_lands_with_a_wake_still_stops_the_watcher(tmp_path,
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=10)
         assert done, f"the watcher ignored the cancel (attempt {attempt})"
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("apiVersion: berth.dev/v9\nkind: Registry\nspec: {}\n", "apiVersion: must be berth.dev/v1alpha1"),
+        ("apiVersion: berth.dev/v1alpha1\nkind: Deployment\nspec: {}\n", "kind: must be Registry"),
+        ("kind: Registry\nspec: {}\n", "apiVersion: is missing"),
+        ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+        ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+            for p, c in zip("abcdefgh", "bcdefghi")), "expands to more than 100000 YAML nodes"),
+        ("spec: {}\n" + "# padding\n" * 200_000, "is larger than 1536 KiB"),
+    ],
+    ids=["apiVersion", "kind", "no-apiVersion", "deep", "alias-bomb", "oversize"],
+)
+def test_hostile_files_are_refused(tmp_path, content, expected):
+    path = tmp_path / "r.yaml"
+    path.write_text(content)
+    obj, error = read_registry_file(path)
+    assert obj is None and error.startswith(f"registry file {path}: ") and expected in error, error
+
+
+def test_a_fifo_in_place_of_the_file_does_not_block(tmp_path):
+    import threading
+
+    path = tmp_path / "r.yaml"
+    os.mkfifo(path)
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(read_registry_file(path)), daemon=True)
+    reader.start()
+    reader.join(30)  # a hang guard: open(2) of a FIFO without a writer never returns
+    if reader.is_alive():
+        with open(path, "wb"):  # a writer lets the stuck reader go
+            pass
+        pytest.fail("reading a FIFO blocked")
+    assert result == [(None, f"registry file {path}: is a FIFO, not a regular file")]

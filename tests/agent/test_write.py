@@ -86,3 +86,28 @@ def test_install_supervisor_writes_the_packaged_script(tmp_path):
     text = path.read_text()
     assert text.startswith("#!/bin/sh") and "serve" in text
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_full_volume_is_reported_with_the_errno_and_the_target_path(tmp_path):
+    """A file size limit (RLIMIT_FSIZE, in a child process) fails write(2) as a full volume does: the report
+    names the errno and config.yml, not the temp file, and never the data."""
+    import subprocess
+    import sys
+
+    script = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from berth_agent.errors import describe_internal_error\n"
+        "from berth_agent.write import write_atomic\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        "try:\n"
+        "    write_atomic(Path(sys.argv[1]), b'secret-data-' * 1000)\n"
+        "except OSError as exc:\n"
+        "    print(describe_internal_error(exc))\n"
+    )
+    target = tmp_path / "config.yml"
+    result = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.startswith(f"internal error OSError EFBIG writing {target} (at write.py:"), result
+    assert "secret-data" not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []  # no temp file left behind

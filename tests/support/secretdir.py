@@ -15,7 +15,7 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 DATA_LINK = "..data"
@@ -93,6 +93,31 @@ def swap_secret_dir(directory: Path, data: SecretData, *, mode: int = 0o644) -> 
         (directory / key).unlink()
     shutil.rmtree(directory / old_name)
     return True
+
+
+def swap_payload(directory: Path, keys: list[str], fill: Callable[[Path], None]) -> Path:
+    """Swap in a payload the kubelet would never write, as the kubelet swaps (new directory, `..data` rename,
+    per-key links): `fill(payload_dir)` makes each of `keys` there, as a symlink, a FIFO, a device... Returns
+    the new payload directory."""
+    directory = Path(directory)
+    old_name = os.readlink(directory / DATA_LINK)
+    old_keys = {entry.name for entry in directory.iterdir() if not entry.name.startswith("..")}
+    name = _timestamped_name()
+    payload = directory / name
+    payload.mkdir(mode=0o755)
+    fill(payload)
+    tmp = directory / DATA_TMP_LINK
+    if tmp.is_symlink():
+        tmp.unlink()
+    os.symlink(name, tmp)
+    os.rename(tmp, directory / DATA_LINK)
+    for key in keys:
+        if key not in old_keys:
+            os.symlink(f"{DATA_LINK}/{key}", directory / key)
+    for key in old_keys - set(keys):
+        (directory / key).unlink()
+    shutil.rmtree(directory / old_name)
+    return payload
 
 
 def write_mounts(root: Path, sources: Mapping[str, SecretData]) -> Path:

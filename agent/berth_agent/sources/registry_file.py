@@ -19,8 +19,11 @@ from pathlib import Path
 import yaml
 from watchdog.events import FileSystemEvent
 
+from berth_api import type_meta_problem
+
 from .. import metrics
 from ..health import Health
+from ..registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
 from . import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 
@@ -30,15 +33,19 @@ log = logging.getLogger(__name__)
 def read_registry_file(path: Path) -> tuple[dict | None, str | None]:
     """(object, None) or (None, error). The error names the file and never quotes its content."""
     try:
-        text = path.read_bytes()
+        text = read_regular_file(path)
     except FileNotFoundError:
         return None, f"registry file {path}: not found"
     except IsADirectoryError:
         return None, f"registry file {path}: is a directory"
+    except RegistryFileProblem as exc:
+        return None, f"registry file {path}: {exc}"
     except OSError as exc:
         return None, f"registry file {path}: cannot read ({os.strerror(exc.errno or 0)})"
     try:
-        obj = yaml.safe_load(text)
+        obj = load_yaml(text)
+    except RegistryFileProblem as exc:
+        return None, f"registry file {path}: {exc}"
     except yaml.MarkedYAMLError as exc:
         # str(exc) would quote the offending line: give the position and the problem only.
         mark = exc.problem_mark or exc.context_mark
@@ -51,6 +58,9 @@ def read_registry_file(path: Path) -> tuple[dict | None, str | None]:
         return None, f"registry file {path}: is empty"
     if not isinstance(obj, dict):
         return None, f"registry file {path}: must hold one YAML mapping (a Registry), not a {type(obj).__name__}"
+    problem = type_meta_problem(obj)
+    if problem is not None:
+        return None, f"registry file {path}: {problem}"
     return obj, None
 
 
