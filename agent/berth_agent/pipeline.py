@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
+from .api_secrets import ApiSecrets
 from .apply import Applier, Outcome
 from .errors import InputError
 from .health import Health
@@ -55,11 +56,12 @@ class PipelineSettings:
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None) -> None:
+                 *, pvc: PvcProbe | None = None, api_secrets: ApiSecrets | None = None) -> None:
         self.settings = settings
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
+        self.api_secrets = api_secrets  # API mode: copies of the mounted Secrets read over the API
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
@@ -109,6 +111,8 @@ class Pipeline:
             self._absorb(change)
 
     def _absorb(self, change: Change) -> None:
+        if self.api_secrets is not None and self.api_secrets.absorb(change):
+            return
         if change.source == "registry":
             if change.error is not None:
                 self.registry_error = change.error  # keep the last object read: its config keeps serving
@@ -154,6 +158,8 @@ class Pipeline:
             self._mark_written(rendered)
 
         outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        if outcome.ok and self.api_secrets is not None:
+            self.api_secrets.settled(changed=outcome.action != "unchanged")
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
@@ -216,7 +222,8 @@ class Pipeline:
                 metrics.render_errors_total.labels(source="pvc").inc()
                 return None, state.error
         try:
-            inputs = read_inputs(spec, self.settings.mount_root)
+            roots = self.api_secrets.overrides() if self.api_secrets is not None else None
+            inputs = read_inputs(spec, self.settings.mount_root, roots)
             rendered = render(spec, inputs, distribution=self.settings.distribution,
                               paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
         except InputError as exc:

@@ -33,6 +33,8 @@ UNEXERCISED_GRANTS = {
     ("", "namespaces", "list"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
     ("", "namespaces", "watch"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
     ("", "pods", "get"): "berth-operator reads its own Pod (POD_NAME) at start to learn the agent image",
+    ("", "secrets", "list"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
+    ("", "secrets", "watch"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
 }
