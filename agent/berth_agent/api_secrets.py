@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 STORE_NAME = ".api-secrets"
 MAX_SUPERSEDED = 32  # fingerprints remembered per Secret: far more rotations than one kubelet delay holds
 MAX_KEY_BYTES = 1 << 20  # a Secret is at most 1 MiB (API server); more on a mount is fingerprinted unread
+# At start, how long the first render waits for every watch's first answer (a copy, or an error such as 403 or
+# a refused connection, which come at once). Rendering before it could restart the registry onto a stale mount
+# only to restart it again when the copy arrives; an API server that does not answer at all leaves the mount.
+START_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -52,6 +56,7 @@ class _Volume:
     name: str  # the Secret's name
     api: SecretCopy | None = None
     live: bool = False  # the watch delivered this copy and has not failed since
+    answered: bool = False  # the watch has said something (a copy or an error) since the agent started
     superseded: dict[str, None] = field(default_factory=dict)  # ordered set of fingerprints
     written: str | None = None  # fingerprint of the files under the store
     pending_lag: dict[str, list] = field(default_factory=dict)  # API fingerprint -> [seen at, mount behind?]
@@ -82,6 +87,7 @@ class ApiSecrets:
         self._clock = clock
         self._lock = threading.Lock()
         self._volumes = {volume: _Volume(name) for volume, name in secrets.items()}
+        self._start_deadline = clock() + START_GRACE_SECONDS
         for volume, state in self._volumes.items():
             self._restore(volume, state)
 
@@ -96,6 +102,7 @@ class ApiSecrets:
             state = self._volumes.get(volume)
             if state is None:
                 return True
+            state.answered = True
             copy = change.secret
             if not isinstance(copy, SecretCopy):
                 state.live = False  # the error was logged by the watcher; the mount or the kept copy serves
@@ -107,6 +114,13 @@ class ApiSecrets:
             state.superseded.pop(copy.fingerprint, None)  # content restored to an earlier payload is current
             state.api, state.live = copy, True
         return True
+
+    def start_wait(self) -> float:
+        """Seconds the first render should still wait for the watches' first answers (0: go ahead)."""
+        with self._lock:
+            if all(state.answered for state in self._volumes.values()):
+                self._start_deadline = 0.0
+            return max(0.0, self._start_deadline - self._clock())
 
     # ---- the render thread's side ----------------------------------------------------------------------------
 

@@ -119,7 +119,7 @@ class Pipeline:
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
 
-    def _schedule_retry(self) -> None:
+    def _schedule_retry(self, delay: float | None = None) -> None:
         if self._queue is None or (self._retry is not None and not self._retry.cancelled()):
             return
         loop = asyncio.get_running_loop()
@@ -128,7 +128,7 @@ class Pipeline:
             self._retry = None
             self._queue.put_nowait(Change("retry"))
 
-        self._retry = loop.call_later(self.settings.retry_seconds, fire)
+        self._retry = loop.call_later(self.settings.retry_seconds if delay is None else delay, fire)
 
     # ---- one round ------------------------------------------------------------------------------------------
 
@@ -139,6 +139,10 @@ class Pipeline:
 
     async def apply_once(self) -> None:
         """Render from the latest inputs and apply when the result differs from what runs."""
+        if self.api_secrets is not None and (wait := self.api_secrets.start_wait()) > 0:
+            # At start, the Secrets' API copies are due: a render now could restart onto a stale mount.
+            self._schedule_retry(wait)
+            return
         self.applies += 1
         started = time.monotonic()
         rendered, error = await asyncio.to_thread(self._render)

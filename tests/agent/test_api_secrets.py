@@ -188,3 +188,15 @@ def test_mount_fingerprint_matches_the_api_fingerprint(tmp_path):
     write_secret_dir(tmp_path / "v", {"a": "1", "b": "2"})
     assert mount_fingerprint(tmp_path / "v") == data_fingerprint({"a": b"1", "b": b"2"})
     assert mount_fingerprint(tmp_path / "missing") is None
+
+
+def test_first_render_waits_for_the_first_answers_but_not_for_ever(make):
+    store = make()
+    assert store.start_wait() == pytest.approx(5.0)  # no answer yet: a render now could use a stale mount
+    store.absorb(api_error())  # an error is an answer: the mount serves at once
+    assert store.start_wait() == 0.0
+    silent = make()
+    silent.clock.now += 2.0
+    assert silent.start_wait() == pytest.approx(3.0)
+    silent.clock.now += 3.5  # an API server that never answers leaves the mount in charge
+    assert silent.start_wait() == 0.0
