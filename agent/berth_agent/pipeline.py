@@ -82,8 +82,11 @@ class Pipeline:
         try:
             while True:
                 self.health.beat("pipeline")
-                self._absorb(await queue.get())
-                await self._debounce(queue)
+                change = await queue.get()
+                self._absorb(change)
+                if not (change.source.startswith("secret:") and queue.empty()):
+                    # A Secret read over the API arrives whole, in one event: only file events come in bursts.
+                    await self._debounce(queue)
                 try:
                     await self.apply_once()
                 except Exception as exc:  # noqa: BLE001  a bug or an I/O failure (disk full) must not end the loop
