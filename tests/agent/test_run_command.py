@@ -45,3 +45,18 @@ def test_the_written_supervisor_defaults_to_this_agents_binary_and_config(tmp_pa
     script = supervisor_for("/usr/bin/docker-registry", tmp_path / "cfg").decode()
     assert '${BERTH_REGISTRY_BIN:-/usr/bin/docker-registry}' in script
     assert f'${{BERTH_CONFIG:-{tmp_path / "cfg" / "config.yml"}}}' in script
+
+
+def test_api_secret_arguments_are_checked(tmp_path):
+    """--api-secret DIR=SECRET: a mount contract directory, each once, and only with --registry (local mode is
+    unchanged: no API to read Secrets from)."""
+    for args, needle in [
+        (("--registry-file", str(tmp_path / "r.yaml"), "--api-secret", "cosi=creds"), "needs --registry"),
+        (("--registry", "ns/reg", "--api-secret", "secrets=creds"), "DIR=SECRET"),
+        (("--registry", "ns/reg", "--api-secret", "cosi"), "DIR=SECRET"),
+        (("--registry", "ns/reg", "--api-secret", "tls=a", "--api-secret", "tls=b"), "each once"),
+    ]:
+        result = _run(*args, "--config-dir", str(tmp_path), "--health-addr", "127.0.0.1:0")
+        assert result.returncode == 2, args
+        line = json.loads(result.stderr.splitlines()[-1])
+        assert line["msg"] == "bad arguments" and needle in line["error"], (args, line)
