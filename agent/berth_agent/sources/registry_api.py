@@ -7,6 +7,8 @@ which it is reopened from the last resourceVersion; a client read timeout catche
 without a word; 410 Gone or a broken connection leads to a fresh list. Errors back off exponentially (capped,
 jittered) and are counted. The official client is blocking: the loop runs in one thread of its own.
 
+The list/watch loop is SingleObjectWatcher, which secret_api.SecretApiWatcher shares for the mounted Secrets.
+
 Emits Change("registry", registry=obj) when the object's content changes. Changes to `status` alone (every
 agent's own status patch, the operator's conditions) and to resourceVersion/managedFields are not emitted:
 they cannot change the rendered config, and emitting them would make N agents wake each other N times.
