@@ -11,6 +11,8 @@ The API copy (sources/secret_api.py) shows a change at once; the kubelet's volum
 - the watch is broken (or the copy was only kept from before an agent restart) and the mount shows a payload
   never seen superseded: the mount. The Secret changed while the API was out of sight, and the kubelet
   still reads the API server.
+A watch that died without a word is live until its read timeout (75 s) notices; a volume that moved past it
+meanwhile waits that long, then the relist brings the same payload over the API.
 
 The API copy is materialised as files under `<config dir>/.api-secrets/<volume>/<key>` (mode 0600, the
 memory-backed config volume, which already holds config.yml with the same values), laid out like a mount,
@@ -156,6 +158,8 @@ class ApiSecrets:
             return "mount"
         if mount == state.api.fingerprint:
             return "api" if state.live else "mount"  # the same payload: only the delivery metric differs
+        if mount is None:
+            return "api"  # the volume is gone (or not there yet): a copy is better than none
         if mount in state.superseded:
             return "api"
         if state.live:

@@ -200,3 +200,13 @@ def test_first_render_waits_for_the_first_answers_but_not_for_ever(make):
     assert silent.start_wait() == pytest.approx(3.0)
     silent.clock.now += 3.5  # an API server that never answers leaves the mount in charge
     assert silent.start_wait() == 0.0
+
+
+def test_a_missing_volume_reads_the_copy(make, mounts):
+    import shutil
+
+    store = make()
+    store.absorb(api_change(NEW, "2"))
+    store.absorb(api_error())
+    shutil.rmtree(mounts / "http-secret")
+    assert rendered_value(store, mounts) == NEW
