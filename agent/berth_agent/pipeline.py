@@ -20,13 +20,13 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
-from .api_secrets import ApiSecrets
 from .apply import Applier, Outcome
 from .errors import InputError
 from .health import Health
@@ -35,6 +35,9 @@ from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
+
+if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
+    from .api_secrets import ApiSecrets
 
 log = logging.getLogger(__name__)
 
