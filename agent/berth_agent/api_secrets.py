@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -73,7 +75,12 @@ def mount_fingerprint(directory: Path) -> str | None:
     data: dict[str, bytes] = {}
     for key in list_keys(directory):
         try:
-            with open(directory / key, "rb") as handle:
+            # O_NONBLOCK and a regular-file check: a FIFO or device in a volume must not block or flood the
+            # render (the reader proper refuses such a key; here it only has to count as some payload).
+            fd = os.open(directory / key, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise OSError("not a regular file")
                 data[key] = handle.read(MAX_KEY_BYTES + 1)
         except OSError:
             data[key] = b"\0unreadable"

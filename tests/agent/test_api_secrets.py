@@ -210,3 +210,13 @@ def test_a_missing_volume_reads_the_copy(make, mounts):
     store.absorb(api_error())
     shutil.rmtree(mounts / "http-secret")
     assert rendered_value(store, mounts) == NEW
+
+
+def test_mount_fingerprint_never_blocks_on_a_fifo(tmp_path):
+    import os
+
+    volume = tmp_path / "v"
+    volume.mkdir()
+    os.mkfifo(volume / "pipe")  # nobody writes: a plain open() would block the render for ever
+    (volume / "key").write_bytes(b"1")
+    assert mount_fingerprint(volume) not in (None, data_fingerprint({"key": b"1"}))
