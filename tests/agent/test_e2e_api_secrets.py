@@ -124,7 +124,9 @@ def test_api_update_applies_at_once_and_the_mount_never_regresses(pod, kube_api,
               f"the new key was applied, {len(stats.failures) - applied_at} after")
         assert stats.failures[applied_at:] == []
         assert pod.metric("secret_changes_applied_total", 'path="mount"') == 0
-        text = pod.agent_log_text() + pod.metrics_text()
+        events = json.dumps(kube_api.list("v1/events", "default"))
+        assert "ConfigApplied" in events  # the Events were written, and carry no key
+        text = pod.agent_log_text() + pod.metrics_text() + events
         for key in (key1, key2):
             assert key.secret_access_key not in text and key.access_key_id not in text
         record = kube_api.get("berth.dev/v1alpha1/registries", "default", "reg")["status"]["agents"]["pod-0"]
