@@ -116,12 +116,13 @@ class ApiSecrets:
             if not isinstance(copy, SecretCopy):
                 state.live = False  # the error was logged by the watcher; the mount or the kept copy serves
                 return True
-            if state.api is not None and state.api.fingerprint != copy.fingerprint:
-                self._supersede(state, state.api.fingerprint)
-            if state.api is None or state.api.fingerprint != copy.fingerprint:
-                state.pending_lag = {copy.fingerprint: [self._clock(), False]}
-            state.superseded.pop(copy.fingerprint, None)  # content restored to an earlier payload is current
+            previous = state.api.fingerprint if state.api is not None else None
             state.api, state.live = copy, True
+            state.superseded.pop(copy.fingerprint, None)  # content restored to an earlier payload is current
+            if previous != copy.fingerprint:
+                if previous is not None:
+                    self._supersede(state, previous)  # the API replaced it: older, wherever it shows up
+                state.pending_lag = {copy.fingerprint: [self._clock(), False]}
         return True
 
     def start_wait(self) -> float:

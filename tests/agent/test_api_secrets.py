@@ -220,3 +220,12 @@ def test_mount_fingerprint_never_blocks_on_a_fifo(tmp_path):
     os.mkfifo(volume / "pipe")  # nobody writes: a plain open() would block the render for ever
     (volume / "key").write_bytes(b"1")
     assert mount_fingerprint(volume) not in (None, data_fingerprint({"key": b"1"}))
+
+
+def test_a_payload_the_api_replaced_is_superseded_even_if_no_render_saw_it_lag(make, mounts):
+    store = make()
+    store.absorb(api_change(OLD, "1"))
+    assert rendered_value(store, mounts) == OLD  # mount and API agree
+    store.absorb(api_change(NEW, "2"))
+    store.absorb(api_error())  # the watch breaks before any render compared the mount with NEW
+    assert rendered_value(store, mounts) == NEW
