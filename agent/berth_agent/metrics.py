@@ -6,7 +6,7 @@ Names are fixed by docs/design.md (agent interfaces). Label values are bounded s
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 _P = "berth_agent_"
 
@@ -38,6 +38,15 @@ _pvc_exposed = False
 # Not in the fixed list: failures to write status or Events (the reporter never raises, so this is where
 # they show), by kind ("status", "event", "lookup").
 report_errors_total = Counter(_P + "report_errors", "Failed writes of status or Events to the API, by kind.", ["kind"])
+# Mounted Secrets also watched over the API (api_secrets.py): which path brought each applied Secret change
+# ("api" or "mount"), and how long the kubelet's volume took to show what the API already had.
+secret_changes_applied_total = Counter(
+    _P + "secret_changes_applied", "Secret changes applied, by the path that delivered them (api, mount).", ["path"]
+)
+secret_mount_lag_seconds = Histogram(
+    _P + "secret_mount_lag_seconds", "Time from a Secret change seen over the API until the mount showed it.",
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 45, 60, 75, 90, 120, 180, 300, 600),
+)
 
 
 def expose_pvc() -> None:
@@ -69,6 +78,8 @@ __all__ = [
     "renders_total",
     "report_errors_total",
     "rollbacks_total",
+    "secret_changes_applied_total",
+    "secret_mount_lag_seconds",
     "set_config_hash",
     "watch_errors_total",
     "watch_events_total",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -121,38 +122,48 @@ def _check_pem(data: bytes, where: str, marker: bytes, what: str) -> None:
         raise InputError(where, f"does not hold a PEM {what}")
 
 
-def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT) -> MountedInputs:
-    """Read every source the spec needs from the mount root; raises InputError on the first problem."""
+def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
+                roots: Mapping[str, Path] | None = None) -> MountedInputs:
+    """Read every source the spec needs from the mount root; raises InputError on the first problem.
+
+    `roots` reads some sources from another root laid out the same way (`<root>/<source>/<key>`): the agent's
+    copy of a Secret read over the API (api_secrets.py), so it gets exactly the parsing and checks below.
+    """
     mount_root = Path(mount_root)
+
+    def root(source: str) -> Path:
+        return Path(roots[source]) if roots and source in roots else mount_root
+
     storage = spec.config.storage
     values: dict[str, object] = {}
 
     if storage.object_storage is not None:
-        values["s3"] = read_cosi(mount_root / "cosi")
+        values["s3"] = read_cosi(root("cosi") / "cosi")
 
     if storage.auth.htpasswd is not None:
         key = storage.auth.htpasswd.secret.field
-        data = read_key(mount_root, "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
+        data = read_key(root("htpasswd"), "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
                         limit=HTPASSWD_LIMIT)
         _check_htpasswd(data, f"htpasswd/{key}")
         values["htpasswd"] = data
 
     if spec.http.secret is not None:
-        values["http_secret"] = read_text(mount_root, "http-secret", spec.http.secret.field, why="spec.http.secret")
-    elif os.path.lexists(mount_root / "http-secret" / GENERATED_HTTP_SECRET_KEY):
+        values["http_secret"] = read_text(root("http-secret"), "http-secret", spec.http.secret.field,
+                                          why="spec.http.secret")
+    elif os.path.lexists(root("http-secret") / "http-secret" / GENERATED_HTTP_SECRET_KEY):
         values["http_secret"] = read_text(
-            mount_root, "http-secret", GENERATED_HTTP_SECRET_KEY, why="the operator-generated http secret"
+            root("http-secret"), "http-secret", GENERATED_HTTP_SECRET_KEY, why="the operator-generated http secret"
         )
 
     if spec.redis is not None:
         key = spec.redis.secret.field
-        url = read_text(mount_root, "redis", key, why="spec.redis.secret")
+        url = read_text(root("redis"), "redis", key, why="spec.redis.secret")
         parse_redis_url(url, f"redis/{key}")
         values["redis_url"] = url
 
     if spec.http.tls is not None:
-        cert = read_key(mount_root, "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
-        key = read_key(mount_root, "tls", TLS_KEY_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
         _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key

@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -31,10 +32,13 @@ from .errors import InputError, describe_internal_error
 from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
-from .render_guard import BoundedThread, Overrun, inputs_fingerprint, registry_pending
+from .render_guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pending
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
+
+if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
+    from .api_secrets import ApiSecrets
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +64,14 @@ class PipelineSettings:
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None, clock: Clock | None = None) -> None:
+                 *, pvc: PvcProbe | None = None, clock: Clock | None = None,
+                 api_secrets: ApiSecrets | None = None) -> None:
         self.settings = settings
         self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
+        self.api_secrets = api_secrets  # API mode: copies of the mounted Secrets read over the API
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
@@ -87,8 +93,11 @@ class Pipeline:
         try:
             while True:
                 self.health.beat("pipeline")
-                self._absorb(await queue.get())
-                await self._debounce(queue)
+                change = await queue.get()
+                self._absorb(change)
+                if not (change.source.startswith("secret:") and queue.empty()):
+                    # A Secret read over the API arrives whole, in one event: only file events come in bursts.
+                    await self._debounce(queue)
                 try:
                     await self.apply_once()
                 except Exception as exc:  # noqa: BLE001  a bug or an I/O failure (disk full) must not end the loop
@@ -114,6 +123,8 @@ class Pipeline:
             self._absorb(change)
 
     def _absorb(self, change: Change) -> None:
+        if self.api_secrets is not None and self.api_secrets.absorb(change):
+            return
         if change.source == "registry":
             if change.error is not None:
                 metrics.render_errors_total.labels(source="registry").inc()  # bad YAML, an empty file, ...
@@ -121,7 +132,7 @@ class Pipeline:
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
 
-    def _schedule_retry(self) -> None:
+    def _schedule_retry(self, delay: float | None = None) -> None:
         if self._queue is None or (self._retry is not None and not self._retry.cancelled()):
             return
         loop = asyncio.get_running_loop()
@@ -130,7 +141,7 @@ class Pipeline:
             self._retry = None
             self._queue.put_nowait(Change("retry"))
 
-        self._retry = loop.call_later(self.settings.retry_seconds, fire)
+        self._retry = loop.call_later(self.settings.retry_seconds if delay is None else delay, fire)
 
     # ---- one round ------------------------------------------------------------------------------------------
 
@@ -141,6 +152,10 @@ class Pipeline:
 
     async def apply_once(self) -> None:
         """Render from the latest inputs and apply when the result differs from what runs."""
+        if self.api_secrets is not None and (wait := self.api_secrets.start_wait()) > 0:
+            # At start, the Secrets' API copies are due: a render now could restart onto a stale mount.
+            self._schedule_retry(wait)
+            return
         self.applies += 1
         started = time.monotonic()
         rendered, error = await self._render_current()
@@ -160,6 +175,8 @@ class Pipeline:
             self._mark_written(rendered)
 
         outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        if outcome.ok and self.api_secrets is not None:
+            self.api_secrets.settled(changed=outcome.action != "unchanged")
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
@@ -212,8 +229,8 @@ class Pipeline:
             if rendered is None:
                 return None, error
             if not moved:
-                if registry_pending(self._queue):
-                    return None, None  # a newer Registry waits in the queue: the next round renders it
+                if newer_input_pending(self._queue):
+                    return None, None  # a newer Registry or API Secret waits in the queue: the next round renders it
                 return rendered, error
             log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
         self._schedule_retry()  # the inputs keep moving: look again in a moment
@@ -245,7 +262,8 @@ class Pipeline:
                 metrics.render_errors_total.labels(source="pvc").inc()
                 return None, state.error
         try:
-            inputs = read_inputs(spec, self.settings.mount_root)
+            roots = self.api_secrets.overrides() if self.api_secrets is not None else None
+            inputs = read_inputs(spec, self.settings.mount_root, roots)
             rendered = render(spec, inputs, distribution=self.settings.distribution,
                               paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
         except InputError as exc:

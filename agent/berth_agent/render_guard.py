@@ -56,15 +56,16 @@ def inputs_fingerprint(mount_root: Path) -> tuple:
     return tuple(volume_fingerprint(Path(mount_root) / source) for source in SOURCES)
 
 
-def registry_pending(queue: asyncio.Queue[Change] | None) -> bool:
-    """Whether a Registry Change waits in the queue (looked at by taking everything and putting it back in
-    order; the loop's thread is the only one that touches the queue directly)."""
+def newer_input_pending(queue: asyncio.Queue[Change] | None) -> bool:
+    """Whether a Registry Change or a Secret read over the API (`secret:<dir>`) waits in the queue: a render
+    made meanwhile is older than it. Looked at by taking everything and putting it back in order; the loop's
+    thread is the only one that touches the queue directly. (Mounted files are covered by the fingerprint.)"""
     if queue is None or queue.empty():
         return False
     waiting = [queue.get_nowait() for _ in range(queue.qsize())]
     for change in waiting:
         queue.put_nowait(change)
-    return any(change.source == "registry" for change in waiting)
+    return any(change.source == "registry" or change.source.startswith("secret:") for change in waiting)
 
 
-__all__ = ["BoundedThread", "Overrun", "inputs_fingerprint", "registry_pending"]
+__all__ = ["BoundedThread", "Overrun", "inputs_fingerprint", "newer_input_pending"]

@@ -56,6 +56,9 @@ def add_parser(subparsers: Any) -> None:
                         help="longest a burst may postpone rendering (default 2)")
     parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
                         help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
+                        help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
+                             "API, and apply its changes without waiting for the kubelet (repeatable)")
     parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
@@ -75,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--registry must be NAMESPACE/NAME")
         if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
             raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
+        args.api_secrets = _api_secrets(args.api_secret)
+        if args.api_secrets and args.registry is None:
+            raise ValueError("--api-secret needs --registry (the Secrets are read through the API)")
     except ValueError as exc:
         log.error("bad arguments", extra={"fields": {"error": str(exc)}})
         return 2
@@ -92,6 +98,20 @@ def _split_addr(addr: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"--health-addr must be HOST:PORT, not {addr!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _api_secrets(values: list[str]) -> dict[str, str]:
+    """--api-secret DIR=SECRET values as {DIR: SECRET}; DIR is one of the mount contract's directories."""
+    from .mounts import SOURCES
+
+    result: dict[str, str] = {}
+    for value in values:
+        volume, sep, secret = value.partition("=")
+        if not sep or volume not in SOURCES or not secret or volume in result:
+            raise ValueError(f"--api-secret must be DIR=SECRET with DIR one of {', '.join(SOURCES)}, each once; "
+                             f"not {value!r}")
+        result[volume] = secret
+    return result
 
 
 def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
@@ -135,6 +155,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from .write import write_atomic
 
     health = Health()
+    api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
     queue: asyncio.Queue[Change] = asyncio.Queue()
     emit = queue_emitter(queue)
     pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
@@ -145,6 +166,13 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         namespace, name = args.registry.split("/")
         api_client = _kube_api_client(args)
         sources.append(RegistryApiWatcher(api_client, namespace, name, health))
+        if args.api_secrets:
+            from .api_secrets import STORE_NAME, ApiSecrets
+            from .sources.secret_api import SecretApiWatcher
+
+            api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts, args.api_secrets)
+            sources += [SecretApiWatcher(api_client, namespace, secret, volume, health)
+                        for volume, secret in args.api_secrets.items()]
         reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
         subject = args.registry
     else:
@@ -159,7 +187,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
     )
     pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    pipeline = Pipeline(settings, reporter, health, pvc=pvc)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,

@@ -15,3 +15,10 @@ def test_inflight_benchmark_runs_and_counts_no_failure():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "reloads: 2 " in result.stdout
     assert "failed requests: 0 " in result.stdout
+
+
+def test_api_secret_benchmark_runs_and_applies_every_rotation_from_the_api():
+    result = subprocess.run([sys.executable, str(BENCH / "agent_api_secret_latency.py"), "--rotations", "2"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "restarts 2, applied via the API path 2 of 2" in result.stdout

@@ -174,19 +174,20 @@ def test_every_failure_to_read_the_registry_counts_as_a_render_error(tmp_path):
     assert count() == before + 3
 
 
-def test_looking_for_a_pending_registry_change_keeps_the_queue_as_it_was():
-    from berth_agent.render_guard import registry_pending
+def test_looking_for_a_pending_newer_input_keeps_the_queue_as_it_was():
+    from berth_agent.render_guard import newer_input_pending
 
     async def scenario() -> None:
-        queue: asyncio.Queue[Change] = asyncio.Queue()
-        assert not registry_pending(queue)
-        changes = [Change("mount:tls"), Change("resync")]
-        for change in changes:
-            queue.put_nowait(change)
-        assert not registry_pending(queue)
-        changes.append(Change("registry", registry={"spec": {}}))
-        queue.put_nowait(changes[-1])
-        assert registry_pending(queue)
-        assert [queue.get_nowait() for _ in range(queue.qsize())] == changes
+        for newer in (Change("registry", registry={"spec": {}}), Change("secret:cosi", error="unreadable")):
+            queue: asyncio.Queue[Change] = asyncio.Queue()
+            assert not newer_input_pending(queue)
+            changes = [Change("mount:tls"), Change("resync")]
+            for change in changes:
+                queue.put_nowait(change)
+            assert not newer_input_pending(queue)
+            changes.append(newer)
+            queue.put_nowait(newer)
+            assert newer_input_pending(queue)  # a Registry edit or a Secret read over the API
+            assert [queue.get_nowait() for _ in range(queue.qsize())] == changes
 
     asyncio.run(scenario())

@@ -64,3 +64,18 @@ def test_top_level_help_names_the_endpoints_too():
                             timeout=60)
     assert result.returncode == 0
     assert all(endpoint in result.stdout for endpoint in ("/startupz", "/readyz", "/livez", "/metrics"))
+
+
+def test_api_secret_arguments_are_checked(tmp_path):
+    """--api-secret DIR=SECRET: a mount contract directory, each once, and only with --registry (local mode is
+    unchanged: no API to read Secrets from)."""
+    for args, needle in [
+        (("--registry-file", str(tmp_path / "r.yaml"), "--api-secret", "cosi=creds"), "needs --registry"),
+        (("--registry", "ns/reg", "--api-secret", "secrets=creds"), "DIR=SECRET"),
+        (("--registry", "ns/reg", "--api-secret", "cosi"), "DIR=SECRET"),
+        (("--registry", "ns/reg", "--api-secret", "tls=a", "--api-secret", "tls=b"), "each once"),
+    ]:
+        result = _run(*args, "--config-dir", str(tmp_path), "--health-addr", "127.0.0.1:0")
+        assert result.returncode == 2, args
+        line = json.loads(result.stderr.splitlines()[-1])
+        assert line["msg"] == "bad arguments" and needle in line["error"], (args, line)

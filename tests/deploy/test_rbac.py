@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from berth_api import Registry
-from berth_operator.builders import ClusterFacts, role
+from berth_operator.builders import ClusterFacts, deployment, role
 from support.kube import KubeApi
 from support.operator_harness import AGENT_IMAGE, OperatorHarness, wait_for
 
@@ -33,6 +33,8 @@ UNEXERCISED_GRANTS = {
     ("", "namespaces", "list"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
     ("", "namespaces", "watch"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
     ("", "pods", "get"): "berth-operator reads its own Pod (POD_NAME) at start to learn the agent image",
+    ("", "secrets", "list"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
+    ("", "secrets", "watch"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
 }
@@ -150,10 +152,17 @@ def test_every_grant_is_used_or_justified(exercised: set[tuple[str, str, str]]) 
     assert set(UNEXERCISED_GRANTS) <= cluster_role_grants(), "UNEXERCISED_GRANTS names something not granted"
 
 
-def test_the_operator_holds_everything_it_grants_agents() -> None:
-    reg = Registry.model_validate(yaml.safe_load((REPO / "examples" / "inmemory.yaml").read_text())
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "examples").glob("*.yaml")))
+def test_the_operator_holds_everything_it_grants_agents(name: str) -> None:
+    reg = Registry.model_validate(yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text())
                                   | {"metadata": {"name": "r", "namespace": "ns", "uid": "u"}})
-    agent_role = role.build(reg, ClusterFacts(agent_image=AGENT_IMAGE))
+    facts = ClusterFacts(agent_image=AGENT_IMAGE, bucket_access_secret="access-credentials")
+    agent_role = role.build(reg, facts)
     needed = {(group, resource, verb) for rule in agent_role["rules"] for group in rule["apiGroups"]
               for resource in rule["resources"] for verb in rule["verbs"]}
     assert needed - cluster_role_grants() == set()
+    # Secrets only by name, and only those the pod mounts (issue 11): never a rule over every Secret.
+    secret_rules = [rule for rule in agent_role["rules"] if "secrets" in rule["resources"]]
+    assert len(secret_rules) == 1 and secret_rules[0]["resourceNames"]
+    volumes = deployment.build(reg, facts)["spec"]["template"]["spec"]["volumes"]
+    assert secret_rules[0]["resourceNames"] == sorted({v["secret"]["secretName"] for v in volumes if "secret" in v})

@@ -93,16 +93,20 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["restartPolicy"] == "Always"
     assert agent["image"] == facts.agent_image
     assert agent["command"] == ["berth-agent"]
-    assert agent["args"] == [
+    assert agent["args"][:11] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081",
     ]
+    # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).
+    mounted = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert agent["args"][11:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
     # The agent's own command line accepts them (parsed, not run).
     parser = argparse.ArgumentParser(prog="berth-agent")
     run_command.add_parser(parser.add_subparsers(dest="command", required=True))
     parsed = parser.parse_args(agent["args"])
     assert (parsed.registry, str(parsed.mounts), parsed.health_addr) == \
         ("registries/demo", "/var/run/berth", "0.0.0.0:8081")
+    assert run_command._api_secrets(parsed.api_secret) == mounted
     assert agent["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
     ]

@@ -67,7 +67,7 @@ def by_kind(objects: list[dict]) -> dict[str, dict]:
     return {o["kind"]: o for o in objects}
 
 
-def test_agent_rbac_is_its_own_registry_and_events_only(registry_factory, facts_factory):
+def test_agent_rbac_is_its_own_registry_events_and_mounted_secrets(registry_factory, facts_factory):
     reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
     objects = by_kind(build_all(reg, facts_factory(), http_secret_value=None))
     assert objects["ServiceAccount"]["automountServiceAccountToken"] is False
@@ -77,8 +77,10 @@ def test_agent_rbac_is_its_own_registry_and_events_only(registry_factory, facts_
         {"apiGroups": ["berth.dev"], "resources": ["registries/status"], "resourceNames": ["demo"],
          "verbs": ["patch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # The one Secret an inmemory registry's pod mounts: the generated http secret (test_builders_role_secrets).
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["demo-http-secret"],
+         "verbs": ["get", "list", "watch"]},
     ]
-    assert not any("secrets" in rule["resources"] for rule in objects["Role"]["rules"])
     assert objects["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                                   "name": "demo-agent"}
     assert objects["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "demo-agent",

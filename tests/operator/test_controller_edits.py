@@ -157,3 +157,28 @@ def test_sweep_recreates_a_deleted_object_without_any_edit(operator_harness, kub
     kube_api.delete("v1/services", NS, "heal")
     service = wait_for(lambda: kube_api.get("v1/services", NS, "heal"), "the Service recreated by the sweep")
     assert [p["port"] for p in service["spec"]["ports"]] == [5000]
+
+
+def test_naming_another_secret_moves_the_agent_role_to_it(operator_harness, kube_api):
+    """Issue 11: the agent Role reads exactly the Secrets the pod mounts; renaming one updates the Role's
+    resourceNames (and the Deployment, whose volume changes), granting nothing beyond the new set."""
+    for name in ("users", "users-2"):
+        kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+                         "data": {"htpasswd": "dXNlcjokMnkkMDUkeA=="}})
+    spec = {"config": {"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "users",
+                                                                                    "field": "htpasswd"}}}}}}
+    harness = operator_harness([NS])
+    kube_api.create(registry("auth", spec))
+    harness.wait_reconciled(NS, "auth")
+
+    def secret_names() -> list[str]:
+        rules = kube_api.get("rbac.authorization.k8s.io/v1/roles", NS, "auth-agent")["rules"]
+        return [n for rule in rules if "secrets" in rule["resources"] for n in rule["resourceNames"]]
+
+    assert secret_names() == ["auth-http-secret", "users"]
+    kube_api.patch(REGISTRIES_PATH, NS, "auth",
+                   {"spec": {"config": {"storage": {"auth": {"htpasswd": {"secret": {"name": "users-2"}}}}}}})
+    harness.wait_reconciled(NS, "auth")
+    wait_for(lambda: secret_names() == ["auth-http-secret", "users-2"], "the Role to name the new Secret")
+    volumes = kube_api.get("apps/v1/deployments", NS, "auth")["spec"]["template"]["spec"]["volumes"]
+    assert sorted(v["secret"]["secretName"] for v in volumes if "secret" in v) == secret_names()

@@ -18,12 +18,16 @@ from typing import Protocol
 class Change:
     """Something that may change the rendered config; the pipeline re-reads everything it needs."""
 
-    source: str  # "mount:<dir name>", "pvc", "registry", "resync"
+    source: str  # "mount:<dir name>", "pvc", "registry", "resync", "secret:<dir name>"
     # With source "registry": the whole Registry object as read (unvalidated). Excluded from repr so a log line
     # of a Change stays short (the object holds no secret values: Secrets are referenced by name only).
     registry: dict | None = field(default=None, repr=False)
-    # With source "registry": why it could not be read (bad YAML, API error). Secret-free by construction.
+    # With source "registry" or "secret:<dir>": why it could not be read (bad YAML, API error). Secret-free by
+    # construction.
     error: str | None = None
+    # With source "secret:<dir>": the Secret as the API server shows it (a secret_api.SecretCopy, whose repr
+    # names the Secret only); excluded from repr all the same.
+    secret: object | None = field(default=None, repr=False)
 
 
 Emit = Callable[[Change], None]

@@ -7,6 +7,8 @@ which it is reopened from the last resourceVersion; a client read timeout catche
 without a word; 410 Gone or a broken connection leads to a fresh list. Errors back off exponentially (capped,
 jittered) and are counted. The official client is blocking: the loop runs in one thread of its own.
 
+The list/watch loop is SingleObjectWatcher, which secret_api.SecretApiWatcher shares for the mounted Secrets.
+
 Emits Change("registry", registry=obj) when the object's content changes. Changes to `status` alone (every
 agent's own status patch, the operator's conditions) and to resourceVersion/managedFields are not emitted:
 they cannot change the rendered config, and emitting them would make N agents wake each other N times.
@@ -84,12 +86,19 @@ class _WatchErrorEvent(Exception):
     """An ERROR event other than 410 in the watch stream; the message holds its code and reason only."""
 
 
-class RegistryApiWatcher:
-    name = "registry-api"
+class SingleObjectWatcher:
+    """List, then watch one named object (resume, 410 relist, timeouts, backoff) in a thread of its own.
+
+    Subclasses say what the object is (`kind`, the log field), how to ask for it (`_request`) and what to emit
+    (`_offer`, `_offer_state`): RegistryApiWatcher here, SecretApiWatcher in secret_api.py.
+    """
+
+    name = "object-api"
+    kind = "object"  # in messages: "cannot read KIND NS/NAME: ..."
+    log_key = "object"  # the log field naming the object
 
     def __init__(
         self,
-        api_client: Any,
         namespace: str,
         name: str,
         health: Health,
@@ -100,10 +109,7 @@ class RegistryApiWatcher:
         backoff_initial: float = 0.5,
         backoff_cap: float = 10.0,
     ) -> None:
-        from kubernetes import client  # heavy (field-notes §6): loaded only by agents that talk to the API
-
-        self._api = client.CustomObjectsApi(api_client)
-        self.namespace, self.registry_name = namespace, name
+        self.namespace, self.object_name = namespace, name
         self.health = health
         self.timeout_seconds = timeout_seconds
         # Longer than the server's own timeout: only a connection that died silently trips it.
@@ -117,7 +123,7 @@ class RegistryApiWatcher:
 
     @property
     def ref(self) -> str:
-        return f"{self.namespace}/{self.registry_name}"
+        return f"{self.namespace}/{self.object_name}"
 
     # ---- asyncio side ----
 
@@ -146,9 +152,9 @@ class RegistryApiWatcher:
 
         # A daemon thread, not the default executor: after a cancel the thread may sit in a read until it
         # notices the stop, and interpreter shutdown must not wait for it.
-        thread = threading.Thread(target=target, name="registry-api-watch", daemon=True)
+        thread = threading.Thread(target=target, name=f"{self.name}-watch", daemon=True)
         thread.start()
-        log.info("watching registry", extra={"fields": {"registry": self.ref}})
+        log.info(f"watching {self.kind.lower()}", extra={"fields": {self.log_key: self.ref}})
         try:
             await finished
         finally:
@@ -176,42 +182,41 @@ class RegistryApiWatcher:
                     return
                 if isinstance(exc, _Gone) or getattr(exc, "status", None) == 410:  # as an event or as the answer
                     metrics.watch_restarts_total.labels(source=self.name).inc()
-                    log.info("watch expired (410 Gone), listing again", extra={"fields": {"registry": self.ref}})
+                    log.info("watch expired (410 Gone), listing again", extra={"fields": {self.log_key: self.ref}})
                     self.resource_version = None
                     continue
                 self.resource_version = None  # a broken connection may have lost events: list again
                 metrics.watch_errors_total.labels(source=self.name).inc()
                 delay = self._backoff.next_delay()
                 log.warning(
-                    "registry watch failed, retrying",
-                    extra={"fields": {"registry": self.ref, "error": describe_api_error(exc),
+                    f"{self.kind.lower()} watch failed, retrying",
+                    extra={"fields": {self.log_key: self.ref, "error": describe_api_error(exc),
                                       "retry_seconds": round(delay, 2)}},
                 )
                 self._stop.wait(delay)
 
     def _list(self, emit: Emit) -> None:
         try:
-            listing = self._api.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL,
-                field_selector=f"metadata.name={self.registry_name}",
+            listing = self._request(
+                watch=False, field_selector=f"metadata.name={self.object_name}",
                 _request_timeout=(self.connect_timeout, self.read_timeout),
             )
         except Exception as exc:
             # Tell the pipeline (it reports it); the watch loop retries with backoff.
-            self._offer_state(emit, ("error", f"cannot read Registry {self.ref}: {describe_api_error(exc)}"), None)
+            self._offer_state(emit, ("error", f"cannot read {self.kind} {self.ref}: {describe_api_error(exc)}"), None)
             raise
         self._backoff.reset()
         self.health.beat(self.name)
-        items = [o for o in listing.get("items") or [] if (o.get("metadata") or {}).get("name") == self.registry_name]
+        items = [o for o in listing.get("items") or [] if (o.get("metadata") or {}).get("name") == self.object_name]
         self.resource_version = (listing.get("metadata") or {}).get("resourceVersion")
         if items:
             self._offer(emit, items[0])
         else:
-            self._offer_state(emit, ("error", f"Registry {self.ref} not found"), None)
+            self._offer_state(emit, ("error", f"{self.kind} {self.ref} not found"), None)
 
     def _watch_once(self, emit: Emit) -> None:
         kwargs: dict[str, Any] = {
-            "field_selector": f"metadata.name={self.registry_name}",
+            "field_selector": f"metadata.name={self.object_name}",
             "timeout_seconds": self.timeout_seconds,
             "allow_watch_bookmarks": True,
             "_preload_content": False,
@@ -219,7 +224,7 @@ class RegistryApiWatcher:
         }
         if self.resource_version:
             kwargs["resource_version"] = self.resource_version
-        response = self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, watch=True, **kwargs)
+        response = self._request(watch=True, **kwargs)
         self._response = response
         try:
             if self._stop.is_set():  # stop() ran before the stream was published
@@ -246,16 +251,47 @@ class RegistryApiWatcher:
         meta = obj.get("metadata") or {}
         if meta.get("resourceVersion"):
             self.resource_version = meta["resourceVersion"]
-        if kind == "BOOKMARK" or meta.get("name") != self.registry_name:
+        if kind == "BOOKMARK" or meta.get("name") != self.object_name:
             return  # a bookmark only moves the resourceVersion; other objects: a server ignoring fieldSelector
         self._backoff.reset()
         if kind == "DELETED":
-            self._offer_state(emit, ("error", f"Registry {self.ref} was deleted"), None)
+            self._offer_state(emit, ("error", f"{self.kind} {self.ref} was deleted"), None)
         else:
             self._offer(emit, obj)
 
+    # ---- what a subclass says -------------------------------------------------------------------------------
+
+    def _request(self, *, watch: bool, **params: Any) -> Any:
+        """The list (parsed JSON) or, with watch=True, the unparsed streaming watch response."""
+        raise NotImplementedError
+
     def _offer(self, emit: Emit, obj: dict) -> None:
         self._offer_state(emit, ("ok", content_digest(obj)), obj)
+
+    def _offer_state(self, emit: Emit, state: tuple[str, str], obj: dict | None) -> None:
+        """Emit `state` (("ok", digest) with the object, or ("error", message)) unless it is the last one."""
+        raise NotImplementedError
+
+
+class RegistryApiWatcher(SingleObjectWatcher):
+    name = "registry-api"
+    kind = "Registry"
+    log_key = "registry"
+
+    def __init__(self, api_client: Any, namespace: str, name: str, health: Health, **options: Any) -> None:
+        from kubernetes import client  # heavy (field-notes §6): loaded only by agents that talk to the API
+
+        super().__init__(namespace, name, health, **options)
+        self._api = client.CustomObjectsApi(api_client)
+
+    @property
+    def registry_name(self) -> str:
+        return self.object_name
+
+    def _request(self, *, watch: bool, **params: Any) -> Any:
+        if watch:
+            params["watch"] = True
+        return self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **params)
 
     def _offer_state(self, emit: Emit, state: tuple[str, str], obj: dict | None) -> None:
         if state == self._last:
@@ -295,4 +331,4 @@ def _shutdown_stream(response: Any) -> None:
         pass
 
 
-__all__ = ["Backoff", "RegistryApiWatcher", "content_digest", "describe_api_error"]
+__all__ = ["Backoff", "RegistryApiWatcher", "SingleObjectWatcher", "content_digest", "describe_api_error"]

@@ -147,6 +147,10 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--config-dir", CONFIG_DIR,
             "--data-dir", DATA_DIR,
             "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
+            # The same Secrets as the volumes (so no other edit reaches the template through here), watched
+            # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
+            *(arg for volume, secret in secret_sources(reg, facts).items()
+              for arg in ("--api-secret", f"{volume}={secret}")),
         ],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
         "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],

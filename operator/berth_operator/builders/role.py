@@ -1,5 +1,6 @@
-"""The agent's Role: its own Registry (read, and patch status), and Events. Nothing on Secrets: those reach
-the agent as volumes."""
+"""The agent's Role: its own Registry (read, and patch status), Events, and read access to exactly the Secrets
+its pod mounts (by name), which it also watches over the API so a rotation applies before the kubelet
+updates the volume."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from berth_api import GROUP, PLURAL, Registry
 from . import names
 from .context import ClusterFacts
 from .meta import object_meta
+from .pod import secret_sources
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
@@ -25,5 +27,15 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": own, "verbs": ["patch"]},
             # patch: repeated events are coalesced by bumping the count of the existing one.
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            secrets_rule(reg, facts),
         ],
     }
+
+
+def secrets_rule(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
+    """get/list/watch on the Secrets the pod mounts, by name. Never empty: an empty resourceNames would mean
+    every Secret in the namespace, and the http secret (given or generated) is always mounted."""
+    mounted = sorted(set(secret_sources(reg, facts).values()))
+    if not mounted:
+        raise AssertionError("the registry pod mounts no Secret")  # unreachable: the http secret always is
+    return {"apiGroups": [""], "resources": ["secrets"], "resourceNames": mounted, "verbs": ["get", "list", "watch"]}

@@ -1,0 +1,118 @@
+"""SecretApiWatcher: one Secret the pod mounts, watched by name over the Kubernetes API (docs/design.md §4.2).
+
+The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the API change (field-notes §3, §7);
+the API server shows it at once. So, in API mode, the agent watches each mounted Secret (`--api-secret
+VOLUME=NAME`) as a single object, with the same list/watch machinery as its Registry (resume from the last
+resourceVersion, relist on 410 Gone, server and client timeouts, backoff: registry_api.SingleObjectWatcher), and
+hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is decided in berth_agent.api_secrets.
+
+Requests go through ApiClient.call_api, not CoreV1Api (about 3 MiB of RSS to load for one path, like the
+reporter's Events). The Role names exactly these Secrets (resourceNames), which a single-object watch honours
+(field-notes §3).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..health import Health
+from . import Change, Emit
+from .registry_api import SingleObjectWatcher
+
+SECRETS_PATH = "/api/v1/namespaces/{namespace}/secrets"
+
+
+def data_fingerprint(data: Mapping[str, bytes]) -> str:
+    """Identity of a Secret's payload (every key and value), the same for an API copy and a mounted volume."""
+    digest = hashlib.sha256()
+    for key in sorted(data):
+        value = data[key]
+        digest.update(key.encode() + b"\0" + str(len(value)).encode() + b"\0" + value)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, repr=False)
+class SecretCopy:
+    """A Secret as the API server showed it: decoded data, never printed (the repr names the Secret only)."""
+
+    volume: str  # the mount directory it stands for: cosi, htpasswd, http-secret, redis, tls
+    name: str
+    resource_version: str
+    data: Mapping[str, bytes]
+    fingerprint: str
+
+    def __repr__(self) -> str:
+        return f"SecretCopy(volume={self.volume!r}, name={self.name!r}, resource_version={self.resource_version!r})"
+
+    __str__ = __repr__
+
+
+def secret_copy(volume: str, obj: dict) -> SecretCopy:
+    """The decoded copy of a Secret object; ValueError (naming the key only) if its data is not base64."""
+    data: dict[str, bytes] = {}
+    for key, value in (obj.get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise ValueError(f"data key {key!r} is not base64") from None
+    meta = obj.get("metadata") or {}
+    return SecretCopy(volume=volume, name=str(meta.get("name") or ""),
+                      resource_version=str(meta.get("resourceVersion") or ""),
+                      data=data, fingerprint=data_fingerprint(data))
+
+
+class SecretApiWatcher(SingleObjectWatcher):
+    """Emits Change("secret:<volume>", secret=SecretCopy) when the payload changes (a new resourceVersion with
+    the same data is not a change), or Change("secret:<volume>", error=...) when it cannot be read."""
+
+    kind = "Secret"
+    log_key = "secret"
+
+    def __init__(self, api_client: Any, namespace: str, name: str, volume: str, health: Health,
+                 **options: Any) -> None:
+        super().__init__(namespace, name, health, **options)
+        self.volume = volume
+        self.name = f"secret-api-{volume}"  # metrics label and liveness loop: one bounded value per volume
+        self._api_client = api_client
+
+    def _request(self, *, watch: bool, **params: Any) -> Any:
+        names = {"field_selector": "fieldSelector", "timeout_seconds": "timeoutSeconds",
+                 "allow_watch_bookmarks": "allowWatchBookmarks", "resource_version": "resourceVersion"}
+        query = [(names[key], value) for key, value in params.items() if key in names]
+        if watch:
+            query.append(("watch", True))
+        response = self._api_client.call_api(
+            SECRETS_PATH, "GET", path_params={"namespace": self.namespace}, query_params=query,
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"], response_types_map={},
+            _preload_content=False, _request_timeout=params.get("_request_timeout"),
+        )
+        if watch:
+            return response
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    def _offer(self, emit: Emit, obj: dict) -> None:
+        try:
+            copy = secret_copy(self.volume, obj)
+        except ValueError as exc:
+            self._offer_state(emit, ("error", f"Secret {self.ref}: {exc}"), None)
+            return
+        self._offer_state(emit, ("ok", copy.fingerprint), copy)
+
+    def _offer_state(self, emit: Emit, state: tuple[str, str], obj: Any) -> None:
+        if state == self._last:
+            return
+        self._last = state
+        source = f"secret:{self.volume}"
+        emit(Change(source, secret=obj) if state[0] == "ok" else Change(source, error=state[1]))
+
+
+__all__ = ["SecretApiWatcher", "SecretCopy", "data_fingerprint", "secret_copy"]
