@@ -21,3 +21,8 @@ class InputError(Exception):
 
     def __repr__(self) -> str:
         return f"InputError({self.source!r}, {self.message!r})"
+
+
+class PreflightError(Exception):
+    """A new config that would not work (checked before any restart): the message names the config field and
+    never holds a secret."""

@@ -27,9 +27,10 @@ from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
 from .apply import Applier, Outcome
-from .errors import InputError
+from .errors import InputError, PreflightError
 from .health import Health
 from .mounts import SOURCES, read_inputs
+from .preflight import check_render
 from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
@@ -153,7 +154,11 @@ class Pipeline:
             log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
             self._mark_written(rendered)
 
-        outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered)
+        for warning in warnings:
+            log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
+                                                                "warning": warning}})
+            await self.reporter.event("CertificateExpiresSoon", warning, warning=True)
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
@@ -187,6 +192,28 @@ class Pipeline:
             if back is not None and not back.ok:
                 self._schedule_retry()
         await self._fail(message)
+
+    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[str]]:
+        """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
+
+        Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
+        checked against what runs (or, after an agent restart, what the config dir holds), so a config the
+        registry would refuse at start is refused here and nothing is written or restarted.
+        """
+        warnings: list[str] = []
+        if self.settings.preflight:
+            previous = self.applier.current or self.applier.on_disk(set(rendered.files))
+            if rendered.restart_needed(previous):
+                began = time.monotonic()
+                try:
+                    warnings = check_render(rendered, previous, scratch_dir=self.settings.config_dir)
+                except PreflightError as exc:
+                    return Outcome("preflight-failed", False, detail=str(exc)), []
+                checked = round(time.monotonic() - began, 4)
+                outcome = self.applier.apply(rendered)
+                outcome.timings["preflight_start"] = checked  # beside the applier's own "preflight" (storage)
+                return outcome, warnings
+        return self.applier.apply(rendered), warnings
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""

@@ -1,5 +1,9 @@
 """Checks run before the registry is restarted on a new config: what can be checked without the registry.
 
+`check_render` checks what the registry reads or reaches at start, each only when it changes: the HTTPS pair
+(preflight_tls), a new listen port and the redis it will use (preflight_net). `check_config` checks the
+object storage, below.
+
 For object storage: the credentials the new config carries must open the bucket (a rotated key may not be
 live yet, or may be for another bucket). A restart onto keys the bucket refuses would leave the registry
 answering 503 until a person notices (field-notes §6).
@@ -19,17 +23,19 @@ import http.client
 import re
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import yaml
 
+from .errors import PreflightError
+from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis, redis_target, split_addr
+from .preflight_tls import check_pair
+from .render import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 TIMEOUT_SECONDS = 5.0
-
-
-class PreflightError(Exception):
-    """The new config would not work; the message names the config path and never holds a secret."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -64,6 +70,40 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
         secure=secure,
         path_style=path_style,
     )
+
+
+def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: Path | None = None,
+                 redis_timeout: float = REDIS_TIMEOUT_SECONDS, now: datetime.datetime | None = None) -> list[str]:
+    """Raise PreflightError when the registry would refuse `rendered` at start, or could not use its redis;
+    return warnings (a certificate close to its end). `previous` is what runs (None: nothing yet).
+
+    Each check runs only when its input changed, so an edit elsewhere never depends on redis being up or on a
+    certificate that already serves: a new HTTPS pair; a new listen port (the running registry holds the
+    current one, and frees it when it restarts); a new redis address, credentials, database or TLS setting.
+    """
+    new = yaml.safe_load(rendered.config) or {}
+    old = (yaml.safe_load(previous.config) or {}) if previous is not None else {}
+    warnings: list[str] = []
+    if (new.get("http") or {}).get("tls"):
+        pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
+        old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
+        if previous is None or not (old.get("http") or {}).get("tls") or pair != old_pair:
+            warnings += check_pair(*pair, scratch_dir=scratch_dir, now=now)
+    addr = str((new.get("http") or {}).get("addr", ":5000"))
+    old_addr = (old.get("http") or {}).get("addr") if previous is not None else None
+    if old_addr is None or split_addr(addr)[1] != split_addr(str(old_addr))[1]:
+        check_bindable(addr)
+    target = redis_target(new)
+    if target is not None and _redis_fields(new) != _redis_fields(old):
+        check_redis(target, timeout=redis_timeout)
+    return warnings
+
+
+def _redis_fields(config: dict[str, Any]) -> tuple:
+    target = redis_target(config)
+    if target is None:
+        return ()
+    return (target.host, target.port, target.username, target.password, target.db, target.tls)
 
 
 def check_config(config: bytes, *, timeout: float = TIMEOUT_SECONDS) -> None:

@@ -80,15 +80,23 @@ class RedisServer:
         self._log_file = None
 
 
-def start_redis(workdir: Path) -> RedisServer:
+def start_redis(workdir: Path, *, tls: tuple[bytes, bytes] | None = None) -> RedisServer:
+    """`tls`: (certificate PEM, key PEM) to serve TLS only on the port (no plain-text port)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port, password = free_port(), secrets.token_urlsafe(16)
     log_path = workdir / "redis.log"
     log_file = open(log_path, "ab")
+    listen = ["--port", str(port)]
+    if tls is not None:
+        (workdir / "tls.crt").write_bytes(tls[0])
+        (workdir / "tls.key").write_bytes(tls[1])
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(workdir / "tls.crt"),
+                  "--tls-key-file", str(workdir / "tls.key"), "--tls-ca-cert-file", str(workdir / "tls.crt"),
+                  "--tls-auth-clients", "no"]
     # No persistence, loopback only, a password so the registry's password rendering is exercised.
     process = subprocess.Popen(
-        [REDIS_BINARY, "--bind", "127.0.0.1", "--port", str(port), "--requirepass", password, "--save", "",
+        [REDIS_BINARY, "--bind", "127.0.0.1", *listen, "--requirepass", password, "--save", "",
          "--appendonly", "no", "--dir", str(workdir), "--protected-mode", "yes"],
         stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir,
     )
@@ -102,8 +110,8 @@ def start_redis(workdir: Path) -> RedisServer:
 
 
 @contextlib.contextmanager
-def running_redis(workdir: Path) -> Iterator[RedisServer]:
-    server = start_redis(workdir)
+def running_redis(workdir: Path, *, tls: tuple[bytes, bytes] | None = None) -> Iterator[RedisServer]:
+    server = start_redis(workdir, tls=tls)
     try:
         yield server
     finally:
