@@ -118,11 +118,13 @@ def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, 
 def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api):  # noqa: F811
     pod = http_secret_pod
     good_hash = _record(kube_api)["configHash"]
-    with socket.socket() as squatter:  # a port taken by someone else: the renderer cannot know, the registry fails
-        squatter.bind(("127.0.0.1", 0))
+    # An address taken by someone else. The same port on another loopback address: the pre-flight leaves an
+    # unchanged port to the restart (the running registry holds it), so only the registry can refuse this.
+    # A new port in use is refused by the pre-flight instead (test_e2e_preflight.py).
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.2", pod.port))
         squatter.listen()
-        taken = squatter.getsockname()[1]
-        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.1:{taken}"}}})
+        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.2:{pod.port}"}}})
         wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry back on the last good config")
         wait_for(lambda: "not applied" in _error(kube_api), what="the failure in status")
