@@ -30,7 +30,7 @@ from .apply import Applier, Outcome
 from .errors import InputError, PreflightError
 from .health import Health
 from .mounts import SOURCES, read_inputs
-from .preflight import check_render
+from .preflight import Warning_, check_render
 from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
@@ -157,8 +157,8 @@ class Pipeline:
         outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered)
         for warning in warnings:
             log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
-                                                                "warning": warning}})
-            await self.reporter.event("CertificateExpiresSoon", warning, warning=True)
+                                                                "reason": warning.reason, "warning": warning.message}})
+            await self.reporter.event(warning.reason, warning.message, warning=True)
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
@@ -193,14 +193,14 @@ class Pipeline:
                 self._schedule_retry()
         await self._fail(message)
 
-    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[str]]:
+    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[Warning_]]:
         """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
 
         Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
         checked against what runs (or, after an agent restart, what the config dir holds), so a config the
         registry would refuse at start is refused here and nothing is written or restarted.
         """
-        warnings: list[str] = []
+        warnings: list[Warning_] = []
         if self.settings.preflight:
             previous = self.applier.current or self.applier.on_disk(set(rendered.files))
             if rendered.restart_needed(previous):

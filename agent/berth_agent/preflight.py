@@ -72,30 +72,45 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
     )
 
 
+@dataclass(frozen=True)
+class Warning_:
+    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable
+    message: str  # names the field, never a secret
+
+
 def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: Path | None = None,
-                 redis_timeout: float = REDIS_TIMEOUT_SECONDS, now: datetime.datetime | None = None) -> list[str]:
+                 redis_timeout: float = REDIS_TIMEOUT_SECONDS,
+                 now: datetime.datetime | None = None) -> list[Warning_]:
     """Raise PreflightError when the registry would refuse `rendered` at start, or could not use its redis;
-    return warnings (a certificate close to its end). `previous` is what runs (None: nothing yet).
+    return warnings. `previous` is what runs (None: nothing yet).
 
     Each check runs only when its input changed, so an edit elsewhere never depends on redis being up or on a
     certificate that already serves: a new HTTPS pair; a new listen port (the running registry holds the
     current one, and frees it when it restarts); a new redis address, credentials, database or TLS setting.
+    With nothing running yet, a redis that does not answer is a warning, not a refusal: both registry versions
+    connect to redis lazily and serve without their cache, which beats not serving at all.
     """
     new = yaml.safe_load(rendered.config) or {}
     old = (yaml.safe_load(previous.config) or {}) if previous is not None else {}
-    warnings: list[str] = []
+    warnings: list[Warning_] = []
     if (new.get("http") or {}).get("tls"):
         pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
         old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
         if previous is None or not (old.get("http") or {}).get("tls") or pair != old_pair:
-            warnings += check_pair(*pair, scratch_dir=scratch_dir, now=now)
+            warnings += [Warning_("CertificateExpiresSoon", text)
+                         for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
     addr = str((new.get("http") or {}).get("addr", ":5000"))
     old_addr = (old.get("http") or {}).get("addr") if previous is not None else None
     if old_addr is None or split_addr(addr)[1] != split_addr(str(old_addr))[1]:
         check_bindable(addr)
     target = redis_target(new)
     if target is not None and _redis_fields(new) != _redis_fields(old):
-        check_redis(target, timeout=redis_timeout)
+        try:
+            check_redis(target, timeout=redis_timeout)
+        except PreflightError as exc:
+            if previous is not None:
+                raise
+            warnings.append(Warning_("RedisUnavailable", f"{exc}; starting without it (the cache fails open)"))
     return warnings
 
 

@@ -134,3 +134,16 @@ def test_a_wrong_redis_password_and_a_dead_redis_are_refused_before_any_restart(
     assert "db: 1" in (pod.config_dir / "config.yml").read_text()
     log = pod.agent_log_text()
     assert wrong not in log and redis_server.password not in log
+
+
+def test_a_first_config_with_a_dead_redis_starts_with_a_warning(pod):
+    """Nothing serves yet, and both registry versions serve without their cache (lookups fall back to storage):
+    the first config is applied, with a RedisUnavailable warning instead of a refusal."""
+    password = "PLANTED-redis-password"
+    write_secret_dir(pod.mounts / "redis", {"url": f"redis://:{password}@127.0.0.1:{free_port()}/0"})
+    _start(pod, _redis_spec(pod.port))
+    warning = wait_for(lambda: next((line for line in pod.agent_lines()  # the Event, as a log line
+                                     if line.get("reason") == "RedisUnavailable" and line.get("type") == "Warning"),
+                                    None), what="the warning")
+    assert warning["level"] == "warning" and "spec.redis" in warning["msg"]
+    assert password not in pod.agent_log_text()

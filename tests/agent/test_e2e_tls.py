@@ -69,8 +69,10 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_e, "tls.key": key_e})
     wait_for(lambda: served_name(pod) == "cert-e", what="recovery with a matching pair")
     wait_for(lambda: len(pod.actions("restarted")) == 2, what="the agent to record the second restart")
-    warnings = [line for line in pod.agent_lines() if line.get("reason") == "CertificateExpiresSoon"]
-    assert warnings and warnings[0]["level"] == "warning" and "expires at" in warnings[0]["msg"]
+    events = [line for line in pod.agent_lines()  # file mode: an Event is a log line with its reason
+              if line.get("reason") == "CertificateExpiresSoon" and line.get("type") == "Warning"]
+    assert events and events[0]["level"] == "warning" and "spec.http.tls.secretName" in events[0]["msg"]
+    assert "expires at" in events[0]["msg"]
     assert supervisor.alive() and pod.supervisor.pid == supervisor.pid
     log = pod.agent_log_text()
     for key in (key_a, key_b, key_d, key_e):

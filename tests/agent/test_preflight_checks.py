@@ -208,7 +208,16 @@ def test_render_checks_run_only_for_what_changed(tmp_path):
         check_render(_rendered(f"127.0.0.1:{port}", redis=dead_redis, tls=self_signed("x", valid_for=-DAY)),
                      running, scratch_dir=tmp_path)
     soon = self_signed("soon", valid_for=2 * DAY)
-    assert len(check_render(_rendered(f"127.0.0.1:{free_port()}", tls=soon), None, scratch_dir=tmp_path)) == 1
+    warnings = check_render(_rendered(f"127.0.0.1:{free_port()}", tls=soon), None, scratch_dir=tmp_path)
+    assert [w.reason for w in warnings] == ["CertificateExpiresSoon"]
+
+
+def test_a_dead_redis_on_the_first_config_is_a_warning_not_a_refusal(tmp_path):
+    """Nothing runs yet: the registry connects to redis lazily and serves without its cache, so start it."""
+    dead = f"127.0.0.1:{free_port()}"
+    warnings = check_render(_rendered(f"127.0.0.1:{free_port()}", redis=dead), None, scratch_dir=tmp_path)
+    assert [w.reason for w in warnings] == ["RedisUnavailable"]
+    assert "cannot reach redis" in warnings[0].message and "pw" not in warnings[0].message
 
 
 def test_a_redis_answering_slowly_still_passes_within_the_timeout():
