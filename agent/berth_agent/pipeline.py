@@ -30,7 +30,7 @@ from .apply import Applier, Outcome
 from .errors import InputError, PreflightError
 from .health import Health
 from .mounts import SOURCES, read_inputs
-from .preflight import Warning_, check_render
+from .preflight import PreflightWarning, check_render
 from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
@@ -193,14 +193,14 @@ class Pipeline:
                 self._schedule_retry()
         await self._fail(message)
 
-    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[Warning_]]:
+    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[PreflightWarning]]:
         """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
 
         Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
         checked against what runs (or, after an agent restart, what the config dir holds), so a config the
         registry would refuse at start is refused here and nothing is written or restarted.
         """
-        warnings: list[Warning_] = []
+        warnings: list[PreflightWarning] = []
         if self.settings.preflight:
             previous = self.applier.current or self.applier.on_disk(set(rendered.files))
             if rendered.restart_needed(previous):

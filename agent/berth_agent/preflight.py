@@ -73,14 +73,14 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
 
 
 @dataclass(frozen=True)
-class Warning_:
+class PreflightWarning:
     reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable
     message: str  # names the field, never a secret
 
 
 def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: Path | None = None,
                  redis_timeout: float = REDIS_TIMEOUT_SECONDS,
-                 now: datetime.datetime | None = None) -> list[Warning_]:
+                 now: datetime.datetime | None = None) -> list[PreflightWarning]:
     """Raise PreflightError when the registry would refuse `rendered` at start, or could not use its redis;
     return warnings. `previous` is what runs (None: nothing yet).
 
@@ -92,12 +92,12 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
     """
     new = yaml.safe_load(rendered.config) or {}
     old = (yaml.safe_load(previous.config) or {}) if previous is not None else {}
-    warnings: list[Warning_] = []
+    warnings: list[PreflightWarning] = []
     if (new.get("http") or {}).get("tls"):
         pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
         old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
         if previous is None or not (old.get("http") or {}).get("tls") or pair != old_pair:
-            warnings += [Warning_("CertificateExpiresSoon", text)
+            warnings += [PreflightWarning("CertificateExpiresSoon", text)
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
     addr = str((new.get("http") or {}).get("addr", ":5000"))
     old_addr = (old.get("http") or {}).get("addr") if previous is not None else None
@@ -110,7 +110,7 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
         except PreflightError as exc:
             if previous is not None:
                 raise
-            warnings.append(Warning_("RedisUnavailable", f"{exc}; starting without it (the cache fails open)"))
+            warnings.append(PreflightWarning("RedisUnavailable", f"{exc}; starting without it (the cache fails open)"))
     return warnings
 
 

@@ -42,7 +42,11 @@ def check_bindable(addr: str) -> None:
         raise PreflightError(f"{where}: the host in {addr} does not resolve") from None
     last: OSError | None = None
     for family, address in candidates:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:  # no IPv6 in this pod: the wildcard falls back to 0.0.0.0
+            last = exc
+            continue
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6 and not host:
@@ -51,8 +55,8 @@ def check_bindable(addr: str) -> None:
             return
         except OSError as exc:
             last = exc
-            if exc.errno != errno.EAFNOSUPPORT and not (not host and exc.errno == errno.EADDRNOTAVAIL):
-                break  # a wildcard without IPv6 in the pod falls back to 0.0.0.0; anything else is the answer
+            if host or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                break  # the wildcard falls back to 0.0.0.0 only when IPv6 is missing; anything else is the answer
         finally:
             sock.close()
     reason = {
