@@ -35,6 +35,9 @@ from .preflight_tls import check_pair
 from .render import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
+# machine), and check_render parses two on every restart.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TIMEOUT_SECONDS = 5.0
 
 
@@ -90,8 +93,8 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
     With nothing running yet, a redis that does not answer is a warning, not a refusal: both registry versions
     connect to redis lazily and serve without their cache, which beats not serving at all.
     """
-    new = yaml.safe_load(rendered.config) or {}
-    old = (yaml.safe_load(previous.config) or {}) if previous is not None else {}
+    new = load_config(rendered.config)
+    old = load_config(previous.config) if previous is not None else {}
     warnings: list[PreflightWarning] = []
     if (new.get("http") or {}).get("tls"):
         pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
@@ -114,6 +117,11 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
     return warnings
 
 
+def load_config(config: bytes) -> dict[str, Any]:
+    loaded = yaml.load(config, Loader=_LOADER)
+    return loaded if isinstance(loaded, dict) else {}
+
+
 def _redis_fields(config: dict[str, Any]) -> tuple:
     target = redis_target(config)
     if target is None:
@@ -123,7 +131,7 @@ def _redis_fields(config: dict[str, Any]) -> tuple:
 
 def check_config(config: bytes, *, timeout: float = TIMEOUT_SECONDS) -> None:
     """Raise PreflightError when the rendered config's storage cannot be reached with its credentials."""
-    target = s3_target(yaml.safe_load(config) or {})
+    target = s3_target(load_config(config))
     if target is not None:
         check_bucket(target, timeout=timeout)
 
