@@ -113,7 +113,7 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
         except PreflightError as exc:
             if previous is not None:
                 raise
-            warnings.append(PreflightWarning("RedisUnavailable", f"{exc}; starting without it (the cache fails open)"))
+            warnings.append(PreflightWarning("RedisUnavailable", f"{exc}; starting without it (a failing cache lookup falls back to storage)"))
     return warnings
 
 

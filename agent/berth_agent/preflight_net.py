@@ -64,7 +64,7 @@ def check_bindable(addr: str) -> None:
         errno.EADDRNOTAVAIL: "the host is not an address of this pod",
         errno.EACCES: "binding it needs privileges the registry does not have",
     }.get(last.errno if last else -1, f"it cannot be bound ({errno.errorcode.get(last.errno, '?') if last else '?'})")
-    raise PreflightError(f"{where}: cannot listen on {addr}: {reason}; keeping the running config")
+    raise PreflightError(f"{where}: cannot listen on {addr}: {reason}")
 
 
 def _bind_candidates(host: str, port: int) -> list[tuple[int, tuple]]:
@@ -139,7 +139,7 @@ def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,
         raise PreflightError(f"{where}: cannot reach redis ({name})") from None
     for command, reply in zip(commands, replies):
         if reply.startswith(b"-"):
-            raise PreflightError(f"{where}: {_refusal(command[0], reply)}; keeping the running config")
+            raise PreflightError(f"{where}: {_refusal(command[0], reply)}")
     if replies[-1] != b"+PONG":
         raise PreflightError(f"{where}: PING was not answered with PONG (is it redis?)")
 
