@@ -18,6 +18,7 @@ import pytest
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
 from support.ports import free_port
+from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
@@ -183,3 +184,24 @@ def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_p
         assert pod.serving()
         _assert_no_secret_leaked(pod, kube_api, [k.secret_access_key for k in (key, dead, fresh)] +
                                  [k.access_key_id for k in (key, dead, fresh)])
+
+
+def test_a_wrong_redis_password_is_refused_by_the_preflight_in_status_and_events(pod, kube_api, redis_server):  # noqa: F811
+    """Through the API: the pre-flight's refusal is on status.agents.<pod>.error and a ConfigRejected Event, and
+    neither redis password is in the log, the status, the Events or the metrics."""
+    write_secret_dir(pod.mounts / "redis", {"url": redis_server.url()})
+    spec = filesystem_spec(pod.port, redis={"secret": {"name": "redis", "field": "url"}})
+    spec["config"]["storage"]["cache"] = {"blobdescriptor": "redis"}
+    _start(pod, kube_api, spec)
+    pid, good_hash = pod.registry_pid(), _record(kube_api)["configHash"]
+
+    wrong = "PLANTED-wrong-redis-password"
+    swap_secret_dir(pod.mounts / "redis", {"url": f"redis://:{wrong}@127.0.0.1:{redis_server.port}/0"})
+    wait_for(lambda: "spec.redis" in _error(kube_api), what=f"the pre-flight error in status\n{pod.agent_log_text()}")
+    assert "password in the redis URL is refused" in _error(kube_api)
+    wait_for(lambda: any(e.get("reason") == "ConfigRejected" and "spec.redis" in e.get("message", "")
+                         for e in kube_api.list("v1/events", "default")), what="the ConfigRejected Event")
+    _assert_kept_serving(pod, pid)
+    assert _record(kube_api)["configHash"] == good_hash
+    assert pod.metric("reload_failures_total", 'reason="preflight"') >= 1
+    _assert_no_secret_leaked(pod, kube_api, [wrong, redis_server.password])
