@@ -1,4 +1,5 @@
-"""berth-agent: `render` prints a config once; `run` is the sidecar that keeps the registry configured."""
+"""berth-agent: `render` prints a config once; `run` is the sidecar that keeps the registry configured and serves
+/startupz, /readyz, /livez and Prometheus /metrics on --health-addr (default 0.0.0.0:8081)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from . import render_command, run_command
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="berth-agent", description=__doc__)
+    parser = argparse.ArgumentParser(prog="berth-agent", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     subcommands = parser.add_subparsers(dest="command", required=True)
     render_command.add_parser(subcommands)
     run_command.add_parser(subcommands)

@@ -27,6 +27,7 @@ from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
 from .apply import Applier, Outcome
+from .clock import Clock, LoopClock
 from .errors import InputError, PreflightError
 from .health import Health
 from .mounts import SOURCES, read_inputs
@@ -56,8 +57,9 @@ class PipelineSettings:
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None) -> None:
+                 *, pvc: PvcProbe | None = None, clock: Clock | None = None) -> None:
         self.settings = settings
+        self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
@@ -94,16 +96,14 @@ class Pipeline:
                 self._retry.cancel()
 
     async def _debounce(self, queue: asyncio.Queue[Change]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.max_wait_seconds
+        clock = self.clock
+        deadline = clock.now() + self.settings.max_wait_seconds
         while True:
-            wait = min(self.settings.quiet_seconds, deadline - loop.time())
+            wait = min(self.settings.quiet_seconds, deadline - clock.now())
             if wait <= 0:
                 return
             try:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as an
-                # item arrives, and the agent would not stop.
-                async with asyncio.timeout(wait):
+                async with clock.timeout(wait):
                     change = await queue.get()
             except TimeoutError:
                 return
@@ -183,7 +183,8 @@ class Pipeline:
             metrics.rollbacks_total.inc()
             back = outcome.rollback
             restored = self.applier.current.config_hash if self.applier.current else ""
-            fields.update(restored_hash=restored, rollback_ok=bool(back and back.ok),
+            fields.update(action="rolled back",  # the log's name for it, as in the message (Outcome: rolled-back)
+                          restored_hash=restored, rollback_ok=bool(back and back.ok),
                           new_pid=back.new.pid if back and back.new else None)
             log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
             await self.reporter.event("RolledBack", f"new config {rendered.config_hash[:12]} did not come up: "
@@ -289,7 +290,7 @@ class Pipeline:
             return  # the same problem seen again (resync): already in status and the log
         self.reported_error = error
         log.error("failed", extra={"fields": {
-            "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
+            "action": "failed", "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
         await self.reporter.failed(error, self.generation)
         await self.reporter.event("ConfigRejected", error, warning=True)
 

@@ -87,6 +87,7 @@ class RedisTarget:
     password: str | None
     db: int
     tls: bool
+    rootcas: tuple[str, ...] = ()  # CA files the registry trusts for redis (3.1: redis.tls.rootcas); () = system
 
     @property
     def addr(self) -> str:
@@ -105,9 +106,13 @@ def redis_target(config: dict[str, Any]) -> RedisTarget | None:
     if not addr:
         return None
     host, port = split_addr(str(addr))
-    tls = section.get("tls")
+    tls = section.get("tls") if isinstance(section.get("tls"), dict) else {}
+    # 3.1 turns TLS on with rootcas (or a client certificate), and has no `enabled` (render.py); `enabled` is
+    # still read, so a config that asks for TLS in any of these ways is checked over TLS.
+    rootcas = tuple(str(path) for path in tls.get("rootcas") or ())
     return RedisTarget(host=host, port=port, username=section.get("username"), password=section.get("password"),
-                       db=int(section.get("db") or 0), tls=bool(isinstance(tls, dict) and tls.get("enabled")))
+                       db=int(section.get("db") or 0),
+                       tls=bool(tls.get("enabled") or rootcas or tls.get("certificate")), rootcas=rootcas)
 
 
 def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,
@@ -124,7 +129,7 @@ def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,
         with socket.create_connection((target.host, target.port), timeout=timeout) as raw:
             sock = raw
             if target.tls:
-                sock = (context or ssl.create_default_context()).wrap_socket(raw, server_hostname=target.host)
+                sock = (context or _tls_context(target)).wrap_socket(raw, server_hostname=target.host)
             sock.settimeout(timeout)
             stream = sock.makefile("rwb")
             stream.write(b"".join(_encode(*command) for command in commands))
@@ -142,6 +147,16 @@ def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,
             raise PreflightError(f"{where}: {_refusal(command[0], reply)}")
     if replies[-1] != b"+PONG":
         raise PreflightError(f"{where}: PING was not answered with PONG (is it redis?)")
+
+
+def _tls_context(target: RedisTarget) -> ssl.SSLContext:
+    """Trust what the registry trusts: exactly the rootcas files when given (as 3.1 does), else system roots."""
+    if not target.rootcas:
+        return ssl.create_default_context()
+    context = ssl.create_default_context(cafile=target.rootcas[0])
+    for path in target.rootcas[1:]:
+        context.load_verify_locations(cafile=path)
+    return context
 
 
 def _refusal(command: str, reply: bytes) -> str:

@@ -8,6 +8,7 @@ written where the registry's own default differs or matters (draintimeout, the w
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,9 @@ HTPASSWD_REALM = "berth"
 class RenderPaths:
     config_dir: Path = Path("/etc/berth")  # config.yml, htpasswd and tls/ (the shared config volume)
     data_dir: Path = Path("/var/lib/registry")  # filesystem rootdirectory (the PVC)
+    # The registry container's CA bundle: Distribution 3.1 verifies a TLS redis against `redis.tls.rootcas` only
+    # (no system roots without it). The official registry:3 image installs Alpine's ca-certificates here.
+    ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @dataclass(frozen=True, repr=False)
@@ -76,7 +80,7 @@ def render(
 
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
-        config["redis"] = _redis(spec, inputs, major)
+        config["redis"] = _redis(spec, inputs, major, paths)
     health = _health(spec)
     if health:
         config["health"] = health
@@ -116,7 +120,7 @@ def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths:
     return section
 
 
-def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
+def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths) -> dict[str, Any]:
     redis = spec.redis
     assert redis is not None
     where = f"redis/{redis.secret.field}"
@@ -152,7 +156,14 @@ def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
         if pool_section:
             section["pool"] = pool_section
     else:
-        # 3.x: go-redis UniversalOptions inline: addrs list, flat pool fields (configuration.md v3).
+        if tls and _is_distribution_3_0(spec.image):
+            # 3.0 turns TLS to redis on only with a client certificate and key (redis.tls.certificate/key,
+            # registry/handlers/app.go v3.0.0); without them it connects in clear text.
+            source = "spec.redis.tls.enabled" if redis.tls.enabled else where
+            raise InputError(source, "asks for TLS to redis, which Distribution 3.0 does only with a client "
+                             "certificate (it would send the password in clear text); use 3.1 or newer")
+        # 3.x: go-redis UniversalOptions inline: addrs list, flat pool fields (configuration.md v3); the pool
+        # keys reach go-redis as PoolSize, MaxIdleConns, ConnMaxIdleTime (tests/render/test_real_redis.py).
         section = {"addrs": [address.addr]}
         if address.username:
             section["username"] = address.username
@@ -165,8 +176,18 @@ def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
             if value is not None:
                 section[key] = value
     if tls:
-        section["tls"] = {"enabled": True}
+        # 3.1 has no redis.tls.enabled (its configuration.md example shows one, but the parser ignores it and the
+        # registry connects in clear text: tests/render/test_real_redis.py). TLS is on when `rootcas` is given, and
+        # the server's certificate is checked against exactly those CAs.
+        section["tls"] = {"rootcas": [str(paths.ca_bundle)]}
     return section
+
+
+def _is_distribution_3_0(image: str) -> bool:
+    """The image's tag names 3.0 (`registry:3.0.0`, `:v3.0`); `registry:3` and digests are taken as 3.1+."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return re.match(r"^v?3\.0(\.|-|$)", tag) is not None
 
 
 def _health(spec: RegistrySpec) -> dict[str, Any]:

@@ -44,22 +44,25 @@ def rfc3339(ts: float | None = None, *, millis: bool = False) -> str:
 
 
 class LogReporter:
-    """File mode, outside Kubernetes: the same facts as log lines."""
+    """File mode, outside Kubernetes: what a pod reports to status and Events, as DEBUG log lines.
+
+    The pipeline's own line for each action (`written`, `restarted`, `rolled back`, `failed`) already carries the
+    config hash and the error; at INFO these would repeat it, two or three lines per action, where a pod logs one.
+    """
 
     def __init__(self, subject: str = "") -> None:
         self.subject = subject  # e.g. the registry file's path, so a line says what it is about
 
     async def applied(self, config_hash: str, generation: int | None) -> None:
-        log.info("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
-                                                       "generation": generation}})
+        log.debug("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
+                                                        "generation": generation}})
 
     async def failed(self, error: str, generation: int | None) -> None:
-        log.warning("config not applied", extra={"fields": {"registry": self.subject, "error": error,
-                                                             "generation": generation}})
+        log.debug("config not applied", extra={"fields": {"registry": self.subject, "error": error,
+                                                            "generation": generation}})
 
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
-        log.log(logging.WARNING if warning else logging.INFO, message,
-                extra={"fields": {"registry": self.subject, "reason": reason, "type": _type(warning)}})
+        log.debug(message, extra={"fields": {"registry": self.subject, "reason": reason, "type": _type(warning)}})
 
     async def data_path(self, state: PvcState | None) -> None:
         pass  # outside Kubernetes there is no status; the berth_agent_pvc_* metrics carry the figures

@@ -44,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--distribution", choices=("2", "3"), default=None,
                         help="Distribution major version (default: spec.distribution, else from the image tag)")
     parser.add_argument("--health-addr", default="0.0.0.0:8081", metavar="HOST:PORT",
-                        help="probes and /metrics (default 0.0.0.0:8081)")
+                        help="where /startupz, /readyz, /livez (the pod's probes) and the Prometheus /metrics are "
+                             "served (default 0.0.0.0:8081)")
     parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
     parser.add_argument("--registry-bin", default="registry", metavar="NAME",
@@ -57,7 +58,8 @@ def add_parser(subparsers: Any) -> None:
                         help="full re-check of every input, the safety net for missed events (default 60)")
     parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="(default info)")
     parser.set_defaults(func=run)
 
 

@@ -16,19 +16,35 @@ from .runner import run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="berth-operator", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="berth-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="endpoints:\n"
+               "  GET <--liveness URL>                   liveness (kopf): 200 while the operator runs\n"
+               "                                         (default http://0.0.0.0:8080/healthz)\n"
+               "  GET http://<--metrics-addr>:<--metrics-port>/metrics\n"
+               "                                         Prometheus metrics (default http://0.0.0.0:9090/metrics)\n"
+               "environment:\n"
+               "  WATCH_NAMESPACE     comma-separated namespaces to watch when neither -n nor -A is given\n"
+               "  BERTH_AGENT_IMAGE   the agent image for registry pods (default: the operator pod's own image,\n"
+               "                      found through POD_NAME and POD_NAMESPACE)")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[],
                        help="watch Registries in this namespace (repeatable); default: $WATCH_NAMESPACE")
-    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch Registries in every namespace")
-    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                        help="kopf's liveness endpoint URL (empty to disable)")
-    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0: disabled)")
-    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address the metrics server binds")
-    parser.add_argument("--refresh-interval", type=float, default=60.0,
-                        help="seconds between periodic reconciles of every Registry (status refresh)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
-    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="watch Registries in every namespace (default: off)")
+    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", metavar="URL",
+                        help="kopf's liveness endpoint URL, empty to disable (default: %(default)s)")
+    parser.add_argument("--metrics-port", type=int, default=9090, metavar="PORT",
+                        help="port of the Prometheus /metrics server, 0 to disable (default: %(default)s)")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR",
+                        help="address the metrics server binds (default: %(default)s)")
+    parser.add_argument("--refresh-interval", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds between periodic reconciles of every Registry, the status refresh "
+                             "(default: %(default)g)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                        help="(default: %(default)s)")
+    parser.add_argument("--log-format", choices=["json", "text"], default="json",
+                        help="one JSON object per line, or plain text (default: %(default)s)")
     args = parser.parse_args(argv)
     if not args.all_namespaces and not args.namespace:
         watch = os.environ.get("WATCH_NAMESPACE", "")

@@ -87,10 +87,19 @@ def health():
 
 
 @pytest.fixture
-def pod(tmp_path):
-    """A registry pod on this machine (agent subprocess + supervise.sh + docker-registry); stopped afterwards."""
+def dist() -> tuple[str, str]:
+    """(major, registry binary) the `pod` runs: Debian's 2.8. A test runs on both majors with
+    `@pytest.mark.parametrize("dist", support.registry.registry_binaries())` (3.x skips without its binary)."""
+    from support.supervisor import REGISTRY_BIN
+
+    return ("2", REGISTRY_BIN)
+
+
+@pytest.fixture
+def pod(tmp_path, dist):
+    """A registry pod on this machine (agent subprocess + supervise.sh + the registry); stopped afterwards."""
     from support.pod import RegistryPod
 
-    registry_pod = RegistryPod(tmp_path / "pod")
+    registry_pod = RegistryPod(tmp_path / "pod", registry_bin=dist[1])
     yield registry_pod
     registry_pod.stop()

@@ -1,5 +1,6 @@
 """CR edits applied hot through the Kubernetes API (kmock + our fixture), agent as `berth-agent run --registry`
-(issue 3, acceptance "CR edits hot-applied")."""
+(issue 3, acceptance "CR edits hot-applied"), on Distribution 2.8 and on the real 3.1.1 (skipped without
+BERTH_REGISTRY3_BIN)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pytest
 
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
-from support.registry import http_get
+from support.registry import http_get, registry_binaries
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
+pytestmark = pytest.mark.parametrize("dist", registry_binaries())
 SETTLE_SECONDS = 3.0  # longer than the debounce's maximum wait (2 s): time for any extra restart to show
 
 
@@ -59,9 +61,9 @@ def _applied(kube_api, pod, needle: str | None = None) -> bool:
 
 
 @pytest.fixture
-def api_pod(pod, kube_api):  # noqa: F811
+def api_pod(pod, kube_api, dist):  # noqa: F811
     write_secret_dir(pod.mounts / "htpasswd", {"users": _htpasswd("alice", "alice-pw")})
-    spec = filesystem_spec(pod.port)
+    spec = filesystem_spec(pod.port, major=dist[0])
     spec["config"]["storage"]["auth"] = {"htpasswd": {"secret": {"name": "users", "field": "users"}}}
     kube_api.create(registry_object(spec))
     pod.start_agent(registry="default/reg", kube_host=kube_api.url)

@@ -2,7 +2,8 @@
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
 key 2, delete key 1. The registry restarts in place under the same supervisor, the earlier image pulls back
-byte-identical, a new push works, and a pull loop running through the swap sees no failed request.
+byte-identical, a new push works, and a pull loop running through the swap sees no failed request. On
+Distribution 2.8 and on the real 3.1.1 (skipped without BERTH_REGISTRY3_BIN).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import json
 
 import pytest
 
-from support.pod import registry_object
+from support.pod import on_distribution, registry_object
 from support.pull_loop import PullLoop
-from support.registry import make_oci_image, pull_image, push_image
+from support.registry import make_oci_image, pull_image, push_image, registry_binaries
 from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
@@ -46,13 +47,14 @@ def s3_spec(port: int) -> dict:
     }
 
 
+@pytest.mark.parametrize("dist", registry_binaries())
 @pytest.mark.parametrize("fmt", ["v1alpha1", "v1alpha2"])
-def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt):
+def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
         write_secret_dir(pod.mounts / "cosi", cosi_secret(fmt, moto.endpoint, key1))
-        pod.write_registry_file(registry_object(s3_spec(pod.port)))
+        pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port), dist[0])))
         pod.start_agent()
         supervisor = pod.start_supervisor()
         pod.wait_serving()

@@ -51,7 +51,7 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     with RequestLoop("127.0.0.1", pod.port, tls=True) as loop:
         wait_for(lambda: loop.stats.requests > 5, what="the client to be asking")
         swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_c, "tls.key": key_d})
-        error = wait_for(lambda: next((line["error"] for line in pod.actions("config not applied")
+        error = wait_for(lambda: next((line["error"] for line in pod.actions("failed")
                                        if "spec.http.tls.secretName" in line.get("error", "")), None),
                          timeout=30, what=f"the pre-flight refusal\n{pod.agent_log_text()}")
         assert "does not match the certificate" in error
@@ -69,10 +69,9 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_e, "tls.key": key_e})
     wait_for(lambda: served_name(pod) == "cert-e", what="recovery with a matching pair")
     wait_for(lambda: len(pod.actions("restarted")) == 2, what="the agent to record the second restart")
-    events = [line for line in pod.agent_lines()  # file mode: an Event is a log line with its reason
-              if line.get("reason") == "CertificateExpiresSoon" and line.get("type") == "Warning"]
-    assert events and events[0]["level"] == "warning" and "spec.http.tls.secretName" in events[0]["msg"]
-    assert "expires at" in events[0]["msg"]
+    warnings = [line for line in pod.actions("pre-flight warning") if line.get("reason") == "CertificateExpiresSoon"]
+    assert warnings and warnings[0]["level"] == "warning" and "spec.http.tls.secretName" in warnings[0]["warning"]
+    assert "expires at" in warnings[0]["warning"]
     assert supervisor.alive() and pod.supervisor.pid == supervisor.pid
     log = pod.agent_log_text()
     for key in (key_a, key_b, key_d, key_e):

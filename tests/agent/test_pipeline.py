@@ -12,6 +12,7 @@ from berth_agent.pipeline import Pipeline, PipelineSettings
 from berth_agent.report import LogReporter
 from berth_agent.restart import Endpoint, answers
 from berth_agent.sources import Change
+from support.clock import SteppedClock
 from support.pod import filesystem_spec, registry_object
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
@@ -31,12 +32,16 @@ def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, superviso
     health = Health()
     settings = PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data", mount_root=mounts)
     (tmp_path / "data").mkdir()
-    pipeline = Pipeline(settings, LogReporter("test"), health)
+    # The debounce runs on a clock the test steps: the burst's gaps are 10 ms exactly, however loaded the machine
+    # (in real time a stalled 10 ms sleep opened the 50 ms quiet window and gave a second apply).
+    clock = SteppedClock()
+    pipeline = Pipeline(settings, LogReporter("test"), health, clock=clock)
 
     async def scenario() -> None:
         queue: asyncio.Queue[Change] = asyncio.Queue()
         task = asyncio.create_task(pipeline.run(queue))
         queue.put_nowait(Change("registry", registry=_registry(registry_port)))
+        await clock.step_when_waiting(settings.quiet_seconds)
         await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
         assert health.startup_ok()
         applies_before = pipeline.applies
@@ -46,10 +51,17 @@ def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, superviso
             if i % 25 == 0:
                 swap_secret_dir(mounts / "http-secret", {"secret": f"value-{i}"})
             queue.put_nowait(Change("mount:http-secret"))
-            await asyncio.sleep(0.01)
+            await clock.handed_over(queue)
+            clock.step(0.01)
+        assert pipeline.applies == applies_before  # 1 s of events, 10 ms apart: still in the burst
+        await clock.step_when_waiting(settings.quiet_seconds)  # the quiet window ends the burst
         await asyncio.to_thread(wait_for, lambda: "value-75" in (config_dir / "config.yml").read_text())
-        await asyncio.sleep(3.0)  # past the debounce's maximum wait: room for a second restart to show
+        await asyncio.to_thread(wait_for, lambda: pipeline.applier.current is not None
+                                and b"value-75" in pipeline.applier.current.config, what="the apply to finish")
+        clock.step(3.0)  # past the debounce's maximum wait: room for a second apply to show
+        await asyncio.sleep(0.5)
         assert pipeline.applies == applies_before + 1
+        assert not clock.waiting() and queue.empty()  # nothing left that could start another round
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
@@ -122,6 +134,10 @@ def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_f
         wait_for(pod.serving, what="the registry on the config it had")
     assert (pod.config_dir / "config.yml").read_bytes() == good
     assert pod.metric("rollbacks_total") == 1
+    # The README names the action as the log does: msg and action agree on every action line.
+    [rollback] = pod.actions("rolled back")
+    assert rollback["action"] == "rolled back" and rollback["restored_hash"]
+    assert all(line["action"] == line["msg"] for line in pod.agent_lines() if "action" in line)
 
 
 def test_a_cancel_that_lands_with_a_change_still_stops_the_pipeline(tmp_path):

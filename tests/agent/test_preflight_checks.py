@@ -152,10 +152,10 @@ def test_a_redis_that_never_answers_is_refused_within_the_timeout():
 
 
 def test_redis_over_tls(tmp_path):
-    cert, key = self_signed("redis", valid_for=30 * DAY, ca=True)
-    with running_redis(tmp_path / "redis", tls=(cert, key)) as server:
-        trusting = ssl.create_default_context(cadata=cert.decode())
-        check_redis(_target(server, tls=True), context=trusting)
+    with running_redis(tmp_path / "redis", tls=True) as server:
+        # The rendered rootcas are what the registry (3.1) trusts, and so does the check.
+        check_redis(_target(server, tls=True, rootcas=(str(server.ca_file),)))
+        check_redis(_target(server, tls=True), context=ssl.create_default_context(cafile=str(server.ca_file)))
         # Not trusted by the system roots, as the registry's client would see it too.
         with pytest.raises(PreflightError, match="TLS to redis failed"):
             check_redis(_target(server, tls=True))
@@ -167,9 +167,11 @@ def test_redis_over_tls(tmp_path):
 def test_the_redis_target_is_read_from_both_config_shapes():
     two = redis_target({"redis": {"addr": "cache:6380", "password": "x", "db": 2}})
     three = redis_target({"redis": {"addrs": ["[::1]:6379"], "username": "u", "password": "x",
-                                    "tls": {"enabled": True}}})
+                                    "tls": {"rootcas": ["/etc/ssl/certs/ca-certificates.crt"]}}})
     assert (two.host, two.port, two.db, two.tls) == ("cache", 6380, 2, False)
     assert (three.host, three.port, three.username, three.tls, three.addr) == ("::1", 6379, "u", True, "[::1]:6379")
+    assert three.rootcas == ("/etc/ssl/certs/ca-certificates.crt",)
+    assert redis_target({"redis": {"addrs": ["r:1"], "tls": {"enabled": True}}}).tls
     assert "x" not in repr(two)
     assert redis_target({}) is None
 

@@ -45,3 +45,22 @@ def test_the_written_supervisor_defaults_to_this_agents_binary_and_config(tmp_pa
     script = supervisor_for("/usr/bin/docker-registry", tmp_path / "cfg").decode()
     assert '${BERTH_REGISTRY_BIN:-/usr/bin/docker-registry}' in script
     assert f'${{BERTH_CONFIG:-{tmp_path / "cfg" / "config.yml"}}}' in script
+
+
+def test_help_names_the_endpoints_and_every_default():
+    result = _run("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    for endpoint in ("/startupz", "/readyz", "/livez", "/metrics"):
+        assert endpoint in text
+    for option in ("--mounts", "--config-dir", "--data-dir", "--health-addr", "--registry-bin", "--debounce",
+                   "--max-wait", "--resync", "--log-level"):
+        described = text.split(f"{option} ", 2)[-1].split(" --", 1)[0]  # the option's entry in the list
+        assert "default" in described, option
+
+
+def test_top_level_help_names_the_endpoints_too():
+    result = subprocess.run([sys.executable, "-m", "berth_agent.cli", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    assert all(endpoint in result.stdout for endpoint in ("/startupz", "/readyz", "/livez", "/metrics"))

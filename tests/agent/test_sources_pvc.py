@@ -24,6 +24,26 @@ def test_plain_directory_is_usable_but_not_mounted(tmp_path, health):
     assert metrics.pvc_capacity_bytes._value.get() == state.capacity_bytes
 
 
+@pytest.mark.parametrize("pod_env", [False, True], ids=["workstation", "pod"])
+def test_a_plain_directory_is_one_info_line_outside_a_pod_and_a_warning_inside(tmp_path, health, caplog, monkeypatch,
+                                                                               pod_env):
+    # The kubelet sets KUBERNETES_SERVICE_HOST in every container; examples/local/run has none.
+    if pod_env:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    else:
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    probe = PvcProbe(tmp_path, health)
+    with caplog.at_level("INFO", logger="berth_agent.sources.pvc"):
+        for _ in range(3):
+            probe.check()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "berth_agent.sources.pvc"]
+    if pod_env:
+        assert lines == [("WARNING", "data path is not a mount point")]
+    else:
+        assert lines == [("INFO", "data path is a plain directory (no volume mounted there; expected outside "
+                                  "Kubernetes)")]
+
+
 def test_a_mount_point_is_reported_mounted():
     mount_point = Path("/dev/shm")  # a tmpfs mount on every Linux this runs on
     assert os.path.ismount(mount_point)

@@ -88,3 +88,14 @@ def test_berth_operator_without_an_agent_image_says_why(kube_api, tmp_path):
     assert done.returncode == 2
     assert "BERTH_AGENT_IMAGE" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_help_shows_every_default_and_the_endpoints():
+    result = subprocess.run([sys.executable, "-m", "berth_operator", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    for default in ("(default: http://0.0.0.0:8080/healthz)", "(default: 9090)", "(default: 0.0.0.0)",
+                    "(default: 60)", "(default: info)", "(default: json)", "default: $WATCH_NAMESPACE"):
+        assert default in text
+    assert "/healthz" in text.split("endpoints:", 1)[1] and "/metrics" in text.split("endpoints:", 1)[1]

@@ -3,3 +3,13 @@
 from support.registry import registry_factory  # noqa: F401  (pytest fixture)
 from support.s3 import moto_server  # noqa: F401  (pytest fixture)
 from support.redisserver import redis_server  # noqa: F401  (pytest fixture)
+
+import pytest
+from support.registry import registry_binaries
+
+
+@pytest.fixture(params=registry_binaries())
+def dist(request) -> tuple[str, str]:
+    """(major, registry binary): a test using it runs on Distribution 2.8 and on the real 3.x (which skips, saying
+    why, without BERTH_REGISTRY3_BIN). Render with `distribution=dist[0]`, start with `binary=dist[1]`."""
+    return request.param

@@ -6,8 +6,6 @@ leaks into an error, stderr or a log.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -15,10 +13,7 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from support.certs import self_signed_pair  # noqa: F401  (re-exported: tests import it from here)
 from support.secretdir import write_secret_dir
 
 from berth_api import Registry, RegistrySpec
@@ -57,25 +52,6 @@ def example_names() -> list[str]:
 def htpasswd_entry(user: str, password: str) -> bytes:
     # Cost 4, the minimum: the registry checks every authenticated request against it.
     return user.encode() + b":" + bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4))
-
-
-def self_signed_pair() -> tuple[bytes, bytes]:
-    """A certificate for 127.0.0.1 and localhost, and its key (PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "berth-test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 def cosi_secret(target: S3Target, form: str = "v1alpha1", *, addressing_style: str | None = None) -> dict[str, str]:

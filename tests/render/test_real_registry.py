@@ -1,9 +1,10 @@
-"""Rendered configs run the REAL registry (Debian's docker-registry 2.8) on 127.0.0.1 (docs/design.md §5.2).
+"""Rendered configs run the REAL registry on 127.0.0.1 (docs/design.md §5.2): Debian's docker-registry 2.8, and
+the real Distribution 3.1.1 binary where BERTH_REGISTRY3_BIN names it (each test runs on both: the `dist` fixture).
 
-Every example and every storage backend: render from a mount root laid out as the kubelet does, start the
-registry, GET /v2/ (401 with auth, 200 without); with filesystem and S3 (moto, IAM enforced) push an image with
-skopeo and pull it back byte-identical; htpasswd and TLS the same way. No secret value may show in the
-registry's log either.
+Every example and every storage backend: render from a mount root laid out as the kubelet does, for the major
+that runs it, start the registry, GET /v2/ (401 with auth, 200 without); with filesystem and S3 (moto, IAM
+enforced) push an image with skopeo and pull it back byte-identical; htpasswd and TLS the same way. No secret
+value may show in the registry's log either.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from berth_api import Registry
 pytestmark = pytest.mark.timeout(180)
 
 
-def write_rendered(registry: Registry, mounts: Mounts, workdir: Path) -> Path:
+def write_rendered(registry: Registry, mounts: Mounts, workdir: Path, major: str, **paths_args) -> Path:
     """Render as the agent does and write config.yml plus its files into workdir/config; returns the config path."""
-    paths = RenderPaths(config_dir=workdir / "config", data_dir=workdir / "data")
-    rendered = render(registry.spec, read_inputs(registry.spec, mounts.root), distribution="2", paths=paths)
+    paths = RenderPaths(config_dir=workdir / "config", data_dir=workdir / "data", **paths_args)
+    rendered = render(registry.spec, read_inputs(registry.spec, mounts.root), distribution=major, paths=paths)
     paths.config_dir.mkdir(parents=True)
     for name, data in rendered.files.items():
         (paths.config_dir / name).parent.mkdir(parents=True, exist_ok=True)
@@ -37,7 +38,8 @@ def write_rendered(registry: Registry, mounts: Mounts, workdir: Path) -> Path:
     return config
 
 
-def prepare(document: dict, tmp_path: Path, **mount_args) -> tuple[Registry, Mounts, Path]:
+def prepare(document: dict, tmp_path: Path, major: str, *, paths_args: dict | None = None,
+            **mount_args) -> tuple[Registry, Mounts, Path]:
     """Listen on a free loopback port, write the mounts, render; returns the registry, mounts and config path."""
     document = yaml.safe_load(yaml.safe_dump(document))
     http = document["spec"].setdefault("http", {})
@@ -50,7 +52,7 @@ def prepare(document: dict, tmp_path: Path, **mount_args) -> tuple[Registry, Mou
         document["spec"]["config"]["storage"]["redirect"] = {"disabled": True}
     registry = Registry.model_validate(document)
     mounts = write_mounts_for(registry.spec, tmp_path / "mounts", **mount_args)
-    return registry, mounts, write_rendered(registry, mounts, tmp_path)
+    return registry, mounts, write_rendered(registry, mounts, tmp_path, major, **(paths_args or {}))
 
 
 def load(name: str) -> dict:
@@ -83,9 +85,9 @@ def check(registry: RegistryProcess, mounts: Mounts, tmp_path: Path, *, round_tr
 
 
 @pytest.mark.parametrize("name", [n for n in example_names() if "cosi" not in n and n != "full.yaml"])
-def test_example_without_object_storage_serves(name, tmp_path):
-    registry_def, mounts, config = prepare(load(name), tmp_path)
-    registry = start_registry(config, tmp_path / "run")
+def test_example_without_object_storage_serves(name, tmp_path, dist):
+    registry_def, mounts, config = prepare(load(name), tmp_path, dist[0])
+    registry = start_registry(config, tmp_path / "run", binary=dist[1])
     try:
         # In-memory storage round-trips too: it is a backend like the others, only volatile.
         check(registry, mounts, tmp_path, round_trip=True)
@@ -97,10 +99,10 @@ def test_example_without_object_storage_serves(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", [n for n in example_names() if "cosi" in n])
-def test_cosi_example_serves_from_moto_with_iam_enforced(name, tmp_path, moto_server):
+def test_cosi_example_serves_from_moto_with_iam_enforced(name, tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-data")
-    _, mounts, config = prepare(load(name), tmp_path, s3=target)
-    registry = start_registry(config, tmp_path / "run")
+    _, mounts, config = prepare(load(name), tmp_path, dist[0], s3=target)
+    registry = start_registry(config, tmp_path / "run", binary=dist[1])
     try:
         check(registry, mounts, tmp_path, round_trip=True)
         assert_no_secret_in_log(registry, mounts)
@@ -111,19 +113,20 @@ def test_cosi_example_serves_from_moto_with_iam_enforced(name, tmp_path, moto_se
 
 
 @pytest.mark.parametrize("cosi_format", COSI_FORMATS[1:])
-def test_v1alpha2_credentials_drive_the_s3_driver(cosi_format, tmp_path, moto_server):
+def test_v1alpha2_credentials_drive_the_s3_driver(cosi_format, tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-v2")
-    _, mounts, config = prepare(load("cosi-existing.yaml"), tmp_path, s3=target, cosi_format=cosi_format)
-    registry = start_registry(config, tmp_path / "run")
+    _, mounts, config = prepare(load("cosi-existing.yaml"), tmp_path, dist[0], s3=target, cosi_format=cosi_format)
+    registry = start_registry(config, tmp_path / "run", binary=dist[1])
     try:
         check(registry, mounts, tmp_path, round_trip=True)
     finally:
         registry.stop()
 
 
-def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_server, redis_server):
+def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_server, redis_server, dist):
     """The architecture document's example: S3, htpasswd, an http secret, the redis blob descriptor cache (a
     real password-protected redis-server), a storage driver and a tcp health check (pointed at that redis)."""
+    major, binary = dist
     document = load("full.yaml")
     document["spec"]["health"]["tcp"][0]["addr"] = f"127.0.0.1:{redis_server.port}"
     document["spec"]["redis"]["db"] = 3
@@ -131,13 +134,17 @@ def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_
     document["spec"]["redis"]["readtimeout"] = document["spec"]["redis"]["writetimeout"] = "1s"
     target = moto_target(moto_server, "registry-full")
     redis_url = f"redis://:{redis_server.password}@127.0.0.1:{redis_server.port}"  # db from spec.redis.db
-    _, mounts, config = prepare(document, tmp_path, s3=target, redis_url=redis_url)
+    _, mounts, config = prepare(document, tmp_path, major, s3=target, redis_url=redis_url)
     mounts.secret_values.append(redis_server.password)
     rendered = yaml.safe_load(config.read_bytes())
     assert rendered["auth"]["htpasswd"]["path"] == str(tmp_path / "config" / "htpasswd")
-    assert rendered["redis"]["addr"] == f"127.0.0.1:{redis_server.port}"
-    assert rendered["storage"]["cache"] == {"blobdescriptor": "redis"}  # blobdescriptorsize is v3 only
-    registry = start_registry(config, tmp_path / "run")
+    if major == "2":
+        assert rendered["redis"]["addr"] == f"127.0.0.1:{redis_server.port}"
+        assert rendered["storage"]["cache"] == {"blobdescriptor": "redis"}  # blobdescriptorsize is v3 only
+    else:
+        assert rendered["redis"]["addrs"] == [f"127.0.0.1:{redis_server.port}"]
+        assert rendered["storage"]["cache"] == {"blobdescriptor": "redis", "blobdescriptorsize": 10000}
+    registry = start_registry(config, tmp_path / "run", binary=binary)
     try:
         check(registry, mounts, tmp_path, round_trip=True)
         assert_no_secret_in_log(registry, mounts)
@@ -162,10 +169,10 @@ def tls_document(storage: dict) -> dict:
     }
 
 
-def test_tls_and_htpasswd_on_filesystem(tmp_path):
-    _, mounts, config = prepare(tls_document({"filesystem": {"persistentVolumeClaim": "data"}}), tmp_path)
+def test_tls_and_htpasswd_on_filesystem(tmp_path, dist):
+    _, mounts, config = prepare(tls_document({"filesystem": {"persistentVolumeClaim": "data"}}), tmp_path, dist[0])
     assert (tmp_path / "config" / "tls" / "tls.crt").read_bytes() == mounts.tls_cert
-    registry = start_registry(config, tmp_path / "run")
+    registry = start_registry(config, tmp_path / "run", binary=dist[1])
     try:
         assert registry.url.startswith("https://")
         check(registry, mounts, tmp_path, round_trip=True)
@@ -179,11 +186,11 @@ def test_tls_and_htpasswd_on_filesystem(tmp_path):
         assert registry.stop() == 0  # draintimeout rendered: SIGTERM drains and exits 0 (field-notes §6)
 
 
-def test_tls_with_s3(tmp_path, moto_server):
+def test_tls_with_s3(tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-tls")
     storage = {"objectStorage": {"bucketClaim": "b", "bucketAccess": "a"}, "redirect": {"disabled": True}}
-    _, mounts, config = prepare(tls_document(storage), tmp_path, s3=target)
-    registry = start_registry(config, tmp_path / "run")
+    _, mounts, config = prepare(tls_document(storage), tmp_path, dist[0], s3=target)
+    registry = start_registry(config, tmp_path / "run", binary=dist[1])
     try:
         check(registry, mounts, tmp_path, round_trip=True)
     finally:

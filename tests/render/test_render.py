@@ -151,12 +151,30 @@ def test_redis_shape_differs_between_2_and_3():
     }
 
 
-def test_redis_tls_from_spec_or_rediss_scheme_on_3():
+def test_redis_tls_from_spec_or_rediss_scheme_on_3_is_rootcas():
+    """3.1 has no redis.tls.enabled: TLS is on when rootcas is given (tests/render/test_real_redis.py)."""
+    bundle = {"rootcas": ["/etc/ssl/certs/ca-certificates.crt"]}
     assert parsed(render(spec_of(redis={**REDIS, "tls": {"enabled": True}}),
-                         MountedInputs(redis_url="redis://cache:6379"), distribution="3"))["redis"]["tls"] == {"enabled": True}
+                         MountedInputs(redis_url="redis://cache:6379"), distribution="3"))["redis"]["tls"] == bundle
     assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://cache:6379"),
-                         distribution="3"))["redis"]["tls"] == {"enabled": True}
+                         distribution="3"))["redis"]["tls"] == bundle
+    paths = RenderPaths(ca_bundle=Path("/trust/ca.pem"))
+    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://c:1"), distribution="3",
+                         paths=paths))["redis"]["tls"] == {"rootcas": ["/trust/ca.pem"]}
     assert "tls" not in parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="redis://c:1"), distribution="3"))["redis"]
+
+
+@pytest.mark.parametrize("image", ["docker.io/library/registry:3.0.0", "registry:3.0", "example.com/r/registry:v3.0-rc"])
+def test_redis_tls_is_refused_on_3_0(image):
+    """3.0 turns TLS to redis on only with a client certificate; without one it would send the password in clear."""
+    with pytest.raises(InputError) as caught:
+        render(spec_of(image=image, redis={**REDIS, "tls": {"enabled": True}}),
+               MountedInputs(redis_url="redis://:pw@cache:6379"), distribution="3")
+    assert caught.value.source == "spec.redis.tls.enabled" and "3.0" in caught.value.message
+    assert "pw" not in str(caught.value)
+    for newer in ("registry:3", "registry:3.1.1", "registry:30.0"):
+        render(spec_of(image=newer, redis={**REDIS, "tls": {"enabled": True}}),
+               MountedInputs(redis_url="redis://:pw@cache:6379"), distribution="3")
 
 
 @pytest.mark.parametrize("tls, url, source", [

@@ -35,11 +35,17 @@ def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str =
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
-    """A small Registry spec for the local binary (Distribution 2) on 127.0.0.1:port, filesystem storage."""
+def on_distribution(spec: dict[str, Any], major: str) -> dict[str, Any]:
+    """The spec for Distribution `major` ("2" or "3"): the image and the explicit distribution the agent renders for."""
+    return {**spec, "image": f"docker.io/library/registry:{major}", "distribution": major}
+
+
+def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[str, Any]:
+    """A small Registry spec on 127.0.0.1:port, filesystem storage, for Distribution `major` (the local 2.8 binary
+    by default)."""
     spec: dict[str, Any] = {
-        "image": "docker.io/library/registry:2",
-        "distribution": "2",
+        "image": f"docker.io/library/registry:{major}",
+        "distribution": major,
         "config": {"log": {"level": "info"}, "storage": {"filesystem": {"persistentVolumeClaim": "data"}}},
         "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"},
     }
@@ -48,8 +54,10 @@ def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
 
 
 class RegistryPod:
-    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None):
+    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None,
+                 registry_bin: str = REGISTRY_BIN):
         self.root = Path(root)
+        self.registry_bin = registry_bin  # what supervise.sh runs; specs must render for its major
         # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
         self.config_dir = Path(config_dir) if config_dir else self.root / "config"
         self.mounts = self.root / "mounts"
@@ -89,7 +97,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
-                "--registry-bin", REGISTRY_BIN, *extra]
+                "--registry-bin", self.registry_bin, *extra]
         if registry is not None:
             args += ["--registry", registry, "--kube-host", kube_host or ""]
         else:
@@ -106,7 +114,7 @@ class RegistryPod:
             lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
             what="the agent to write supervise.sh")
         self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
-                                     log_path=self.root / "registry.log").start()
+                                     log_path=self.root / "registry.log", registry_bin=self.registry_bin).start()
         return self.supervisor
 
     # ---- observations ----------------------------------------------------------------------------------------
@@ -182,4 +190,4 @@ class RegistryPod:
         self.stop_agent()
 
 
-__all__ = ["RegistryPod", "filesystem_spec", "registry_env", "registry_object"]
+__all__ = ["RegistryPod", "filesystem_spec", "on_distribution", "registry_env", "registry_object"]

@@ -13,13 +13,11 @@ the registry's environment: the 2.8 s3 driver panics at start when it is set (fi
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import importlib.util
 import json
 import os
-import shutil
 import ssl
 import subprocess
-import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -204,9 +202,17 @@ def registry_factory(tmp_path: Path) -> Iterator:
 
 # --- a small real image, pushed and pulled with skopeo ---------------------------------------------------
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+def _load_example_oci_image():
+    """examples/local/oci_image.py, the layout writer the README's offline push uses: one copy of that logic."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "local" / "oci_image.py"
+    spec = importlib.util.spec_from_file_location("berth_example_oci_image", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+oci_image_example = _load_example_oci_image()
+OCI_MANIFEST = oci_image_example.OCI_MANIFEST
 
 
 @dataclass
@@ -223,47 +229,11 @@ class OciImage:
         return [layer["digest"] for layer in manifest["layers"]]
 
 
-def _put_blob(layout: Path, data: bytes, blobs: dict[str, bytes]) -> dict:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    (layout / "blobs" / "sha256" / digest.split(":", 1)[1]).write_bytes(data)
-    blobs[digest] = data
-    return {"digest": digest, "size": len(data)}
-
-
 def make_oci_image(layout: Path, *, layer_size: int = 256 * 1024, layers: int = 1) -> OciImage:
     """Build an OCI layout with `layers` uncompressed layers of random bytes, a config and a manifest."""
-    layout = Path(layout)
-    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
-    blobs: dict[str, bytes] = {}
-    layer_descriptors, diff_ids = [], []
-    for index in range(layers):
-        staging = layout.parent / f".{layout.name}-layer{index}"
-        staging.mkdir(exist_ok=True)
-        payload = staging / f"random-{index}.bin"
-        payload.write_bytes(os.urandom(layer_size))
-        tar_path = staging / "layer.tar"
-        with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
-            info = tar.gettarinfo(str(payload), arcname=payload.name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with open(payload, "rb") as handle:
-                tar.addfile(info, handle)
-        layer = tar_path.read_bytes()
-        shutil.rmtree(staging)
-        descriptor = _put_blob(layout, layer, blobs)
-        layer_descriptors.append({"mediaType": OCI_LAYER, **descriptor})
-        diff_ids.append(descriptor["digest"])
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "config": {},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-    }, sort_keys=True).encode()
-    config_descriptor = {"mediaType": OCI_CONFIG, **_put_blob(layout, config, blobs)}
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config_descriptor, "layers": layer_descriptors,
-    }, sort_keys=True).encode()
-    manifest_descriptor = {"mediaType": OCI_MANIFEST, **_put_blob(layout, manifest, blobs)}
-    (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [manifest_descriptor]}))
-    return OciImage(layout, manifest_descriptor["digest"], blobs)
+    contents = [{f"random-{index}.bin": os.urandom(layer_size)} for index in range(layers)]
+    digest, blobs = oci_image_example.write_layout(Path(layout), contents)
+    return OciImage(Path(layout), digest, blobs)
 
 
 def read_oci_image(layout: Path) -> OciImage:

@@ -1,7 +1,8 @@
 """PvcProbe: the registry's data path (the PVC, filesystem storage only): present, mounted, size, writable.
 
-Outside Kubernetes the data path is a plain directory, so "not a mount point" is reported (`mounted: false`,
-a warning in the log) but is not an error. A missing or unwritable path is an error naming the path.
+Outside Kubernetes the data path is a plain directory, so "not a mount point" is reported (`mounted: false`)
+but is not an error: one info line says so outside a pod, one warning inside a pod (where the PVC should be
+mounted there). A missing or unwritable path is an error naming the path.
 """
 
 from __future__ import annotations
@@ -83,8 +84,12 @@ class PvcProbe:
     name = "pvc"
 
     def __init__(self, path: Path, health: Health, *, interval: float = 30.0, enabled: bool = True,
-                 on_state: Callable[[PvcState | None], Awaitable[None]] | None = None) -> None:
+                 on_state: Callable[[PvcState | None], Awaitable[None]] | None = None,
+                 in_pod: bool | None = None) -> None:
         self.path = Path(path)
+        # The kubelet sets KUBERNETES_SERVICE_HOST in every container: a plain directory there is a missing
+        # volume worth a warning; on a workstation (examples/local/run) it is how things are meant to be.
+        self.in_pod = "KUBERNETES_SERVICE_HOST" in os.environ if in_pod is None else in_pod
         # Called after every periodic probe with its state, and once with None when probing is switched off:
         # the agent's status record (Reporter.data_path) follows the volume.
         self.on_state = on_state
@@ -119,8 +124,12 @@ class PvcProbe:
             metrics.pvc_capacity_bytes.set(state.capacity_bytes)
             metrics.pvc_free_bytes.set(state.free_bytes or 0)
         if state.present and not state.mounted and not self._warned_not_mounted:
-            self._warned_not_mounted = True  # once: normal outside Kubernetes, worth one line inside it
-            log.warning("data path is not a mount point", extra={"fields": {"path": state.path}})
+            self._warned_not_mounted = True  # once
+            if self.in_pod:
+                log.warning("data path is not a mount point", extra={"fields": {"path": state.path}})
+            else:
+                log.info("data path is a plain directory (no volume mounted there; expected outside Kubernetes)",
+                         extra={"fields": {"path": state.path}})
         self.last = state
         return state
 

@@ -1,0 +1,143 @@
+"""The README's "Run it" section, as a new user follows it, offline (issue 10, "From a fresh clone, offline").
+
+`bash examples/local/run` starts (on a free port and a temporary state dir: the only changes), then the README's
+push/pull block runs line by line exactly as written, with 127.0.0.1:5000 and /tmp/ pointed at this test's port
+and directory. The read-only edit makes the README's push fail with 405 while its pull works, and undoing it
+makes the push work again. The log says what the README says: one line per action, `msg` equal to `action`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.ports import free_port
+from support.registry import http_get, read_oci_image
+from support.supervisor import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+README_ADDR = "127.0.0.1:5000"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def run_it_blocks() -> list[str]:
+    """The ```sh blocks of the README's "Run it" section."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Run it\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def test_the_readme_names_the_local_run_and_an_offline_push():
+    start, client = run_it_blocks()[:2]
+    assert start.strip() == "bash examples/local/run"
+    assert "docker.io" not in client and "oci_image.py" in client  # no registry on the internet needed
+    assert yaml.safe_load((REPO / "examples/local/registry.yaml").read_text())["spec"]["http"]["addr"] == README_ADDR
+
+
+def set_readonly(registry_file: Path, enabled: bool) -> None:
+    """The README's edit: storage.maintenance.readonly.enabled, saved the way an editor saves."""
+    document = yaml.safe_load(registry_file.read_text())
+    document["spec"]["config"]["storage"]["maintenance"]["readonly"]["enabled"] = enabled
+    temp = registry_file.with_suffix(".swp")
+    temp.write_text(yaml.safe_dump(document, sort_keys=False))
+    os.replace(temp, registry_file)
+
+
+@pytest.fixture
+def local_run(tmp_path):
+    """bash examples/local/run on a free port; yields (addr, registry file, state dir, output file)."""
+    addr = f"127.0.0.1:{free_port()}"
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text((REPO / "examples/local/registry.yaml").read_text().replace(README_ADDR, addr))
+    state, output = tmp_path / "state", tmp_path / "run.out"
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    # berth-agent from the interpreter running the tests (the script would otherwise install into .venv).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(BERTH_REGISTRY_FILE=str(registry_file), BERTH_LOCAL_STATE=str(state),
+               BERTH_HEALTH_ADDR=f"127.0.0.1:{free_port()}")
+    with output.open("wb") as out:
+        process = subprocess.Popen(["bash", "examples/local/run"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def serving() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"examples/local/run exited:\n{output.read_text(errors='replace')}")
+            return _listening(addr) and http_get(f"http://{addr}/v2/", timeout=2).status == 200
+
+        wait_for(serving, timeout=60, what="examples/local/run to serve")
+        yield addr, registry_file, state, output
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)  # what Ctrl-C does: the script stops the agent and supervisor
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # its session: anything left over is ours to end
+        except ProcessLookupError:
+            pass
+        process.wait(10)
+
+
+def _listening(addr: str) -> bool:
+    host, port = addr.rsplit(":", 1)
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) == 0
+
+
+def readme_commands(addr: str, tmp_path: Path) -> list[str]:
+    """The README's client block, one command per line, on this test's port and directory."""
+    block = run_it_blocks()[1]
+    return [line.replace(README_ADDR, addr).replace("/tmp/", f"{tmp_path}/")
+            for line in block.splitlines() if line.strip()]
+
+
+def sh(command: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    return subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_path):
+    addr, registry_file, state, output = local_run
+    make, push, pull, inspect = readme_commands(addr, tmp_path)
+
+    for command in (make, push, pull, inspect):
+        result = sh(command)
+        assert result.returncode == 0, f"{command}\n{result.stderr}"
+    assert json.loads(sh(inspect).stdout)["RepoTags"] == ["1"]
+    pulled = read_oci_image(Path(shlex.split(pull)[-1].removeprefix("oci:").rsplit(":", 1)[0]))
+    [layer] = [pulled.blobs[d] for d in pulled.layer_digests]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:  # skopeo may have compressed it: tarfile reads both
+        assert tar.extractfile("hello.txt").read() == b"hello from Berth\n"
+
+    set_readonly(registry_file, True)
+    wait_for(lambda: "405" in sh(push).stderr, timeout=30, what="pushes to be refused with 405")
+    assert sh(pull).returncode == 0  # pulls keep working
+
+    set_readonly(registry_file, False)
+    wait_for(lambda: sh(push).returncode == 0, timeout=30, what="pushes to work again")
+
+    # What the README says of the log: one line per action, msg and action the same word; the local start's
+    # plain data directory is an info line, not a warning.
+    lines = [json.loads(line) for line in (state / "agent.log").read_text().splitlines()]
+    actions = [line["msg"] for line in lines if "action" in line]
+    assert actions == ["written", "restarted", "restarted"]
+    assert all(line["action"] == line["msg"] for line in lines if "action" in line)
+    assert [line for line in lines if line["level"] in ("warning", "error")] == []
+    assert any(line["msg"].startswith("data path is a plain directory") for line in lines)
+    printed = output.read_text()
+    assert "starting the agent" in printed and "starting the registry" in printed
