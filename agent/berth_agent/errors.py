@@ -41,3 +41,8 @@ def describe_internal_error(exc: BaseException) -> str:
         if exc.filename is not None:
             detail += f" {getattr(exc, 'action', 'on')} {os.fsdecode(exc.filename)}"
     return f"internal error {type(exc).__name__}{detail} (at {where})"
+
+
+class PreflightError(Exception):
+    """A new config that would not work (checked before any restart): the message names the config field and
+    never holds a secret."""

@@ -28,9 +28,10 @@ from berth_api import RegistrySpec, describe_validation_error
 from . import metrics
 from .apply import Applier, Outcome
 from .clock import Clock, LoopClock
-from .errors import InputError, describe_internal_error
+from .errors import InputError, PreflightError, describe_internal_error
 from .health import Health
 from .mounts import SOURCES, read_inputs
+from .preflight import PreflightWarning, check_render
 from .render import Rendered, RenderPaths, render
 from .render_guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pending
 from .report import Reporter
@@ -174,7 +175,11 @@ class Pipeline:
             log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
             self._mark_written(rendered)
 
-        outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered)
+        for warning in warnings:
+            log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
+                                                                "reason": warning.reason, "warning": warning.message}})
+            await self.reporter.event(warning.reason, warning.message, warning=True)
         if outcome.ok and self.api_secrets is not None:
             self.api_secrets.settled(changed=outcome.action != "unchanged")
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
@@ -211,6 +216,28 @@ class Pipeline:
             if back is not None and not back.ok:
                 self._schedule_retry()
         await self._fail(message)
+
+    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[PreflightWarning]]:
+        """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
+
+        Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
+        checked against what runs (or, after an agent restart, what the config dir holds), so a config the
+        registry would refuse at start is refused here and nothing is written or restarted.
+        """
+        warnings: list[PreflightWarning] = []
+        if self.settings.preflight:
+            previous = self.applier.current or self.applier.on_disk(set(rendered.files))
+            if rendered.restart_needed(previous):
+                began = time.monotonic()
+                try:
+                    warnings = check_render(rendered, previous, scratch_dir=self.settings.config_dir)
+                except PreflightError as exc:
+                    return Outcome("preflight-failed", False, detail=str(exc)), []
+                checked = round(time.monotonic() - began, 4)
+                outcome = self.applier.apply(rendered)
+                outcome.timings["preflight_start"] = checked  # beside the applier's own "preflight" (storage)
+                return outcome, warnings
+        return self.applier.apply(rendered), warnings
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""

@@ -1,5 +1,9 @@
 """Checks run before the registry is restarted on a new config: what can be checked without the registry.
 
+`check_render` checks what the registry reads or reaches at start, each only when it changes: the HTTPS pair
+(preflight_tls), a new listen port and the redis it will use (preflight_net). `check_config` checks the
+object storage, below.
+
 For object storage: the credentials the new config carries must open the bucket (a rotated key may not be
 live yet, or may be for another bucket). A restart onto keys the bucket refuses would leave the registry
 answering 503 until a person notices (field-notes §6).
@@ -19,17 +23,22 @@ import http.client
 import re
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import yaml
 
+from .errors import PreflightError
+from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis, redis_target, split_addr
+from .preflight_tls import check_pair
+from .render import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
+# machine), and check_render parses two on every restart.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TIMEOUT_SECONDS = 5.0
-
-
-class PreflightError(Exception):
-    """The new config would not work; the message names the config path and never holds a secret."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -66,9 +75,63 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
     )
 
 
+@dataclass(frozen=True)
+class PreflightWarning:
+    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable
+    message: str  # names the field, never a secret
+
+
+def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: Path | None = None,
+                 redis_timeout: float = REDIS_TIMEOUT_SECONDS,
+                 now: datetime.datetime | None = None) -> list[PreflightWarning]:
+    """Raise PreflightError when the registry would refuse `rendered` at start, or could not use its redis;
+    return warnings. `previous` is what runs (None: nothing yet).
+
+    Each check runs only when its input changed, so an edit elsewhere never depends on redis being up or on a
+    certificate that already serves: a new HTTPS pair; a new listen port (the running registry holds the
+    current one, and frees it when it restarts); a new redis address, credentials, database or TLS setting.
+    With nothing running yet, a redis that does not answer is a warning, not a refusal: both registry versions
+    connect to redis lazily and serve without their cache, which beats not serving at all.
+    """
+    new = load_config(rendered.config)
+    old = load_config(previous.config) if previous is not None else {}
+    warnings: list[PreflightWarning] = []
+    if (new.get("http") or {}).get("tls"):
+        pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
+        old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
+        if previous is None or not (old.get("http") or {}).get("tls") or pair != old_pair:
+            warnings += [PreflightWarning("CertificateExpiresSoon", text)
+                         for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
+    addr = str((new.get("http") or {}).get("addr", ":5000"))
+    old_addr = (old.get("http") or {}).get("addr") if previous is not None else None
+    if old_addr is None or split_addr(addr)[1] != split_addr(str(old_addr))[1]:
+        check_bindable(addr)
+    target = redis_target(new)
+    if target is not None and _redis_fields(new) != _redis_fields(old):
+        try:
+            check_redis(target, timeout=redis_timeout)
+        except PreflightError as exc:
+            if previous is not None:
+                raise
+            warnings.append(PreflightWarning("RedisUnavailable", f"{exc}; starting without it (a failing cache lookup falls back to storage)"))
+    return warnings
+
+
+def load_config(config: bytes) -> dict[str, Any]:
+    loaded = yaml.load(config, Loader=_LOADER)
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _redis_fields(config: dict[str, Any]) -> tuple:
+    target = redis_target(config)
+    if target is None:
+        return ()
+    return (target.host, target.port, target.username, target.password, target.db, target.tls)
+
+
 def check_config(config: bytes, *, timeout: float = TIMEOUT_SECONDS) -> None:
     """Raise PreflightError when the rendered config's storage cannot be reached with its credentials."""
-    target = s3_target(yaml.safe_load(config) or {})
+    target = s3_target(load_config(config))
     if target is not None:
         check_bucket(target, timeout=timeout)
 

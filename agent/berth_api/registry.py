@@ -9,7 +9,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
-from .types import ApiModel, Quantity
+from .types import INT32_MAX, ApiModel, Quantity
 
 GROUP = "berth.dev"
 VERSION = "v1alpha1"
@@ -51,7 +51,7 @@ class RegistrySpec(ApiModel):
     }
 
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="Registry container image.")
-    replicas: int = Field(1, ge=0, description="Number of registry pods.")
+    replicas: int = Field(1, ge=0, le=INT32_MAX, description="Number of registry pods.")
     distribution: Literal["2", "3"] | None = Field(
         None, description="Major version of Distribution in the image; derived from the image tag when absent."
     )

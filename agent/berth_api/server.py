@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .types import Addr, ApiModel, Duration, ObjectName, Regex, SecretKeyRef
+from .types import INT32_MAX, Addr, ApiModel, Duration, ObjectName, Regex, SecretKeyRef
+
+# Redis connections per registry process: redis-server's default maxclients. Distribution 3 (go-redis) sizes
+# two slices by poolsize at start, so a count near int32 would make it run out of memory before serving.
+MAX_REDIS_CONNECTIONS = 10000
 
 
 class Http2(ApiModel):
@@ -44,8 +48,10 @@ class Http(ApiModel):
 
 
 class RedisPool(ApiModel):
-    maxidle: int | None = Field(None, ge=0, description="Most idle connections kept.")
-    maxactive: int | None = Field(None, ge=0, description="Most connections open at once; 0 means no limit.")
+    maxidle: int | None = Field(None, ge=0, le=MAX_REDIS_CONNECTIONS, description="Most idle connections kept.")
+    maxactive: int | None = Field(
+        None, ge=0, le=MAX_REDIS_CONNECTIONS, description="Most connections open at once; 0 means no limit."
+    )
     idletimeout: Duration | None = Field(None, description="Close connections idle for this long.")
 
 
@@ -57,7 +63,7 @@ class Redis(ApiModel):
     secret: SecretKeyRef = Field(
         description="Secret key holding the redis URL: redis:// or rediss://, optional password, host:port."
     )
-    db: int = Field(0, ge=0, description="Redis database number.")
+    db: int = Field(0, ge=0, le=INT32_MAX, description="Redis database number.")
     dialtimeout: Duration | None = Field(None, description="Timeout for connecting.")
     readtimeout: Duration | None = Field(None, description="Timeout for reads.")
     writetimeout: Duration | None = Field(None, description="Timeout for writes.")
@@ -68,14 +74,18 @@ class Redis(ApiModel):
 class StorageDriverCheck(ApiModel):
     enabled: bool = Field(False, description="Check the storage driver periodically.")
     interval: Duration = Field("10s", description="Time between checks.")
-    threshold: int = Field(3, ge=1, description="Failures in a row before the registry reports unhealthy.")
+    threshold: int = Field(
+        3, ge=1, le=INT32_MAX, description="Failures in a row before the registry reports unhealthy."
+    )
 
 
 class TcpCheck(ApiModel):
     addr: Addr = Field(description="host:port to open a TCP connection to.")
     timeout: Duration = Field("3s", description="Connection timeout.")
     interval: Duration = Field("10s", description="Time between checks.")
-    threshold: int = Field(3, ge=1, description="Failures in a row before the registry reports unhealthy.")
+    threshold: int = Field(
+        3, ge=1, le=INT32_MAX, description="Failures in a row before the registry reports unhealthy."
+    )
 
 
 class Health(ApiModel):

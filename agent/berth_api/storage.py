@@ -10,10 +10,12 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .types import ApiModel, Duration, ObjectName, Quantity, SecretKeyRef
+from .types import INT32_MAX, ApiModel, Duration, ObjectName, Quantity, SecretKeyRef
 
 # Smallest chunk S3 accepts for a multipart upload part, and the registry's own floor.
 MIN_CHUNK_SIZE = 5 * 1024 * 1024
+# Largest part S3 accepts; both registry versions refuse a larger chunksize at start (s3-aws driver, maxChunkSize).
+MAX_CHUNK_SIZE = 5 * 1024 * 1024 * 1024
 
 
 class FilesystemStorage(ApiModel):
@@ -79,7 +81,8 @@ class ObjectStorage(ApiModel):
         None,
         alias="chunkSize",
         ge=MIN_CHUNK_SIZE,
-        description="Size in bytes of each part of a multipart upload to S3 (at least 5 MiB).",
+        le=MAX_CHUNK_SIZE,
+        description="Size in bytes of each part of a multipart upload to S3 (5 MiB to 5 GiB).",
     )
 
     @model_validator(mode="after")
@@ -108,7 +111,7 @@ class Cache(ApiModel):
         description="Where to cache blob descriptors; redis needs spec.redis."
     )
     blobdescriptorsize: int | None = Field(
-        None, ge=1, description="Entries in the in-memory blob descriptor cache (Distribution 3 only)."
+        None, ge=1, le=INT32_MAX, description="Entries in the in-memory blob descriptor cache (Distribution 3 only)."
     )
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+
+# Counts (thresholds, cache entries, database numbers) are Go `int`s in the registry; a YAML integer past int64
+# makes it refuse its config at start. Kubernetes' own counts (replicas) are int32: bound every count there.
+INT32_MAX = 2**31 - 1
 
 # Go's time.ParseDuration syntax, which is what the registry's config uses ("168h", "10ms", "1h30m").
 DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"
@@ -22,7 +26,45 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # host:port or :port, as the registry's http.addr and health.tcp[].addr take it.
 ADDR_PATTERN = r"^([^:/\s]*|\[[0-9a-fA-F:.]+\]):[0-9]{1,5}$"
 
-Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+
+
+def _bounded_number(digits: int) -> str:
+    return rf"[0-9]{{1,{digits}}}(\.[0-9]+)?"
+
+
+# What both registry versions accept: Go's time.Duration is int64 nanoseconds, so ParseDuration fails above
+# 2562047h47m16.854775807s and the registry refuses its config at start (`drainTimeout: 100000000h` did).
+# The bound is written as a pattern the API server enforces too: units in Go's printed order, each at most
+# once, with at most 6 digits of hours, 7 of minutes, 9 of seconds, 12 of ms, 15 of us and 18 of ns. The
+# largest sum (999999h + 9999999m + 999999999s + ...) is under 2277800h, inside Go's range.
+DURATION_MAX_HOURS = 999999
+DURATION_BOUNDED_PATTERN = (
+    "^(0|"
+    + "".join(f"({_bounded_number(d)}{unit})?" for d, unit in
+              ((6, "h"), (7, "m"), (9, "s"), (12, "ms"), (15, "(us|µs)"), (18, "ns")))
+    + ")$"
+)
+_DURATION_BOUNDED = re.compile(DURATION_BOUNDED_PATTERN)
+GO_DURATION_MAX_NANOSECONDS = 2**63 - 1
+
+
+def _duration_in_range(text: str) -> str:
+    if not _DURATION_BOUNDED.fullmatch(text):
+        # The value is not repeated: errors name the field, never the input.
+        raise ValueError(
+            f"must be at most {DURATION_MAX_HOURS}h (Go's time.Duration ends at 2562047h, and the registry "
+            "refuses a longer one at start), with units in the order h, m, s, ms, us, ns, each at most once")
+    return text
+
+
+# The language (pattern) is checked first so a malformed value keeps its "should match pattern" message; the
+# CRD carries the bounded pattern, which accepts exactly what the two checks accept together.
+Duration = Annotated[
+    str,
+    StringConstraints(pattern=DURATION_PATTERN),
+    AfterValidator(_duration_in_range),
+    WithJsonSchema({"type": "string", "pattern": DURATION_BOUNDED_PATTERN, "minLength": 1}),
+]
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
 ObjectName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
 SecretKey = Annotated[str, StringConstraints(pattern=SECRET_KEY_PATTERN, min_length=1, max_length=253)]

@@ -19,6 +19,7 @@ import pytest
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
 from support.ports import free_port
+from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
@@ -119,11 +120,13 @@ def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, 
 def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api):  # noqa: F811
     pod = http_secret_pod
     good_hash = _record(kube_api)["configHash"]
-    with socket.socket() as squatter:  # a port taken by someone else: the renderer cannot know, the registry fails
-        squatter.bind(("127.0.0.1", 0))
+    # An address taken by someone else. The same port on another loopback address: the pre-flight leaves an
+    # unchanged port to the restart (the running registry holds it), so only the registry can refuse this.
+    # A new port in use is refused by the pre-flight instead (test_e2e_preflight.py).
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.2", pod.port))
         squatter.listen()
-        taken = squatter.getsockname()[1]
-        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.1:{taken}"}}})
+        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.2:{pod.port}"}}})
         wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry back on the last good config")
         wait_for(lambda: "not applied" in _error(kube_api), what="the failure in status")
@@ -358,3 +361,24 @@ def test_a_registry_file_is_as_strict_as_the_api_server(pod):
     wait_for(lambda: "readonly:\n      enabled: true" in (pod.config_dir / "config.yml").read_text(),
              what=f"the good file applied\n{pod.agent_log_text()[-2000:]}")
     wait_for(pod.serving, what="the registry on the new config")
+
+
+def test_a_wrong_redis_password_is_refused_by_the_preflight_in_status_and_events(pod, kube_api, redis_server):  # noqa: F811
+    """Through the API: the pre-flight's refusal is on status.agents.<pod>.error and a ConfigRejected Event, and
+    neither redis password is in the log, the status, the Events or the metrics."""
+    write_secret_dir(pod.mounts / "redis", {"url": redis_server.url()})
+    spec = filesystem_spec(pod.port, redis={"secret": {"name": "redis", "field": "url"}})
+    spec["config"]["storage"]["cache"] = {"blobdescriptor": "redis"}
+    _start(pod, kube_api, spec)
+    pid, good_hash = pod.registry_pid(), _record(kube_api)["configHash"]
+
+    wrong = "PLANTED-wrong-redis-password"
+    swap_secret_dir(pod.mounts / "redis", {"url": f"redis://:{wrong}@127.0.0.1:{redis_server.port}/0"})
+    wait_for(lambda: "spec.redis" in _error(kube_api), what=f"the pre-flight error in status\n{pod.agent_log_text()}")
+    assert "password in the redis URL is refused" in _error(kube_api)
+    wait_for(lambda: any(e.get("reason") == "ConfigRejected" and "spec.redis" in e.get("message", "")
+                         for e in kube_api.list("v1/events", "default")), what="the ConfigRejected Event")
+    _assert_kept_serving(pod, pid)
+    assert _record(kube_api)["configHash"] == good_hash
+    assert pod.metric("reload_failures_total", 'reason="preflight"') >= 1
+    _assert_no_secret_leaked(pod, kube_api, [wrong, redis_server.password])

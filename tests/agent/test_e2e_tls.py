@@ -1,34 +1,20 @@
-"""TLS certificate rotation: restart in place onto the new certificate; a certificate that does not match its key
-is a config the registry refuses at start (the renderer cannot tell), so the agent rolls back."""
+"""TLS certificate rotation: restart in place onto the new certificate. A certificate that does not match its
+key (PEM-valid, so it renders) is refused by the pre-flight before any restart (issue 9.5): the registry, which
+would refuse it at start, keeps serving the last good pair without a failed request."""
 
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import ssl
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from support.certs import key_body_line, self_signed
 from support.pod import filesystem_spec, registry_object
+from support.request_loop import RequestLoop
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
-
-
-def self_signed(common_name: str) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
 
 
 def served_name(pod) -> str | None:
@@ -58,20 +44,35 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     assert pod.metric("reloads_total") == 1
     assert (pod.config_dir / "tls" / "tls.key").read_bytes() == key_b
 
-    # Certificate of one pair, key of another: PEM-valid, so it renders; the registry refuses it at start.
+    # Certificate of one pair, key of another: PEM-valid, so it renders; the registry would refuse it at start.
+    pid, starts = pod.registry_pid(), pod.registry_starts()
     cert_c, _ = self_signed("cert-c")
     _, key_d = self_signed("cert-d")
-    swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_c, "tls.key": key_d})
-    wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
-    wait_for(lambda: served_name(pod) == "cert-b", what="the last good certificate to be served again")
+    with RequestLoop("127.0.0.1", pod.port, tls=True) as loop:
+        wait_for(lambda: loop.stats.requests > 5, what="the client to be asking")
+        swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_c, "tls.key": key_d})
+        error = wait_for(lambda: next((line["error"] for line in pod.actions("failed")
+                                       if "spec.http.tls.secretName" in line.get("error", "")), None),
+                         timeout=30, what=f"the pre-flight refusal\n{pod.agent_log_text()}")
+        assert "does not match the certificate" in error
+        seen = loop.stats.requests
+        wait_for(lambda: loop.stats.requests > seen + 5, what="more requests after the refusal")
+    assert loop.stats.failures == [], loop.stats.failures
+    assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"
+    assert served_name(pod) == "cert-b"
     assert (pod.config_dir / "tls" / "tls.key").read_bytes() == key_b
-    assert pod.metric("rollbacks_total") == 1
+    assert pod.metric("reload_failures_total", 'reason="preflight"') >= 1
+    assert pod.metric("rollbacks_total") == 0 and not pod.actions("rolled back")
 
-    cert_e, key_e = self_signed("cert-e")
+    # A matching pair that ends within 7 days: applied, with a warning Event.
+    cert_e, key_e = self_signed("cert-e", valid_for=datetime.timedelta(days=3))
     swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_e, "tls.key": key_e})
     wait_for(lambda: served_name(pod) == "cert-e", what="recovery with a matching pair")
     wait_for(lambda: len(pod.actions("restarted")) == 2, what="the agent to record the second restart")
+    warnings = [line for line in pod.actions("pre-flight warning") if line.get("reason") == "CertificateExpiresSoon"]
+    assert warnings and warnings[0]["level"] == "warning" and "spec.http.tls.secretName" in warnings[0]["warning"]
+    assert "expires at" in warnings[0]["warning"]
     assert supervisor.alive() and pod.supervisor.pid == supervisor.pid
     log = pod.agent_log_text()
     for key in (key_a, key_b, key_d, key_e):
-        assert key.decode().splitlines()[1] not in log
+        assert key_body_line(key) not in log

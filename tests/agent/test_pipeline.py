@@ -18,8 +18,8 @@ from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
 
 
-def _registry(port: int) -> dict:
-    spec = filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "5s",
+def _registry(port: int, host: str = "127.0.0.1") -> dict:
+    spec = filesystem_spec(port, http={"addr": f"{host}:{port}", "drainTimeout": "5s",
                                        "secret": {"name": "http", "field": "secret"}})
     return registry_object(spec)
 
@@ -119,14 +119,16 @@ def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_f
     assert pod.stop_agent() == 0
     good = (pod.config_dir / "config.yml").read_bytes()
 
-    # While no agent runs, the Registry changes to a port someone else holds; the new agent has no memory of
-    # the last good config, only the files on disk, which the running registry uses.
+    # While no agent runs, the Registry changes to an address someone else holds; the new agent has no memory
+    # of the last good config, only the files on disk, which the running registry uses. Same port on another
+    # loopback address: the pre-flight leaves an unchanged port to the restart (the running registry holds
+    # it), so this is a config only the registry itself refuses.
     import socket
 
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
+        squatter.bind(("127.0.0.2", pod.port))
         squatter.listen()
-        pod.write_registry_file(_registry(squatter.getsockname()[1]))
+        pod.write_registry_file(_registry(pod.port, host="127.0.0.2"))
         pod.start_agent()
         wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry on the config it had")

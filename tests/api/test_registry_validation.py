@@ -147,6 +147,35 @@ INVALID = [
          {"type": "Ready", "status": status, "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"}
          for status in ("True", "False")]}},
      "status.conditions", "one entry per condition type", True),
+    # Bounds: what both registry versions accept at start (issue 9). Go's time.Duration ends at 2562047h.
+    ("drainTimeout past Go's duration", registry(http={"drainTimeout": "100000000h"}),
+     "spec.http.drainTimeout", "at most 999999h", True),
+    ("drainTimeout just past the bound", registry(http={"drainTimeout": "1000000h"}),
+     "spec.http.drainTimeout", "at most 999999h", True),
+    ("duration with a unit twice", registry(http={"drainTimeout": "2000000h2000000h"}),
+     "spec.http.drainTimeout", "each at most once", True),
+    ("upload purging interval past Go's duration",
+     storage(inmemory={}, maintenance={"uploadpurging": {"interval": "9999999999999999999ns"}}),
+     "spec.config.storage.maintenance.uploadpurging.interval", "at most 999999h", True),
+    ("redis dial timeout past Go's duration", registry(redis={**REDIS, "dialtimeout": "300000000m"}),
+     "spec.redis.dialtimeout", "at most 999999h", True),
+    ("tcp check interval past Go's duration", registry(health={"tcp": [{"addr": "r:1", "interval": "3000000h"}]}),
+     "spec.health.tcp.0.interval", "at most 999999h", True),
+    ("chunkSize above 5 GiB", object_storage(**BUCKET, chunkSize=5 * 1024**3 + 1),
+     "spec.config.storage.objectStorage.chunkSize", "less than or equal to 5368709120", True),
+    ("redis pool of a million", registry(redis={**REDIS, "pool": {"maxactive": 1000000}}),
+     "spec.redis.pool.maxactive", "less than or equal to 10000", True),
+    ("redis idle pool of a million", registry(redis={**REDIS, "pool": {"maxidle": 1000000}}),
+     "spec.redis.pool.maxidle", "less than or equal to 10000", True),
+    ("redis db past int32", registry(redis={**REDIS, "db": 2**31}),
+     "spec.redis.db", "less than or equal to 2147483647", True),
+    ("threshold past int32", registry(health={"storagedriver": {"enabled": True, "threshold": 2**31}}),
+     "spec.health.storagedriver.threshold", "less than or equal to 2147483647", True),
+    ("blobdescriptorsize past int32",
+     storage(inmemory={}, cache={"blobdescriptor": "inmemory", "blobdescriptorsize": 2**31}),
+     "spec.config.storage.cache.blobdescriptorsize", "less than or equal to 2147483647", True),
+    ("replicas past int32", registry(replicas=2**31),
+     "spec.replicas", "less than or equal to 2147483647", True),
 ]
 
 
@@ -258,6 +287,11 @@ def test_distribution_is_derived_from_the_image_unless_given(image: str, distrib
         pytest.param(registry(health={"tcp": [{"addr": "redis:6379", "timeout": "500ms"}]}), id="tcp"),
         pytest.param(registry(http={"drainTimeout": "0"}), id="zero-duration"),
         pytest.param(registry(http={"drainTimeout": "2µs"}), id="micro-sign"),
+        pytest.param(registry(http={"drainTimeout": "999999h59m59.999s"}), id="longest-hours"),
+        pytest.param(registry(http={"drainTimeout": "1h2m3s4ms5us6ns"}), id="every-unit"),
+        pytest.param(object_storage(**BUCKET, chunkSize=5 * 1024**3), id="chunkSize-5GiB"),
+        pytest.param(registry(redis={**REDIS, "db": 15, "pool": {"maxactive": 10000, "maxidle": 10000}}),
+                     id="redis-pool-at-bound"),
     ],
 )
 def test_valid_registry_is_accepted_by_model_and_crd(document: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""A self-signed certificate for 127.0.0.1 and localhost, for TLS servers the tests start (registry, redis).
+"""Self-signed certificates for 127.0.0.1 and localhost, for TLS servers the tests start (registry, redis), and
+pairs for the agent's TLS pre-flight (expired, ending soon, encrypted key).
 
 The certificate is its own CA: clients trust it by naming the certificate file as their CA.
 """
@@ -31,3 +32,28 @@ def self_signed_pair() -> tuple[bytes, bytes]:
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def self_signed(common_name: str, *, valid_for: datetime.timedelta = datetime.timedelta(days=1),
+                password: bytes | None = None) -> tuple[bytes, bytes]:
+    """(certificate PEM, PKCS#8 key PEM) for 127.0.0.1 and localhost, valid from 5 minutes ago for `valid_for`
+    (negative: already expired). `password` encrypts the key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start = min(now, now + valid_for) - datetime.timedelta(minutes=5)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start).not_valid_after(now + valid_for)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), False)
+            .sign(key, hashes.SHA256()))
+    encryption = (serialization.BestAvailableEncryption(password) if password
+                  else serialization.NoEncryption())
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+
+
+def key_body_line(key_pem: bytes) -> str:
+    """A line from inside a PEM key: what a leak of the key into a log or a message would show."""
+    return key_pem.decode().splitlines()[1]
