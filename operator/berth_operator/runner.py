@@ -17,6 +17,7 @@ from kubernetes.client import Configuration
 from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
 from .client import Kube
 from .handlers import Context, make_registry
+from .identity import own_identity
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
 # room for status.kopf, and the API server would prune it).
@@ -96,6 +97,7 @@ async def run(
         await kopf.operator(
             registry=registry,
             settings=settings(),
+            identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
             standalone=True,
             clusterwide=clusterwide,
             namespaces=list(namespaces),
