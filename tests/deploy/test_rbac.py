@@ -79,7 +79,7 @@ def request_triple(method: str, target: str) -> tuple[str, str, str] | None:
 
 def seed(api: KubeApi) -> None:
     api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
-                "provisioner": "example.com/none"})
+                "provisioner": "example.com/none", "allowVolumeExpansion": True})
     api.create({"apiVersion": COSI, "kind": "BucketClass", "metadata": {"name": "s3-standard"},
                 "driverName": "example.com/none", "deletionPolicy": "Delete"})
     api.create({"apiVersion": COSI, "kind": "BucketAccessClass", "metadata": {"name": "s3-key-access"},
@@ -129,9 +129,14 @@ def exercised() -> set[tuple[str, str, str]]:
             api.patch("berth.dev/v1alpha1/registries", "cosi", "shared-registry", {"spec": {"replicas": 1}})
             wait_for(lambda: api.get("policy/v1/poddisruptionbudgets", "cosi", "shared-registry") is None,
                      "PodDisruptionBudget pruned")
-            # An image edit patches the Deployment; a delete goes through kopf's finalizer.
+            # An image edit patches the Deployment; a larger size grows the claim; a delete goes through
+            # kopf's finalizer.
             api.patch("berth.dev/v1alpha1/registries", "fs-class", "ci-cache", {"spec": {"image": "registry:3.0.0"}})
             harness.wait_reconciled("fs-class", "ci-cache")
+            api.patch("berth.dev/v1alpha1/registries", "fs-class", "ci-cache",
+                      {"spec": {"config": {"storage": {"filesystem": {"size": "60Gi"}}}}})
+            wait_for(lambda: api.get("v1/persistentvolumeclaims", "fs-class", "ci-cache-data")["spec"]["resources"]
+                     ["requests"]["storage"] == "60Gi", "the claim to grow")
             api.delete("berth.dev/v1alpha1/registries", "fs-pvc", "team-registry")
             wait_for(lambda: api.get("berth.dev/v1alpha1/registries", "fs-pvc", "team-registry") is None,
                      "Registry deleted")
