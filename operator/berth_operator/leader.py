@@ -22,7 +22,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,9 +58,10 @@ def _micro_time(now: datetime.datetime | None = None) -> str:
 class LeaderElector:
     """Take and keep the Lease. Synchronous API calls run in worker threads."""
 
-    def __init__(self, kube: Kube, settings: LeaseSettings):
+    def __init__(self, kube: Kube, settings: LeaseSettings, *, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.settings = settings
+        self.clock = clock  # monotonic seconds (tests pass their own)
         self._observed: tuple[Any, ...] | None = None  # the last Lease record seen
         self._observed_at = 0.0  # monotonic time it was first seen
         self._renewed_at: float | None = None  # monotonic time of the last successful write while leading
@@ -69,7 +70,7 @@ class LeaderElector:
 
     def leading(self) -> bool:
         """True while this process holds the Lease and renewed it within renew_deadline."""
-        return self._renewed_at is not None and time.monotonic() - self._renewed_at < self.settings.renew_deadline
+        return self._renewed_at is not None and self.clock() - self._renewed_at < self.settings.renew_deadline
 
     def may_write(self) -> bool:  # for Kube(may_write=...): no write from a leader that lost its Lease
         return self.leading()
@@ -88,7 +89,7 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One read and at most one write; True when this process holds the Lease afterwards."""
         s = self.settings
-        started = time.monotonic()
+        started = self.clock()
         lease = self.kube.get(*LEASE, s.namespace, s.name)
         if lease is None:
             now = _micro_time()

@@ -143,6 +143,10 @@ async def _operate(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)
 
+    # kopf waits on a threading.Event in a worker thread, which would keep the loop from closing when the
+    # operator ends for another reason (a lost Lease): kopf gets an asyncio.Event that mirrors stop_flag.
+    kopf_stop = asyncio.Event()
+    mirror = asyncio.create_task(_mirror(stop_flag, kopf_stop)) if stop_flag is not None else None
     try:
         await kopf.operator(
             registry=registry,
@@ -152,11 +156,20 @@ async def _operate(
             clusterwide=clusterwide,
             namespaces=list(namespaces),
             liveness_endpoint=liveness,
-            stop_flag=stop_flag,
+            stop_flag=kopf_stop if stop_flag is not None else None,
             ready_flag=ready_flag,
         )
     finally:
+        if mirror is not None:
+            mirror.cancel()
+            await asyncio.gather(mirror, return_exceptions=True)
         kube.close()
+
+
+async def _mirror(flag: asyncio.Event | threading.Event, target: asyncio.Event) -> None:
+    while not flag.is_set():
+        await asyncio.sleep(0.1)
+    target.set()
 
 
 async def _stand_by(elector: LeaderElector, liveness: str | None,

@@ -1,4 +1,5 @@
-"""deploy/clusterrole.yaml matches what berth-operator does, both ways.
+"""deploy/clusterrole.yaml (and deploy/leader-election-role.yaml, for the leader Lease in the operator's
+namespace) match what berth-operator does, both ways.
 
 The operator runs in process, cluster-wide as deploy/deployment.yaml runs it, against the test API server
 (support.kube), through the examples, an edit, a scale-down and a delete. Every request it makes must be
@@ -17,11 +18,13 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, role
+from berth_operator.leader import LeaseSettings
 from support.kube import KubeApi
 from support.operator_harness import AGENT_IMAGE, OperatorHarness, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COSI = "objectstorage.k8s.io/v1alpha1"
+OPERATOR_NAMESPACE = "berth-system"
 
 # Granted but not exercised by this scenario, and why each is still needed.
 UNEXERCISED_GRANTS = {
@@ -48,10 +51,25 @@ DRIFTED_KINDS = {
 }
 
 
-def cluster_role_grants() -> set[tuple[str, str, str]]:
-    rules = yaml.safe_load((REPO / "deploy" / "clusterrole.yaml").read_text())["rules"]
+def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
     return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
             for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def cluster_role_grants() -> set[tuple[str, str, str]]:
+    return _grants(yaml.safe_load((REPO / "deploy" / "clusterrole.yaml").read_text())["rules"])
+
+
+def leader_role_grants() -> set[tuple[str, str, str]]:
+    """The namespaced Role for the leader Lease: it holds in OPERATOR_NAMESPACE only."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "leader-election-role.yaml").read_text())
+    [role] = [doc for doc in docs if doc["kind"] == "Role"]
+    return _grants(role["rules"])
+
+
+def namespace_of(target: str) -> str | None:
+    segments = [s for s in urllib.parse.urlsplit(target).path.split("/") if s]
+    return segments[segments.index("namespaces") + 1] if "namespaces" in segments[:-1] else None
 
 
 def request_triple(method: str, target: str) -> tuple[str, str, str] | None:
@@ -98,8 +116,8 @@ def example(name: str, namespace: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def exercised() -> set[tuple[str, str, str]]:
-    """What the operator asked of the API server across the scenario."""
+def requests() -> list[tuple[str, str]]:
+    """What the operator asked of the API server across the scenario, as (method, target)."""
     with KubeApi() as api:
         seed(api)
         created = {
@@ -108,7 +126,10 @@ def exercised() -> set[tuple[str, str, str]]:
             ("cosi", "shared-registry"): api.create(example("cosi-classes", "cosi")),
             ("full", "registry"): api.create(example("full", "full")),  # its Secrets are missing: Degraded
         }
-        harness = OperatorHarness(api, None).start()  # cluster-wide, as deploy/ runs it
+        # Cluster-wide and electing a leader, as deploy/ runs it (a short Lease: renewals happen in the scenario).
+        lease = LeaseSettings(namespace=OPERATOR_NAMESPACE, identity="rbac-test", lease_duration=3,
+                              renew_deadline=2, retry_period=0.2)
+        harness = OperatorHarness(api, None, leader=lease).start()
         try:
             for namespace, name in created:
                 harness.wait_reconciled(namespace, name)
@@ -142,7 +163,20 @@ def exercised() -> set[tuple[str, str, str]]:
                      "Registry deleted")
         finally:
             harness.stop()
-        return {triple for method, target in api.requests() if (triple := request_triple(method, target))}
+        return api.requests()
+
+
+@pytest.fixture(scope="module")
+def exercised(requests: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every request except the leader Lease's."""
+    return {triple for method, target in requests
+            if (triple := request_triple(method, target)) and triple[1] != "leases"}
+
+
+@pytest.fixture(scope="module")
+def lease_requests(requests: list[tuple[str, str]]) -> list[tuple[tuple[str, str, str], str | None]]:
+    return [(triple, namespace_of(target)) for method, target in requests
+            if (triple := request_triple(method, target)) and triple[1] == "leases"]
 
 
 def test_every_request_is_allowed(exercised: set[tuple[str, str, str]]) -> None:
@@ -153,6 +187,12 @@ def test_every_grant_is_used_or_justified(exercised: set[tuple[str, str, str]]) 
     unused = cluster_role_grants() - exercised
     assert unused - set(UNEXERCISED_GRANTS) == set(), "grants nothing uses: drop them or say why in UNEXERCISED_GRANTS"
     assert set(UNEXERCISED_GRANTS) <= cluster_role_grants(), "UNEXERCISED_GRANTS names something not granted"
+
+
+def test_the_leader_lease_requests_match_the_namespaced_role(lease_requests) -> None:
+    assert lease_requests, "the scenario elected no leader"
+    assert {namespace for _, namespace in lease_requests} == {OPERATOR_NAMESPACE}
+    assert {triple for triple, _ in lease_requests} == leader_role_grants()
 
 
 def test_the_operator_holds_everything_it_grants_agents() -> None:

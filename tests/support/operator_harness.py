@@ -55,10 +55,12 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> 
 class OperatorHarness:
     """Start and stop the operator in process; inspect what it did through the test API server."""
 
-    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0):
+    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0,
+                 leader: Any = None):
         self.api = api
         self.namespaces = namespaces
         self.refresh_interval = refresh_interval
+        self.leader = leader  # berth_operator.leader.LeaseSettings: stand by until holding the Lease
         self.holder: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None
@@ -86,7 +88,7 @@ class OperatorHarness:
                 asyncio.run(runner.run(
                     configuration, agent_image=AGENT_IMAGE, namespaces=self.namespaces or (),
                     clusterwide=not self.namespaces, refresh_interval=self.refresh_interval,
-                    stop_flag=self._stop, ready_flag=ready, context=self.holder,
+                    stop_flag=self._stop, ready_flag=ready, context=self.holder, leader=self.leader,
                 ))
             except BaseException as exc:  # handed to the test
                 self.failure.append(exc)
