@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None  # the last Lease record seen
         self._observed_at = 0.0  # monotonic time it was first seen
         self._renewed_at: float | None = None  # monotonic time of the last successful write while leading
+        self._writing = threading.Lock()  # one attempt or release at a time (they run in worker threads)
 
     # ---- the fence
 
@@ -88,6 +90,10 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One read and at most one write; True when this process holds the Lease afterwards."""
+        with self._writing:
+            return self._try_acquire_or_renew()
+
+    def _try_acquire_or_renew(self) -> bool:
         s = self.settings
         started = self.clock()
         lease = self.kube.get(*LEASE, s.namespace, s.name)
@@ -135,22 +141,31 @@ class LeaderElector:
     def release(self) -> None:
         """Give the Lease up (only if still ours), so a standby takes over at its next read."""
         s = self.settings
-        if self._renewed_at is None:
-            return
-        self._renewed_at = None
-        metrics.LEADER.set(0)
-        try:
-            lease = self.kube.get(*LEASE, s.namespace, s.name)
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != s.identity:
+        # After any renewal still running in a worker thread (a cancelled task does not stop its thread).
+        with self._writing:
+            if self._renewed_at is None:
                 return
-            ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": lease["metadata"]["resourceVersion"]},
-                   {"op": "replace", "path": "/spec", "value": {
-                       "leaseDurationSeconds": 1, "renewTime": _micro_time(),
-                       "leaseTransitions": (lease["spec"].get("leaseTransitions") or 0)}}]
-            self.kube.patch(*LEASE, s.namespace, s.name, ops, json_patch=True)
-            logger.info("released the leader Lease %s/%s", s.namespace, s.name)
-        except KubeError as exc:  # it expires on its own
-            logger.warning("could not release the leader Lease %s/%s: %s", s.namespace, s.name, exc)
+            self._renewed_at = None
+            metrics.LEADER.set(0)
+            for _attempt in range(3):
+                try:
+                    lease = self.kube.get(*LEASE, s.namespace, s.name)
+                    if lease is None or (lease.get("spec") or {}).get("holderIdentity") != s.identity:
+                        return
+                    ops = [{"op": "test", "path": "/metadata/resourceVersion",
+                            "value": lease["metadata"]["resourceVersion"]},
+                           {"op": "replace", "path": "/spec", "value": {
+                               "leaseDurationSeconds": 1, "renewTime": _micro_time(),
+                               "leaseTransitions": (lease["spec"].get("leaseTransitions") or 0)}}]
+                    self.kube.patch(*LEASE, s.namespace, s.name, ops, json_patch=True)
+                    logger.info("released the leader Lease %s/%s", s.namespace, s.name)
+                    return
+                except KubeError as exc:
+                    if exc.status in (409, 422):  # written meanwhile: read again
+                        continue
+                    logger.warning("could not release the leader Lease %s/%s: %s", s.namespace, s.name, exc)
+                    return  # it expires on its own
+            logger.warning("could not release the leader Lease %s/%s: it kept changing", s.namespace, s.name)
 
     # ---- loops
 
