@@ -7,8 +7,9 @@
 - "Differs" means: the builder's manifest is not contained in the live object (fields the API server
   defaults are ignored) OR its hash differs from the annotation written with the last patch (which catches
   fields the builder stopped setting). An unchanged Registry therefore makes no write at all.
-- Kinds whose spec is immutable or holds data are created and never patched: PersistentVolumeClaim,
-  BucketClaim, BucketAccess, and Secrets (the generated HTTP secret is never overwritten).
+- Kinds whose spec is immutable or holds data are created and never patched here: PersistentVolumeClaim,
+  BucketClaim, BucketAccess, and Secrets (the generated HTTP secret is never overwritten). The one
+  exception, growing the claim's storage request, is expansion.py's, with its own checks.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them:
   the PodDisruptionBudget (replicas down to 1) and a BucketAccess the operator made. A PVC or a
   BucketClaim is NEVER pruned: they hold data (they go only with the Registry, through owner references).

@@ -12,7 +12,13 @@ from kubernetes.client import Configuration
 
 from . import facts, logs, metrics
 from .client import Kube
-from .runner import run
+from .identity import lease_identity
+from .leader import DEFAULT_LEASE_NAME, LeaseSettings
+from .runner import LeadershipLost, run
+
+# The install's namespace (deploy/): where a run outside the cluster looks for the Lease, so a local
+# debugging run stands by while the installed operator leads.
+DEFAULT_NAMESPACE = "berth-system"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +47,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--refresh-interval", type=float, default=60.0, metavar="SECONDS",
                         help="seconds between periodic reconciles of every Registry, the status refresh "
                              "(default: %(default)g)")
+    election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease; docs/design.md 4.3)")
+    election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                          help="act only while holding the leader Lease, else stand by (default: on)")
+    election.add_argument("--leader-election-namespace",
+                          default=os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+                          help=f"namespace of the Lease (default: $POD_NAMESPACE, else {DEFAULT_NAMESPACE})")
+    election.add_argument("--leader-election-id", default=DEFAULT_LEASE_NAME,
+                          help="name of the Lease (default: %(default)s)")
+    election.add_argument("--lease-duration", type=float, default=15.0,
+                          help="seconds a standby waits on an unrenewed Lease before taking it over "
+                               "(default: %(default)g)")
+    election.add_argument("--renew-deadline", type=float, default=10.0,
+                          help="seconds the leader keeps acting without a successful renewal (default: %(default)g)")
+    election.add_argument("--retry-period", type=float, default=2.0,
+                          help="seconds between renewals, and between a standby's attempts (default: %(default)g)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                         help="(default: %(default)s)")
     parser.add_argument("--log-format", choices=["json", "text"], default="json",
@@ -51,6 +72,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.namespace = [ns for ns in watch.split(",") if ns]
         if not args.namespace:
             parser.error("name a namespace (--namespace or $WATCH_NAMESPACE) or pass --all-namespaces")
+    if args.leader_elect:
+        try:
+            args.lease = LeaseSettings(
+                namespace=args.leader_election_namespace, identity=lease_identity(), name=args.leader_election_id,
+                lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
+                retry_period=args.retry_period,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+    else:
+        args.lease = None
     return args
 
 
@@ -80,14 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         port = metrics.serve(args.metrics_port, args.metrics_addr)
         logs.logger.info("serving Prometheus metrics on %s:%d/metrics", args.metrics_addr, port)
-    asyncio.run(run(
-        configuration,
-        agent_image=image,
-        namespaces=args.namespace,
-        clusterwide=args.all_namespaces,
-        liveness=args.liveness or None,
-        refresh_interval=args.refresh_interval,
-    ))
+    try:
+        asyncio.run(run(
+            configuration,
+            agent_image=image,
+            namespaces=args.namespace,
+            clusterwide=args.all_namespaces,
+            liveness=args.liveness or None,
+            refresh_interval=args.refresh_interval,
+            leader=args.lease,
+        ))
+    except LeadershipLost as exc:  # exit: the kubelet restarts us as a standby
+        logs.logger.error("stopping: %s", exc)
+        return 1
     return 0
 
 

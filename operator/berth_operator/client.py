@@ -9,7 +9,7 @@ the client's ApiException; KubeError turns one into a message that never include
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False),
     (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False),
     ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
+    ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
 }
 
 
@@ -73,16 +74,27 @@ def matches(labels: Mapping[str, str] | None, selector: Mapping[str, str]) -> bo
     return all(labels.get(key) == value for key, value in selector.items())
 
 
+class NotLeader(Exception):
+    """A write was refused here, before it was sent: this process no longer holds the leader Lease."""
+
+
 class Kube:
-    def __init__(self, configuration: Configuration, *, timeout: float = 30.0):
+    """may_write, when given, is asked before every write (leader.py's fence: a leader that could not renew
+    its Lease sends nothing more, even from a reconcile already running in a worker thread)."""
+
+    def __init__(self, configuration: Configuration, *, timeout: float = 30.0,
+                 may_write: Callable[[], bool] | None = None):
         self.api = ApiClient(configuration)
         self.timeout = timeout
+        self.may_write = may_write
 
     def close(self) -> None:
         self.api.close()
 
     def _call(self, method: str, url: str, *, body: Any = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        if method != "GET" and self.may_write is not None and not self.may_write():
+            raise NotLeader(f"{method} {url} refused: this operator is not the leader")
         response = self.api.call_api(
             url,
             method,

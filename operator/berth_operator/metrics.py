@@ -24,6 +24,7 @@ REGISTRIES = Gauge(
     "Registries known to this operator, by condition and its status.",
     ["condition", "status"],
 )
+LEADER = Gauge("berth_operator_leader", "1 while this process holds the leader Lease and acts, else 0.")
 
 # (namespace, name) -> {condition type: status}; the gauge is recomputed from it, so a Registry moving from
 # one state to another is counted once.

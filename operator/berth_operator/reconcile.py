@@ -13,7 +13,7 @@ from typing import Any
 from berth_api import API_VERSION, KIND, Registry, describe_validation_error
 from pydantic import ValidationError
 
-from . import apply, facts, status
+from . import apply, expansion, facts, status
 from .builders import build_all, names, problems
 from .client import Kube, KubeError
 from .status import DeploymentState, Finding, Observation
@@ -95,6 +95,9 @@ def _apply(
         if action is not None:
             actions.append(action)
     actions += apply.prune(kube, reg, built)
+    grown, resize_findings = expansion.expand(kube, reg)
+    actions += grown
+    findings += resize_findings
     findings += facts.waiting(kube, reg)
     deployment = kube.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
     return deployment, [p["metadata"]["name"] for p in _live_pods(kube, reg)]

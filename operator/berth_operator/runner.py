@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
-from collections.abc import Collection
+import urllib.parse
+from collections.abc import Callable, Collection
 from typing import Any
 
+import aiohttp.web
 import kopf
 from kubernetes.client import Configuration
 
 from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
 from .client import Kube
 from .handlers import Context, make_registry
+from .identity import own_identity
+from .leader import LeaderElector, LeaseSettings
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
 # room for status.kopf, and the API server would prune it).
@@ -64,6 +69,10 @@ def connection_info(configuration: Configuration) -> kopf.ConnectionInfo:
     )
 
 
+class LeadershipLost(Exception):
+    """The leader could not renew its Lease in time: it stopped acting; the process should exit."""
+
+
 async def run(
     configuration: Configuration,
     *,
@@ -75,14 +84,56 @@ async def run(
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
     context: dict[str, Any] | None = None,
+    leader: LeaseSettings | None = None,
 ) -> None:
     """Run until stop_flag is set (or a signal, when in the main thread).
 
+    With leader, stand by until this process holds the Lease (leader.py), then act; raises LeadershipLost
+    when the Lease could not be renewed. Without, act at once (one operator must be all there is).
     context, when given, receives the handlers' Context under "ctx" (tests read its counters).
     """
     if not clusterwide and not namespaces:
         raise ValueError("name the namespaces to watch, or run cluster-wide")
-    kube = Kube(configuration)
+    options = dict(agent_image=agent_image, namespaces=namespaces, clusterwide=clusterwide, liveness=liveness,
+                   refresh_interval=refresh_interval, stop_flag=stop_flag, ready_flag=ready_flag, context=context)
+    if leader is None:
+        await _operate(configuration, may_write=None, **options)
+        return
+    # Its own client with a short timeout: a hung renewal must not outlast the renew deadline.
+    elector = LeaderElector(Kube(configuration, timeout=leader.renew_deadline / 2), leader)
+    try:
+        if not await _stand_by(elector, liveness, stop_flag):
+            return
+        operating = asyncio.create_task(_operate(configuration, may_write=elector.may_write, **options))
+        keeping = asyncio.create_task(elector.keep())
+        await asyncio.wait({operating, keeping}, return_when=asyncio.FIRST_COMPLETED)
+        if not operating.done():
+            operating.cancel()
+            await asyncio.gather(operating, return_exceptions=True)
+            raise LeadershipLost(f"lost the leader Lease {leader.namespace}/{leader.name}")
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+        operating.result()
+    finally:
+        await asyncio.to_thread(elector.release)
+        elector.kube.close()
+
+
+async def _operate(
+    configuration: Configuration,
+    *,
+    may_write: Callable[[], bool] | None,
+    agent_image: str,
+    namespaces: Collection[str],
+    clusterwide: bool,
+    liveness: str | None,
+    refresh_interval: float,
+    stop_flag: asyncio.Event | threading.Event | None,
+    ready_flag: asyncio.Event | threading.Event | None,
+    context: dict[str, Any] | None,
+) -> None:
+    """kopf with our handlers, until stopped."""
+    kube = Kube(configuration, may_write=may_write)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval)
     if context is not None:
         context["ctx"] = ctx
@@ -92,16 +143,76 @@ async def run(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)
 
+    # kopf waits on a threading.Event in a worker thread, which would keep the loop from closing when the
+    # operator ends for another reason (a lost Lease): kopf gets an asyncio.Event that mirrors stop_flag.
+    kopf_stop = asyncio.Event()
+    mirror = asyncio.create_task(_mirror(stop_flag, kopf_stop)) if stop_flag is not None else None
     try:
         await kopf.operator(
             registry=registry,
             settings=settings(),
+            identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
             standalone=True,
             clusterwide=clusterwide,
             namespaces=list(namespaces),
             liveness_endpoint=liveness,
-            stop_flag=stop_flag,
+            stop_flag=kopf_stop if stop_flag is not None else None,
             ready_flag=ready_flag,
         )
     finally:
+        if mirror is not None:
+            mirror.cancel()
+            await asyncio.gather(mirror, return_exceptions=True)
         kube.close()
+
+
+async def _mirror(flag: asyncio.Event | threading.Event, target: asyncio.Event) -> None:
+    while not flag.is_set():
+        await asyncio.sleep(0.1)
+    target.set()
+
+
+async def _stand_by(elector: LeaderElector, liveness: str | None,
+                    stop_flag: asyncio.Event | threading.Event | None) -> bool:
+    """Wait for the Lease; True once held, False when stopped first. A standby is healthy: it answers on
+    the liveness URL (kopf serves it once leading), so both replicas are Ready and the budget counts both."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, stopping.set)
+    health = await _standby_health(liveness) if liveness else None
+
+    async def stopped() -> None:
+        while not (stopping.is_set() or (stop_flag is not None and stop_flag.is_set())):
+            await asyncio.sleep(0.1)
+
+    try:
+        acquiring = asyncio.create_task(elector.acquire())
+        waiting = asyncio.create_task(stopped())
+        await asyncio.wait({acquiring, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (acquiring, waiting):
+            task.cancel()
+        await asyncio.gather(acquiring, waiting, return_exceptions=True)
+        held = acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None
+        stop_asked = stopping.is_set() or (stop_flag is not None and stop_flag.is_set())
+        return held and not stop_asked  # held but asked to stop: the caller releases it
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        if health is not None:
+            await health.cleanup()
+
+
+async def _standby_health(liveness: str) -> aiohttp.web.AppRunner:
+    url = urllib.parse.urlsplit(liveness)
+
+    async def answer(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"leader": False})
+
+    app = aiohttp.web.Application()
+    app.router.add_get(url.path or "/", answer)
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, url.hostname or "0.0.0.0", url.port or 80).start()
+    return runner

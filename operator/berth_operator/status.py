@@ -1,8 +1,10 @@
 """The Registry's status, computed from what the operator observed. Pure: no API calls, no clock.
 
 Three conditions, each always present:
-- Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, ReplicasCapped, AgentFailed).
-- Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...).
+- Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, VolumeShrinkRefused,
+  VolumeExpansionNotAllowed, ReplicasCapped, AgentFailed).
+- Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...,
+  ResizingPVC and WaitingForFileSystemResize, which leave Ready as it is: a claim grows online).
 - Ready: every wanted pod is ready and its agent applied the current generation (reason Available).
 """
 
@@ -25,6 +27,8 @@ DEGRADED_REASONS = (
     "MissingStorageClass",
     "MissingBucketClass",
     "MissingBucketAccessClass",
+    "VolumeShrinkRefused",
+    "VolumeExpansionNotAllowed",
     "Unsatisfiable",
     "ReplicasCapped",
     "AgentFailed",
@@ -35,9 +39,13 @@ PROGRESSING_REASONS = (
     "WaitingForBucketAccess",
     "WaitingForPods",
     "WaitingForAgents",
+    "ResizingPVC",
+    "WaitingForFileSystemResize",
 )
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
 _NOT_SERVING = {"InvalidSpec", "ApplyFailed"}
+# Progress that never stops serving: a claim grows online (expansion.py), so Ready stays as it is.
+_SERVING_WHILE = {"ResizingPVC", "WaitingForFileSystemResize"}
 
 MAX_MESSAGE = 32768
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
@@ -160,6 +168,7 @@ def conditions(obs: Observation) -> dict[str, tuple[str, str, str]]:
         progressing_c = ("False", "Available", "")
 
     dep = obs.deployment
+    waiting = [f for f in waiting if f.reason not in _SERVING_WHILE]
     if blocked:
         ready_c = ("False", progressing_c[1], progressing_c[2])
     elif dep is not None and dep.wanted == 0 and not waiting:

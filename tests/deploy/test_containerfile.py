@@ -11,6 +11,9 @@ import re
 import shlex
 import tomllib
 
+import yaml
+from berth_api import Registry
+from berth_operator.builders import ClusterFacts, pod
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -73,6 +76,18 @@ def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
     user, _, group = users[-1].partition(":")
     assert user.isdigit() and int(user) != 0, "USER must be a numeric non-root uid (runAsNonRoot needs a number)"
     assert not group or (group.isdigit() and int(group) != 0)
+
+
+def test_home_is_the_writable_tmp_both_pods_mount() -> None:
+    """UID 65532 has no passwd entry: HOME must be set, and on the only writable path (issue 7)."""
+    env = " ".join(rest for keyword, rest in stages()[-1] if keyword == "ENV")
+    assert re.search(r"(^|\s)HOME=/tmp(\s|$)", env), "the final stage must set HOME=/tmp"
+    operator_pod = yaml.safe_load((REPO / "deploy" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in operator_pod["containers"][0]["volumeMounts"]
+    reg = Registry.model_validate({"metadata": {"name": "r", "namespace": "ns", "uid": "u"},
+                                   "spec": {"config": {"storage": {"inmemory": {}}}}})
+    agent = pod.agent_container(reg, ClusterFacts(agent_image="berth:test"))
+    assert {"name": "tmp", "mountPath": "/tmp"} in agent["volumeMounts"]
 
 
 def test_final_stage_copies_only_the_built_environment() -> None:

@@ -1,6 +1,6 @@
 """`kubectl kustomize deploy` builds offline, and what it builds validates and meets our rules.
 
-Acceptance (issue 4): the install output validates like every built manifest: kubernetes-validate --strict
+Acceptance (issues 4 and 7): the install output validates like every built manifest: kubernetes-validate --strict
 for Kubernetes 1.30 and the newest version it knows, the restricted Pod Security Standard field by field,
 and a ClusterRole without wildcards.
 """
@@ -50,10 +50,13 @@ def test_builds_exactly_the_install_objects() -> None:
         ("CustomResourceDefinition", "registries.berth.dev"),
         ("Deployment", "berth-operator"),
         ("Namespace", NAMESPACE),
+        ("PodDisruptionBudget", "berth-operator"),
+        ("Role", "berth-operator-leader-election"),
+        ("RoleBinding", "berth-operator-leader-election"),
         ("ServiceAccount", "berth-operator"),
     ]
     for obj in built():
-        if obj["kind"] in ("Deployment", "ServiceAccount"):
+        if obj["kind"] in ("Deployment", "ServiceAccount", "PodDisruptionBudget", "Role", "RoleBinding"):
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
@@ -84,9 +87,28 @@ def test_operator_pod_is_restricted() -> None:
     assert namespace_labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
+def test_two_replicas_one_leader_and_a_budget() -> None:
+    """Issue 7: two replicas (leader election keeps one acting), never both evicted at once."""
+    deployment = one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pdb = one("PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-leader-elect" not in args  # on by default
+    # The Lease rules are namespaced, bound to the operator, and name only leases.
+    role, binding = one("Role"), one("RoleBinding")
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "patch"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "berth-operator", "namespace": NAMESPACE}]
+
+
 def test_operator_container() -> None:
     deployment = one("Deployment")
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
     [container] = pod["containers"]

@@ -1,4 +1,5 @@
-"""deploy/clusterrole.yaml matches what berth-operator does, both ways.
+"""deploy/clusterrole.yaml (and deploy/leader-election-role.yaml, for the leader Lease in the operator's
+namespace) match what berth-operator does, both ways.
 
 The operator runs in process, cluster-wide as deploy/deployment.yaml runs it, against the test API server
 (support.kube), through the examples, an edit, a scale-down and a delete. Every request it makes must be
@@ -17,11 +18,13 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, deployment, role
+from berth_operator.leader import LeaseSettings
 from support.kube import KubeApi
 from support.operator_harness import AGENT_IMAGE, OperatorHarness, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COSI = "objectstorage.k8s.io/v1alpha1"
+OPERATOR_NAMESPACE = "berth-system"
 
 # Granted but not exercised by this scenario, and why each is still needed.
 UNEXERCISED_GRANTS = {
@@ -50,10 +53,25 @@ DRIFTED_KINDS = {
 }
 
 
-def cluster_role_grants() -> set[tuple[str, str, str]]:
-    rules = yaml.safe_load((REPO / "deploy" / "clusterrole.yaml").read_text())["rules"]
+def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
     return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
             for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def cluster_role_grants() -> set[tuple[str, str, str]]:
+    return _grants(yaml.safe_load((REPO / "deploy" / "clusterrole.yaml").read_text())["rules"])
+
+
+def leader_role_grants() -> set[tuple[str, str, str]]:
+    """The namespaced Role for the leader Lease: it holds in OPERATOR_NAMESPACE only."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "leader-election-role.yaml").read_text())
+    [role] = [doc for doc in docs if doc["kind"] == "Role"]
+    return _grants(role["rules"])
+
+
+def namespace_of(target: str) -> str | None:
+    segments = [s for s in urllib.parse.urlsplit(target).path.split("/") if s]
+    return segments[segments.index("namespaces") + 1] if "namespaces" in segments[:-1] else None
 
 
 def request_triple(method: str, target: str) -> tuple[str, str, str] | None:
@@ -81,7 +99,7 @@ def request_triple(method: str, target: str) -> tuple[str, str, str] | None:
 
 def seed(api: KubeApi) -> None:
     api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
-                "provisioner": "example.com/none"})
+                "provisioner": "example.com/none", "allowVolumeExpansion": True})
     api.create({"apiVersion": COSI, "kind": "BucketClass", "metadata": {"name": "s3-standard"},
                 "driverName": "example.com/none", "deletionPolicy": "Delete"})
     api.create({"apiVersion": COSI, "kind": "BucketAccessClass", "metadata": {"name": "s3-key-access"},
@@ -100,8 +118,8 @@ def example(name: str, namespace: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def exercised() -> set[tuple[str, str, str]]:
-    """What the operator asked of the API server across the scenario."""
+def requests() -> list[tuple[str, str]]:
+    """What the operator asked of the API server across the scenario, as (method, target)."""
     with KubeApi() as api:
         seed(api)
         created = {
@@ -110,7 +128,10 @@ def exercised() -> set[tuple[str, str, str]]:
             ("cosi", "shared-registry"): api.create(example("cosi-classes", "cosi")),
             ("full", "registry"): api.create(example("full", "full")),  # its Secrets are missing: Degraded
         }
-        harness = OperatorHarness(api, None).start()  # cluster-wide, as deploy/ runs it
+        # Cluster-wide and electing a leader, as deploy/ runs it (a short Lease: renewals happen in the scenario).
+        lease = LeaseSettings(namespace=OPERATOR_NAMESPACE, identity="rbac-test", lease_duration=3,
+                              renew_deadline=2, retry_period=0.2)
+        harness = OperatorHarness(api, None, leader=lease).start()
         try:
             for namespace, name in created:
                 harness.wait_reconciled(namespace, name)
@@ -131,15 +152,33 @@ def exercised() -> set[tuple[str, str, str]]:
             api.patch("berth.dev/v1alpha1/registries", "cosi", "shared-registry", {"spec": {"replicas": 1}})
             wait_for(lambda: api.get("policy/v1/poddisruptionbudgets", "cosi", "shared-registry") is None,
                      "PodDisruptionBudget pruned")
-            # An image edit patches the Deployment; a delete goes through kopf's finalizer.
+            # An image edit patches the Deployment; a larger size grows the claim; a delete goes through
+            # kopf's finalizer.
             api.patch("berth.dev/v1alpha1/registries", "fs-class", "ci-cache", {"spec": {"image": "registry:3.0.0"}})
             harness.wait_reconciled("fs-class", "ci-cache")
+            api.patch("berth.dev/v1alpha1/registries", "fs-class", "ci-cache",
+                      {"spec": {"config": {"storage": {"filesystem": {"size": "60Gi"}}}}})
+            wait_for(lambda: api.get("v1/persistentvolumeclaims", "fs-class", "ci-cache-data")["spec"]["resources"]
+                     ["requests"]["storage"] == "60Gi", "the claim to grow")
             api.delete("berth.dev/v1alpha1/registries", "fs-pvc", "team-registry")
             wait_for(lambda: api.get("berth.dev/v1alpha1/registries", "fs-pvc", "team-registry") is None,
                      "Registry deleted")
         finally:
             harness.stop()
-        return {triple for method, target in api.requests() if (triple := request_triple(method, target))}
+        return api.requests()
+
+
+@pytest.fixture(scope="module")
+def exercised(requests: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every request except the leader Lease's."""
+    return {triple for method, target in requests
+            if (triple := request_triple(method, target)) and triple[1] != "leases"}
+
+
+@pytest.fixture(scope="module")
+def lease_requests(requests: list[tuple[str, str]]) -> list[tuple[tuple[str, str, str], str | None]]:
+    return [(triple, namespace_of(target)) for method, target in requests
+            if (triple := request_triple(method, target)) and triple[1] == "leases"]
 
 
 def test_every_request_is_allowed(exercised: set[tuple[str, str, str]]) -> None:
@@ -150,6 +189,12 @@ def test_every_grant_is_used_or_justified(exercised: set[tuple[str, str, str]]) 
     unused = cluster_role_grants() - exercised
     assert unused - set(UNEXERCISED_GRANTS) == set(), "grants nothing uses: drop them or say why in UNEXERCISED_GRANTS"
     assert set(UNEXERCISED_GRANTS) <= cluster_role_grants(), "UNEXERCISED_GRANTS names something not granted"
+
+
+def test_the_leader_lease_requests_match_the_namespaced_role(lease_requests) -> None:
+    assert lease_requests, "the scenario elected no leader"
+    assert {namespace for _, namespace in lease_requests} == {OPERATOR_NAMESPACE}
+    assert {triple for triple, _ in lease_requests} == leader_role_grants()
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "examples").glob("*.yaml")))

@@ -177,12 +177,12 @@ class KubeApi:
         configuration.host = self.url
         return kubernetes.client.ApiClient(configuration)
 
-    def kubeconfig_dict(self) -> dict[str, Any]:
+    def kubeconfig_dict(self, token: str = "test") -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
-            "users": [{"name": "kmock", "user": {"token": "test"}}],
+            "users": [{"name": "kmock", "user": {"token": token}}],
             "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}],
             "current-context": "kmock",
         }
@@ -191,6 +191,12 @@ class KubeApi:
     def kubeconfig(self) -> pathlib.Path:
         """A kubeconfig file for this server (for programs started with KUBECONFIG=...)."""
         return pathlib.Path(self._tmp.name) / "kubeconfig"
+
+    def kubeconfig_for(self, token: str) -> pathlib.Path:
+        """A kubeconfig whose bearer token names its user: requests_by_token() tells the clients apart."""
+        path = pathlib.Path(self._tmp.name) / f"kubeconfig-{token}"
+        path.write_text(yaml.safe_dump(self.kubeconfig_dict(token)))
+        return path
 
     def connection_info(self) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=self.url, default_namespace="default")
@@ -240,6 +246,14 @@ class KubeApi:
     def requests(self) -> list[tuple[str, str]]:
         """(method, path?query) of every request served so far, in order."""
         return self.run(lambda e: [(r.method.value, str(r.url.relative())) for r in e])
+
+    def requests_by_token(self) -> list[tuple[str, str, str]]:
+        """(bearer token or "", method, path?query) of every request served so far, in order."""
+        def token(headers: Mapping[str, str]) -> str:
+            auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+            return auth[7:] if auth.lower().startswith("bearer ") else ""
+
+        return self.run(lambda e: [(token(r.headers), r.method.value, str(r.url.relative())) for r in e])
 
 
 @pytest.fixture

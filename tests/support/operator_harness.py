@@ -1,17 +1,25 @@
-"""The operator in process for tests and bench: berth_operator.runner.run (the same code path as
-`berth-operator`) in a thread of this process, against the test API server (support.kube)."""
+"""The operator for tests and bench, against the test API server (support.kube): in process
+(OperatorHarness: berth_operator.runner.run, the same code path as `berth-operator`, in a thread), or as a
+`berth-operator` process (OperatorProcess: leader election, kill -9)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
 
 from support.kube import KubeApi
+from support.ports import free_port
+from support.processes import stop_process
 
 AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 
@@ -47,10 +55,12 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> 
 class OperatorHarness:
     """Start and stop the operator in process; inspect what it did through the test API server."""
 
-    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0):
+    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0,
+                 leader: Any = None):
         self.api = api
         self.namespaces = namespaces
         self.refresh_interval = refresh_interval
+        self.leader = leader  # berth_operator.leader.LeaseSettings: stand by until holding the Lease
         self.holder: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None
@@ -78,7 +88,7 @@ class OperatorHarness:
                 asyncio.run(runner.run(
                     configuration, agent_image=AGENT_IMAGE, namespaces=self.namespaces or (),
                     clusterwide=not self.namespaces, refresh_interval=self.refresh_interval,
-                    stop_flag=self._stop, ready_flag=ready, context=self.holder,
+                    stop_flag=self._stop, ready_flag=ready, context=self.holder, leader=self.leader,
                 ))
             except BaseException as exc:  # handed to the test
                 self.failure.append(exc)
@@ -137,3 +147,76 @@ class OperatorHarness:
         """Write requests (not Events) served after request number mark."""
         return [(method, path) for method, path in self.api.requests()[mark:]
                 if method in WRITE_METHODS and "/events" not in path]
+
+
+# ---- the operator as a process (`berth-operator`), for what needs a real process: kill -9, two at once
+
+LEASES_PATH = "coordination.k8s.io/v1/leases"
+# Short enough for a test, long enough that a starved process on a busy machine still renews in time.
+TEST_LEASE = {"namespace": "berth-system", "name": "berth-operator",
+              "duration": 6.0, "renew_deadline": 4.0, "retry_period": 1.0}
+
+
+class OperatorProcess:
+    """`berth-operator` started as deploy/ runs it (leader election on), as pod `name`.
+
+    Its kubeconfig's bearer token is `name`, so support.kube's requests_by_token() tells its requests
+    from another instance's.
+    """
+
+    def __init__(self, api: KubeApi, name: str, log_dir: Any, namespaces: list[str] | None = None,
+                 lease: dict[str, Any] | None = None):
+        self.api, self.name, self.namespaces = api, name, namespaces
+        self.lease = {**TEST_LEASE, **(lease or {})}
+        self.log_path = log_dir / f"{name}.log"
+        self.liveness_port = 0
+        self.process: Any = None
+        self._log: Any = None
+
+    def start(self) -> OperatorProcess:
+        self.liveness_port = free_port()
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "WATCH_NAMESPACE")}
+        env.update(KUBECONFIG=str(self.api.kubeconfig_for(self.name)), POD_NAME=self.name,
+                   POD_NAMESPACE=self.lease["namespace"], BERTH_AGENT_IMAGE=AGENT_IMAGE)
+        scope = [arg for ns in self.namespaces for arg in ("--namespace", ns)] if self.namespaces else ["-A"]
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "berth_operator", *scope, "--metrics-port", "0", "--log-format", "json",
+             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
+             "--leader-election-namespace", self.lease["namespace"], "--leader-election-id", self.lease["name"],
+             "--lease-duration", str(self.lease["duration"]), "--renew-deadline", str(self.lease["renew_deadline"]),
+             "--retry-period", str(self.lease["retry_period"])],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        )
+        return self
+
+    def kill(self) -> None:
+        """kill -9: no release of the Lease, no goodbye."""
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> int:
+        if self.process is None:
+            return 0
+        return stop_process(self.process, self._log, timeout=30)
+
+    def health(self) -> tuple[int, str] | None:
+        """(status, body) of the liveness URL, or None when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=5) as response:
+                return response.status, response.read().decode()
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def writes(self, mark: int = 0) -> list[tuple[str, str]]:
+        """Its writes (not Events, not the Lease) after request number mark."""
+        return [(method, path) for token, method, path in self.api.requests_by_token()[mark:]
+                if token == self.name and method in WRITE_METHODS and "/events" not in path
+                and "/leases" not in path]
+
+    def lease_holder(self) -> str | None:
+        lease = self.api.get(LEASES_PATH, self.lease["namespace"], self.lease["name"]) or {}
+        return (lease.get("spec") or {}).get("holderIdentity")

@@ -1,0 +1,118 @@
+"""leader.py against the test API server: who takes the Lease when, the fence on writes, release, and a
+leader that cannot renew stopping (the process test is test_leader_election.py). Each elector gets its
+own clock, so expiry is checked without waiting."""
+
+from __future__ import annotations
+
+import kubernetes.client
+import pytest
+
+from berth_operator.client import Kube, NotLeader
+from berth_operator.leader import LeaderElector, LeaseSettings
+from berth_operator.runner import LeadershipLost
+from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, OperatorHarness, wait_for
+
+NS = "berth-system"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def kube(api, **options) -> Kube:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = api.url
+    return Kube(configuration, **options)
+
+
+def elector(api, identity: str) -> tuple[LeaderElector, Clock]:
+    clock = Clock()
+    settings = LeaseSettings(namespace=NS, identity=identity, lease_duration=15, renew_deadline=10, retry_period=2)
+    return LeaderElector(kube(api), settings, clock=clock), clock
+
+
+def secret(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "default"}}
+
+
+def spec(api) -> dict:
+    return api.get(LEASES_PATH, NS, "berth-operator")["spec"]
+
+
+def test_one_holder_and_takeover_only_after_the_lease_expired_on_the_standbys_clock(kube_api):
+    a, a_clock = elector(kube_api, "a")
+    b, b_clock = elector(kube_api, "b")
+    assert a.try_acquire_or_renew() and a.leading()
+    assert spec(kube_api)["holderIdentity"] == "a" and spec(kube_api)["leaseTransitions"] == 0
+    assert not b.try_acquire_or_renew() and not b.leading()
+
+    a_clock.now += 2
+    assert a.try_acquire_or_renew()  # renewed: the record changed, so b's wait starts again
+    b_clock.now += 14
+    assert not b.try_acquire_or_renew()
+    b_clock.now += 14  # 14 s since b saw the renewal: not yet
+    assert not b.try_acquire_or_renew()
+    b_clock.now += 1.5  # 15.5 s since b saw the last record
+    assert b.try_acquire_or_renew() and b.leading()
+    assert spec(kube_api)["holderIdentity"] == "b" and spec(kube_api)["leaseTransitions"] == 1
+
+    # The old leader learns it at its next attempt and stops at once.
+    assert not a.try_acquire_or_renew() and not a.leading()
+
+
+def test_a_leader_that_has_not_renewed_within_the_deadline_may_not_write(kube_api):
+    a, clock = elector(kube_api, "a")
+    guarded = kube(kube_api, may_write=a.may_write)
+    assert a.try_acquire_or_renew()
+    guarded.create(secret("written"))
+    clock.now += 10.5
+    assert not a.leading()
+    before = len(kube_api.requests())
+    with pytest.raises(NotLeader):
+        guarded.create(secret("refused"))
+    assert len(kube_api.requests()) == before, "the refused write must not reach the API server"
+    assert guarded.get("v1", "Secret", "default", "anything") is None  # reads are not fenced
+
+
+def test_release_hands_over_without_waiting(kube_api):
+    a, _ = elector(kube_api, "a")
+    b, _ = elector(kube_api, "b")
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    a.release()
+    assert not a.leading() and not spec(kube_api).get("holderIdentity")
+    assert b.try_acquire_or_renew()  # same instant on b's clock: no expiry wait after a release
+
+
+def test_settings_must_leave_room_between_renewal_and_expiry():
+    with pytest.raises(ValueError):
+        LeaseSettings(namespace=NS, identity="x", lease_duration=10, renew_deadline=10, retry_period=2)
+
+
+def test_an_operator_that_cannot_renew_stops_acting(kube_api):
+    kube_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lost"}})
+    lease = LeaseSettings(namespace=NS, identity="solo", lease_duration=3, renew_deadline=2, retry_period=0.2)
+    harness = OperatorHarness(kube_api, ["lost"], leader=lease).start()
+    try:
+        kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                         "metadata": {"name": "before", "namespace": "lost"},
+                         "spec": {"config": {"storage": {"inmemory": {}}}}})
+        harness.wait_reconciled("lost", "before")
+        # The API server refuses every renewal from now on.
+        kube_api.fail_next(1_000_000, status=500, verb="patch", plural="leases")
+        wait_for(lambda: harness.failure, "the operator to give up", timeout=60)
+        assert isinstance(harness.failure[0], LeadershipLost)
+        kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                         "metadata": {"name": "after", "namespace": "lost"},
+                         "spec": {"config": {"storage": {"inmemory": {}}}}})
+        mark = len(kube_api.requests())
+        wait_for(lambda: not harness._thread.is_alive(), "the operator thread to end", timeout=30)
+        assert harness.writes_after(mark) == []
+        assert not (kube_api.get(REGISTRIES_PATH, "lost", "after").get("status"))
+    finally:
+        harness.failure.clear()
+        harness.stop()
