@@ -19,7 +19,7 @@ import yaml
 
 from .preflight import PreflightError, check_config, s3_target
 from .render import Rendered
-from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, restart_registry
+from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, read_handover, restart_registry
 from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,9 @@ class Applier:
         self.current: Rendered | None = None  # the last good render: on disk and (when started) running
         # Set when the agent stops: a restart still being verified is abandoned (the pod is going away).
         self.stopping = threading.Event()
+        # Registries handed over to a successor that are still draining: never signalled again. After an agent
+        # restart the handover file says which they are.
+        self.draining = read_handover(self.config_path)
 
     def adopt_existing(self, rendered: Rendered) -> bool:
         """After an agent restart: if the files on disk already are this render, take them as current."""
@@ -137,7 +140,7 @@ class Applier:
 
         timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
         result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout,
-                                  stop=self.stopping)
+                                  stop=self.stopping, draining=self.draining)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered
@@ -153,7 +156,8 @@ class Applier:
         self._write(previous, rendered)
         self.current = previous  # what is on disk again, and what runs once the restart below succeeds
         rollback = restart_registry(self.config_path, endpoint_of(previous.config),
-                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping)
+                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping,
+                                    draining=self.draining)
         return Outcome("rolled-back", False, detail=result.detail, restart=result, rollback=rollback)
 
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:

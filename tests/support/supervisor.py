@@ -30,6 +30,7 @@ def registry_env() -> dict[str, str]:
     env = dict(os.environ)
     # The 2.8 registry panics at start when AWS_CA_BUNDLE is set (field-notes §6).
     env.pop("AWS_CA_BUNDLE", None)
+    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise send traces to localhost:4318 (field-notes §1)
     return env
 
 
@@ -73,12 +74,13 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str
 
 class Supervisor:
     def __init__(self, config_dir: Path, *, shell: str = "dash", log_path: Path | None = None,
-                 script: Path | None = None):
+                 script: Path | None = None, binary: str = REGISTRY_BIN):
         self.config_dir = Path(config_dir)
         self.config_path = self.config_dir / "config.yml"
         self.shell = shell
         self.log_path = log_path or self.config_dir.parent / f"supervise-{shell}.log"
         self.script = script
+        self.binary = binary or REGISTRY_BIN
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Supervisor:
@@ -88,7 +90,7 @@ class Supervisor:
             script.write_bytes(supervisor_script())
         env = registry_env()
         env["BERTH_CONFIG"] = str(self.config_path)
-        env["BERTH_REGISTRY_BIN"] = REGISTRY_BIN
+        env["BERTH_REGISTRY_BIN"] = self.binary
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [*SHELLS[self.shell], str(script)], env=env, stdin=subprocess.DEVNULL,
