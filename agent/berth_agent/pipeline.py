@@ -14,6 +14,7 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -34,6 +35,7 @@ from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
+from .write import local_http_secret
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +219,10 @@ class Pipeline:
                 return None, state.error
         try:
             inputs = read_inputs(spec, self.settings.mount_root)
+            if inputs.http_secret is None and spec.http.secret is None:
+                # Nothing mounted (outside Kubernetes): sign upload state with the agent's own kept secret, so
+                # an upload survives a reload (field-notes §7).
+                inputs = dataclasses.replace(inputs, http_secret=local_http_secret(self.settings.config_dir))
             rendered = render(spec, inputs, distribution=self.settings.distribution,
                               paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
         except InputError as exc:
@@ -235,9 +241,16 @@ class Pipeline:
             metrics.reloads_total.inc()
             metrics.last_reload_success_timestamp_seconds.set(time.time())
             result = outcome.restart
+            if result.no_listener_seconds is not None:
+                metrics.last_reload_no_listener_seconds.set(result.no_listener_seconds)
+                metrics.reload_no_listener_seconds.observe(result.no_listener_seconds)
             log.info("restarted", extra={"fields": {
                 **fields, "old_pids": [p.pid for p in result.old], "new_pid": result.new.pid if result.new else None,
-                "restart_seconds": round(result.seconds, 3)}})
+                "restart_seconds": round(result.seconds, 3), "handed_over": result.handed_over,
+                "listener_close_seconds": result.listener_close_seconds,
+                "no_listener_seconds": result.no_listener_seconds,
+                "lease_wait_seconds": outcome.timings.get("lease_wait", 0.0),
+                "drain_wait_seconds": outcome.timings.get("drain_wait", 0.0)}})
 
     def _mark_written(self, rendered: Rendered) -> None:
         metrics.set_config_hash(rendered.config_hash)

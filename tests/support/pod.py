@@ -48,7 +48,8 @@ def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
 
 
 class RegistryPod:
-    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None):
+    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None,
+                 binary: str = REGISTRY_BIN, host: str = "127.0.0.1"):
         self.root = Path(root)
         # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
         self.config_dir = Path(config_dir) if config_dir else self.root / "config"
@@ -62,6 +63,8 @@ class RegistryPod:
         self.registry_file.parent.mkdir(parents=True, exist_ok=True)
         self.agent_log = self.root / "agent.log"
         self.shell = shell
+        self.binary = binary or REGISTRY_BIN
+        self.listen_host = host  # another loopback address (127.0.0.2, ...) puts two pods on one port
         self.tls = False  # set when the Registry serves HTTPS
         self.agent: subprocess.Popen | None = None
         self.supervisor: Supervisor | None = None
@@ -71,11 +74,11 @@ class RegistryPod:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.listen_host}:{self.port}"
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.listen_host}:{self.port}"
 
     def write_registry_file(self, spec_or_object: dict[str, Any]) -> None:
         obj = spec_or_object if "spec" in spec_or_object else registry_object(spec_or_object)
@@ -89,7 +92,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
-                "--registry-bin", REGISTRY_BIN, *extra]
+                "--registry-bin", self.binary, *extra]
         if registry is not None:
             args += ["--registry", registry, "--kube-host", kube_host or ""]
         else:
@@ -106,20 +109,21 @@ class RegistryPod:
             lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
             what="the agent to write supervise.sh")
         self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
-                                     log_path=self.root / "registry.log").start()
+                                     log_path=self.root / "registry.log", binary=self.binary).start()
         return self.supervisor
 
     # ---- observations ----------------------------------------------------------------------------------------
 
     def serving(self) -> bool:
-        return answers(Endpoint("127.0.0.1", self.port, self.tls)) in (200, 401)
+        return answers(Endpoint(self.listen_host, self.port, self.tls)) in (200, 401)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         wait_for(self.serving, timeout, what=f"the registry to answer on {self.host}\n{self.agent_log_text()}")
 
     def registry_pid(self) -> int | None:
+        """The newest registry process (an older one may still be draining after an overlapped restart)."""
         found = self.supervisor.registries() if self.supervisor else []
-        return found[0].pid if found else None
+        return max(found, key=lambda p: p.start_ticks).pid if found else None
 
     def registry_starts(self) -> int:
         return self.supervisor.log().count("started registry") if self.supervisor else 0
