@@ -20,6 +20,7 @@ import yaml
 from .preflight import PreflightError, check_config, s3_target
 from .render import Rendered
 from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, read_handover, restart_registry
+from .turns import ReplicaTurn
 from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ class Applier:
                 pass
         return Rendered(config=config, files=files, config_hash=hashlib.sha256(config).hexdigest())
 
-    def apply(self, rendered: Rendered) -> Outcome:
+    def apply(self, rendered: Rendered, turn: ReplicaTurn | None = None) -> Outcome:
+        """Move to `rendered`. With `turn` (a pod with siblings) the restart waits for this pod's turn and
+        happens out of the Service."""
         previous = self.current
         if previous is None and find_registry_processes(self.config_path):
             # The agent restarted and the registry runs on what the config dir holds: that is the last good
@@ -129,18 +132,37 @@ class Applier:
             timings["preflight"] = round(time.monotonic() - began, 4)
 
         began = time.monotonic()
-        running = find_registry_processes(self.config_path)
+        running = [p for p in find_registry_processes(self.config_path) if p not in self.draining]
+        first = previous is None and not running
+        if turn is not None and not first:
+            # Another pod may be restarting: wait for our turn, then leave the Service (turns.py).
+            waited = turn.begin(self.stopping, hold_seconds=self._bound(previous, rendered) * 2)
+            timings.update(lease_wait=waited.lease_wait, drain_wait=waited.drain_wait)
+            if waited.stopped:
+                return Outcome("failed", False, detail=STOPPED, timings=timings)
+            began = time.monotonic()
+        try:
+            return self._write_and_restart(rendered, previous, first, timings, began)
+        finally:
+            if turn is not None and not first:
+                turn.end(self.stopping)
+
+    def _bound(self, previous: Rendered | None, rendered: Rendered) -> float:
+        return self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
+
+    def _write_and_restart(self, rendered: Rendered, previous: Rendered | None, first: bool,
+                           timings: dict[str, float], began: float) -> Outcome:
         self._write(rendered, previous)
         timings["write"] = round(time.monotonic() - began, 4)
-        if previous is None and not running:
+        if first:
             # The first config: the supervisor has been waiting for it and starts the registry now. There is
             # nothing older to roll back to, so there is nothing to verify against here.
             self.current = rendered
             return Outcome("written", True, timings=timings)
 
-        timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
-        result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout,
-                                  stop=self.stopping, draining=self.draining)
+        result = restart_registry(self.config_path, endpoint_of(rendered.config),
+                                  timeout=self._bound(previous, rendered), stop=self.stopping,
+                                  draining=self.draining)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered

@@ -22,6 +22,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from berth_api import RegistrySpec, describe_validation_error
@@ -35,6 +36,7 @@ from .render import Rendered, RenderPaths, render
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
+from .turns import ReplicaTurn
 from .write import local_http_secret
 
 log = logging.getLogger(__name__)
@@ -53,17 +55,21 @@ class PipelineSettings:
     restart_timeout: float | None = None  # default: the drain timeout + 10 s
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
+    listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None) -> None:
+                 *, pvc: PvcProbe | None = None, turn: ReplicaTurn | None = None) -> None:
         self.settings = settings
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
+        # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
+        self.turn = turn
+        self.replicas = 1  # spec.replicas of the latest valid spec
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
@@ -155,7 +161,8 @@ class Pipeline:
             log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
             self._mark_written(rendered)
 
-        outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered)
+        turn = self.turn if self.replicas > 1 else None  # one replica: nobody to wait for, nowhere to go
+        outcome: Outcome = await asyncio.to_thread(self.applier.apply, rendered, turn)
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
@@ -208,6 +215,7 @@ class Pipeline:
         except ValidationError as exc:
             metrics.render_errors_total.labels(source="registry").inc()
             return None, describe_validation_error(exc, "spec")
+        self.replicas = spec.replicas
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:
             # Object and in-memory storage have no data path: probing one would report a missing PVC.
@@ -228,6 +236,8 @@ class Pipeline:
         except InputError as exc:
             metrics.render_errors_total.labels(source=_source_label(exc.source)).inc()
             return None, str(exc)
+        if self.settings.listen_host:
+            rendered = listen_on(rendered, self.settings.listen_host)
         # A Registry that could not be re-read: render from the last good one, but keep the error visible.
         return rendered, self.registry_error
 
@@ -286,6 +296,16 @@ def render_fingerprint(rendered: Rendered) -> str:
     for name in sorted(rendered.files):
         digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(rendered.files[name]).digest())
     return digest.hexdigest()
+
+
+def listen_on(rendered: Rendered, host: str) -> Rendered:
+    """The same render with http.addr on `host` (its port kept): two local pods on two loopback addresses."""
+    document = yaml.safe_load(rendered.config)
+    port = str(document["http"]["addr"]).rpartition(":")[2]
+    document["http"]["addr"] = f"{host}:{port}"
+    config = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=False,
+                            width=1000).encode()
+    return dataclasses.replace(rendered, config=config, config_hash=hashlib.sha256(config).hexdigest())
 
 
 def _source_label(source: str) -> str:

@@ -55,6 +55,13 @@ def add_parser(subparsers: Any) -> None:
                         help="longest a burst may postpone rendering (default 2)")
     parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
                         help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--leave-seconds", type=float, default=5.0, metavar="SECONDS",
+                        help="with more than one replica: how long /readyz stays false before the registry restarts, "
+                             "and how long after it is back before the next replica may go: the readiness probe "
+                             "period plus the time endpoints take to follow (default 5)")
+    parser.add_argument("--listen-host", metavar="HOST",
+                        help="listen on HOST instead of the host in spec.http.addr (the port is kept): several local "
+                             "pods on one machine, each on its own loopback address")
     parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -73,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--registry must be NAMESPACE/NAME")
         if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
             raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
+        if args.leave_seconds < 0:
+            raise ValueError("--leave-seconds must not be negative")
     except ValueError as exc:
         log.error("bad arguments", extra={"fields": {"error": str(exc)}})
         return 2
@@ -135,7 +144,9 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     health = Health()
     queue: asyncio.Queue[Change] = asyncio.Queue()
     emit = queue_emitter(queue)
+    loop = asyncio.get_running_loop()
     pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
+    turn: Any = None
     sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
     if args.registry is not None:
         from .sources.registry_api import RegistryApiWatcher
@@ -145,6 +156,13 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         sources.append(RegistryApiWatcher(api_client, namespace, name, health))
         reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
         subject = args.registry
+        from .turns import ReloadLease, ReplicaTurn, lease_name
+
+        def waiting(message: str | None) -> None:  # called from the applier's worker thread
+            asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
+
+        turn = ReplicaTurn(ReloadLease(api_client, namespace, lease_name(name), args.pod_name), health,
+                           leave_seconds=args.leave_seconds, on_wait=waiting)
     else:
         from .sources.registry_file import RegistryFileWatcher
 
@@ -155,9 +173,10 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     settings = PipelineSettings(
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
+        listen_host=args.listen_host,
     )
     pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    pipeline = Pipeline(settings, reporter, health, pvc=pvc)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc, turn=turn)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
@@ -168,7 +187,6 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         "health_addr": f"{host}:{port}", "pod": args.pod_name}})
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline")]

@@ -32,6 +32,7 @@ UNEXERCISED_GRANTS = {
     ("", "events", "patch"): "the agent Role grants it (escalation prevention)",
     ("", "namespaces", "list"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
     ("", "namespaces", "watch"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
+    ("coordination.k8s.io", "leases", "update"): "the agent Role grants it (escalation prevention)",
     ("", "pods", "get"): "berth-operator reads its own Pod (POD_NAME) at start to learn the agent image",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",

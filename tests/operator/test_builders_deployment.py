@@ -180,7 +180,7 @@ def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factor
     # Not known yet: no Deployment rather than a pod that cannot configure itself.
     assert deployment.build(reg, facts_factory()) is None
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Lease"]
 
 
 def test_created_bucket_access_mounts_the_deterministic_secret(registry_factory, facts_factory):

@@ -1,5 +1,5 @@
-"""The agent's Role: its own Registry (read, and patch status), and Events. Nothing on Secrets: those reach
-the agent as volumes."""
+"""The agent's Role: its own Registry (read, and patch status), Events, and its Registry's reload Lease (get and
+update, that one object by name). Nothing on Secrets: those reach the agent as volumes."""
 
 from __future__ import annotations
 
@@ -25,5 +25,9 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": own, "verbs": ["patch"]},
             # patch: repeated events are coalesced by bumping the count of the existing one.
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            # Replicas restart one at a time: the agents take the reload Lease in turn (read, then an update
+            # guarded by resourceVersion). The operator creates it; no agent may create, delete or list Leases.
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": [names.lease_name(reg)], "verbs": ["get", "update"]},
         ],
     }
