@@ -95,7 +95,7 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["command"] == ["berth-agent"]
     assert agent["args"] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
-        "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081",
+        "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
     ]
     # The agent's own command line accepts them (parsed, not run).
     parser = argparse.ArgumentParser(prog="berth-agent")
