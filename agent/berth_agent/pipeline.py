@@ -256,7 +256,8 @@ class Pipeline:
                 metrics.reload_no_listener_seconds.observe(result.no_listener_seconds)
             log.info("restarted", extra={"fields": {
                 **fields, "old_pids": [p.pid for p in result.old], "new_pid": result.new.pid if result.new else None,
-                "restart_seconds": round(result.seconds, 3), "handed_over": result.handed_over,
+                "restart_seconds": round(result.seconds, 3), "restart_at": round(result.started_at, 4),
+                "handed_over": result.handed_over,
                 "listener_close_seconds": result.listener_close_seconds,
                 "no_listener_seconds": result.no_listener_seconds,
                 "lease_wait_seconds": outcome.timings.get("lease_wait", 0.0),

@@ -64,6 +64,7 @@ class RestartResult:
     handed_over: bool = False  # the new registry started while the old one drained (overlapped restart)
     listener_close_seconds: float | None = None  # SIGTERM to the old listener gone
     no_listener_seconds: float | None = None  # old listener gone to the new one listening
+    started_at: float = 0.0  # wall clock when the restart began (logs of several pods line up on it)
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,7 @@ def restart_registry(
     never taken for the new one. With no registry running (the supervisor is pausing after a failed start, or
     has not started one yet), nothing is signalled and the next one the supervisor starts is awaited.
     """
-    began = time.monotonic()
+    began, wall = time.monotonic(), time.time()
     draining = draining if draining is not None else set()
     for process in [p for p in draining if not p.alive(proc)]:
         draining.discard(process)
@@ -343,7 +344,7 @@ def restart_registry(
         write_handover(config_path, draining | set(old))
     for process in old:
         _signal(process.pid, signal.SIGTERM)
-    result = RestartResult(ok=False, old=old, new=None, seconds=0.0)
+    result = RestartResult(ok=False, old=old, new=None, seconds=0.0, started_at=wall)
     closed_at: float | None = None
     nudge = None
     if overlapped:

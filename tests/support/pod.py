@@ -49,12 +49,12 @@ def filesystem_spec(port: int, **overrides: Any) -> dict[str, Any]:
 
 class RegistryPod:
     def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None,
-                 binary: str = REGISTRY_BIN, host: str = "127.0.0.1"):
+                 binary: str = REGISTRY_BIN, host: str = "127.0.0.1", data_dir: Path | None = None):
         self.root = Path(root)
         # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
         self.config_dir = Path(config_dir) if config_dir else self.root / "config"
         self.mounts = self.root / "mounts"
-        self.data_dir = self.root / "data"
+        self.data_dir = Path(data_dir) if data_dir else self.root / "data"  # replicas may share one (RWX)
         for directory in (self.config_dir, self.mounts, self.data_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
