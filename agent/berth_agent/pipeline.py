@@ -251,6 +251,8 @@ class Pipeline:
             metrics.reloads_total.inc()
             metrics.last_reload_success_timestamp_seconds.set(time.time())
             result = outcome.restart
+            if "lease_wait" in outcome.timings:
+                metrics.reload_lease_wait_seconds.observe(outcome.timings["lease_wait"])
             if result.no_listener_seconds is not None:
                 metrics.last_reload_no_listener_seconds.set(result.no_listener_seconds)
                 metrics.reload_no_listener_seconds.observe(result.no_listener_seconds)

@@ -30,6 +30,7 @@ PROC = Path("/proc")
 POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-notes §6)
 LISTENER_POLL_SECONDS = 0.001  # /proc/net/tcp of the pod's network namespace: a few lines, cheap to read
 LISTENER_CLOSE_TIMEOUT = 5.0  # the registry closes its listener within a millisecond of SIGTERM
+SCAN_SECONDS = 0.1  # a /proc scan costs milliseconds: not on every GET / try after a handover
 NUDGE_SECONDS = 0.05  # SIGUSR1 again if no successor appeared (a signal can land while the script is busy)
 # supervise.sh retries a start that lost the bind race up to 5 times within milliseconds; two more deaths
 # after that are a config the registry refuses.
@@ -39,6 +40,9 @@ STOPPED = "the agent is stopping"
 HANDOVER_NAME = "handover"  # beside config.yml; supervise.sh reads it on SIGUSR1
 HANDOVER_MARKER = b"BERTH_SUPERVISE_HANDOVER=1"
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+# The listening socket inodes of the registry serving now, found after the last restart (agent-wide, one
+# registry per agent): the next restart watches the old process's fds for them without a /proc/net/tcp read.
+_LISTENERS: dict[RegistryProcess, set[str]] = {}
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,15 @@ def _hex_address(text: str) -> str | None:
 
 def listening(endpoint: Endpoint, *, proc: Path = PROC) -> bool:
     """Whether a socket listens on the endpoint's port (and address, or a wildcard) in our network namespace."""
+    return bool(listener_inodes(endpoint, proc=proc))
+
+
+def listener_inodes(endpoint: Endpoint, *, proc: Path = PROC) -> set[str]:
+    """Inodes of the sockets listening on the endpoint's port (and address, or a wildcard).
+
+    Reading /proc/net/tcp costs time in proportion to every socket of the network namespace (a few in a pod,
+    thousands on a busy test machine): read once per restart, then the old process's fds are watched.
+    """
     bind = endpoint.host if endpoint.bind is None else endpoint.bind
     wanted = {"00000000", "0" * 32}
     if bind:
@@ -109,6 +122,7 @@ def listening(endpoint: Endpoint, *, proc: Path = PROC) -> bool:
         if mapped:
             wanted.add(mapped)
     port = f"{endpoint.port:04X}"
+    found = set()
     for name in ("tcp", "tcp6"):
         try:
             lines = (proc / "net" / name).read_text().splitlines()[1:]
@@ -116,11 +130,28 @@ def listening(endpoint: Endpoint, *, proc: Path = PROC) -> bool:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) < 4 or fields[3] != _LISTEN:
+            if len(fields) < 10 or fields[3] != _LISTEN:
                 continue
             address, _, local_port = fields[1].rpartition(":")
             if local_port == port and (not bind or address in wanted):
+                found.add(fields[9])
+    return found
+
+
+def holds_socket(process: RegistryProcess, inodes: set[str], *, proc: Path = PROC) -> bool:
+    """Whether the process still has one of these sockets open (its listener: closed on SIGTERM)."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    fd_dir = proc / str(process.pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if os.readlink(fd_dir / name) in wanted:
                 return True
+        except OSError:
+            continue
     return False
 
 
@@ -201,21 +232,47 @@ def wait_until_serving(
     nudge: Callable[[], None] | None = None,
     crashes: int = CRASHES_BEFORE_GIVING_UP,
     timing: dict[str, float] | None = None,
+    fast: bool = False,
 ) -> tuple[RegistryProcess | None, str]:
     """Wait for a registry process not in `exclude` serving config_path that answers HTTP; (process, why not).
 
     `nudge` is called every NUDGE_SECONDS while no new process has appeared (to repeat a handover signal);
-    `timing["listening"]` gets the monotonic time the port was first seen listening again.
+    `timing["listening"]` gets the monotonic time the new registry first answered. `fast` (after a handover:
+    the old registry no longer listens, so whatever answers is new) tries GET / every millisecond and scans
+    /proc only to confirm the answer and, every SCAN_SECONDS, to count registries that died at start.
     """
     deadline = time.monotonic() + timeout
     old = set(exclude)
     last_status: int | None = None
     current: RegistryProcess | None = None
     seen: set[RegistryProcess] = set()
-    nudged = time.monotonic()
+    nudged = scanned = time.monotonic()
+    while fast:
+        last_status = answers(endpoint, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
+        now = time.monotonic()
+        if is_up(last_status) or now - scanned >= SCAN_SECONDS:
+            scanned = now
+            fresh = [p for p in find_registry_processes(config_path, proc=proc) if p not in old]
+            seen.update(fresh)
+            if is_up(last_status) and fresh:
+                current = max(fresh, key=lambda p: p.start_ticks)
+                if timing is not None:
+                    timing.setdefault("listening", now)
+                return current, ""
+            died = [p for p in seen if not p.alive(proc)]
+            if len(died) >= crashes:
+                return None, f"the registry exited at start {len(died)} times on {config_path} (a config it refuses?)"
+        if nudge is not None and now - nudged >= NUDGE_SECONDS and last_status is None:
+            nudge()
+            nudged = now
+        if now >= deadline:
+            fast = False  # one last full look below, then the usual failure text
+            break
+        if stop is not None and stop.wait(LISTENER_POLL_SECONDS):
+            return None, STOPPED
+        if stop is None:
+            time.sleep(LISTENER_POLL_SECONDS)
     while True:
-        if timing is not None and "listening" not in timing and listening(endpoint, proc=proc):
-            timing["listening"] = time.monotonic()
         fresh = [p for p in find_registry_processes(config_path, proc=proc) if p not in old]
         seen.update(fresh)
         if fresh:
@@ -223,8 +280,8 @@ def wait_until_serving(
             last_status = answers(endpoint, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
             # Only trust the answer if that process is still the one running (not one that died meanwhile).
             if is_up(last_status) and current.alive(proc):
-                if timing is not None and "listening" not in timing:
-                    timing["listening"] = time.monotonic()
+                if timing is not None:
+                    timing.setdefault("listening", time.monotonic())
                 return current, ""
         elif nudge is not None and time.monotonic() - nudged >= NUDGE_SECONDS:
             nudge()
@@ -340,8 +397,15 @@ def restart_registry(
     supervisors = {parent_pid(p, proc) for p in old if takes_handover(p, proc)}
     supervisors.discard(None)
     overlapped = bool(old) and len(supervisors) == len({parent_pid(p, proc) for p in old})
+    inodes: set[str] = set()
     if overlapped:
         write_handover(config_path, draining | set(old))
+        cached = [_LISTENERS.get(p) for p in old]
+        if all(cached) and all(holds_socket(p, i, proc=proc) for p, i in zip(old, cached)):
+            inodes = set().union(*cached)
+        else:
+            inodes = listener_inodes(endpoint, proc=proc)
+    _LISTENERS.clear()
     for process in old:
         _signal(process.pid, signal.SIGTERM)
     result = RestartResult(ok=False, old=old, new=None, seconds=0.0, started_at=wall)
@@ -350,7 +414,7 @@ def restart_registry(
     if overlapped:
         # The listener closes within milliseconds of SIGTERM; until it has, a new registry could not bind.
         deadline = time.monotonic() + LISTENER_CLOSE_TIMEOUT
-        while listening(endpoint, proc=proc) and any(p.alive(proc) for p in old):
+        while any(p.alive(proc) and holds_socket(p, inodes, proc=proc) for p in old):
             if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                 break
             time.sleep(LISTENER_POLL_SECONDS)
@@ -365,9 +429,13 @@ def restart_registry(
     timing: dict[str, float] = {}
     new, detail = wait_until_serving(
         config_path, endpoint, timeout=timeout, exclude=set(old) | draining, proc=proc, stop=stop, nudge=nudge,
-        crashes=CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP, timing=timing)
+        crashes=CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP, timing=timing,
+        fast=result.handed_over)
     if closed_at is not None and "listening" in timing:
         result.no_listener_seconds = round(max(0.0, timing["listening"] - closed_at), 4)
     result.ok, result.new, result.detail = new is not None, new, detail
     result.seconds = time.monotonic() - began
+    if new is not None and takes_handover(new, proc):
+        # Found now, while nothing is being restarted, so the next restart need not read /proc/net/tcp.
+        _LISTENERS[new] = listener_inodes(endpoint, proc=proc)
     return result

@@ -3,7 +3,7 @@
 Two registry pods on this machine (agent subprocess + supervise.sh + docker-registry each), on their own
 loopback addresses (127.0.0.2 and 127.0.0.3, same port), sharing the data directory (a ReadWriteMany claim)
 and the http secret (the operator's generated Secret), watching one Registry (replicas: 2) on the test API
-server and taking turns through its reload Lease (made by the operator's own builder). Clients go through
+server and taking turns through its reload Lease (made by the operator's own builder): support.replicas. Clients go through
 support.balancer, which sends new connections only to pods whose agent /readyz answers 200, as endpoints do.
 """
 
@@ -17,20 +17,18 @@ import time
 
 import pytest
 
-from berth_api import Registry
-from berth_operator.builders import lease as lease_builder
-from support.balancer import Backend, Balancer
+from support.balancer import Balancer
 from support.kube import kube_api  # noqa: F401  (fixture)
-from support.pod import RegistryPod, filesystem_spec, registry_object
+from support.pod import RegistryPod, filesystem_spec
 from support.ports import free_port
 from support.pull_loop import PullLoop
 from support.registry import make_oci_image, push_image
-from support.secretdir import write_secret_dir
+from support.replicas import backends, running_replicas
 from support.supervisor import wait_for
 from support.upload import SlowUpload
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
-PODS = {"pod-a": "127.0.0.2", "pod-b": "127.0.0.3"}
+PODS = ("pod-a", "pod-b")
 EDITS = 20
 LEAVE_SECONDS = 0.3  # > the balancer's readiness period (0.05 s), as the pod's value covers its probe's
 
@@ -73,33 +71,15 @@ class StatusWatcher(threading.Thread):
 @pytest.fixture
 def replicas(tmp_path, kube_api):  # noqa: F811
     port = free_port()
-    spec = filesystem_spec(port, replicas=2, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
+    spec = filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
     spec["config"]["log"]["level"] = "info"
-    created = kube_api.create(registry_object(spec))
-    # The operator's builder makes the Lease the agents take (created empty, never patched).
-    kube_api.create(lease_builder.build(Registry.model_validate(created), None))
-    pods = {}
-    for name, host in PODS.items():
-        pod = RegistryPod(tmp_path / name, port=port, host=host, data_dir=tmp_path / "data")
-        write_secret_dir(pod.mounts / "http-secret", {"secret": "generated-by-the-operator"})
-        pods[name] = pod
-    try:
-        for name, pod in pods.items():
-            pod.start_agent(registry="default/reg", kube_host=kube_api.url, pod_name=name,
-                            extra=["--listen-host", PODS[name], "--leave-seconds", str(LEAVE_SECONDS)])
-            pod.start_supervisor()
-        for pod in pods.values():
-            pod.wait_serving()
+    with running_replicas(tmp_path / "pods", kube_api, spec, leave_seconds=LEAVE_SECONDS) as pods:
         yield pods
-    finally:
-        for pod in pods.values():
-            pod.stop()
 
 
 def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(replicas, kube_api, tmp_path):  # noqa: F811
     pods = replicas
-    balancer = Balancer([Backend(name, PODS[name], pod.port, f"http://127.0.0.1:{pod.health_port}/readyz")
-                         for name, pod in pods.items()], check_interval=0.05).start()
+    balancer = Balancer(backends(pods), check_interval=0.05).start()
     watcher = StatusWatcher(kube_api)
     loops: list[PullLoop] = []
     try:
