@@ -1,7 +1,7 @@
 """Failed and refused requests across reloads under a continuous pull load, with a slow upload in flight.
 
 One registry pod (`--replicas 1`: agent in file mode, clients straight to the registry) or two
-(`--replicas 2`: agents on the kmock API server taking turns through the Registry's reload Lease, clients
+(`--replicas 2` or 3: agents on the kmock API server taking turns through the Registry's reload Lease, clients
 through tests/support/balancer.py, which sends new connections only to pods whose /readyz is 200, as a
 Service's endpoints do). Filesystem storage (shared by the two pods), drainTimeout 30s. PULLERS threads GET a
 1 MiB blob without pause while the Registry is edited RELOADS times (spec.config.log.level toggled; each
@@ -16,7 +16,8 @@ bytes is a failed request. Beside it, in the same run, the registry's cold start
 
 Targets (issue 8): no-listener window per reload median <= cold start + 20 ms; 0 failed; 0 refused with 2.
 
-    python bench/agent_inflight.py [--reloads 20] [--pullers 2] [--replicas 1|2] [--upload-seconds 3]
+    python bench/agent_inflight.py [--reloads 20] [--pullers 2] [--replicas 1|2|3] [--leave-seconds 0.3]
+                                   [--upload-seconds 3]
 """
 
 from __future__ import annotations
@@ -106,13 +107,14 @@ def run_one(args, root: Path, shm: Path) -> dict:
         pod.stop()
 
 
-def run_two(args, root: Path) -> dict:
+def run_many(args, root: Path) -> dict:
     from support.kube import KubeApi
     from support.replicas import backends, running_replicas
 
     with KubeApi() as api:
         port = free_port()
-        with running_replicas(root / "pods", api, spec_for(port, "info"), leave_seconds=0.3) as pods:
+        with running_replicas(root / "pods", api, spec_for(port, "info"), count=args.replicas,
+                              leave_seconds=args.leave_seconds) as pods:
             balancer = Balancer(backends(pods), check_interval=0.05).start()
             try:
                 def edit(level: str) -> None:
@@ -165,13 +167,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reloads", type=int, default=20)
     parser.add_argument("--pullers", type=int, default=2)
-    parser.add_argument("--replicas", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--replicas", type=int, choices=(1, 2, 3), default=1)
+    parser.add_argument("--leave-seconds", type=float, default=0.3,
+                        help="the agents' --leave-seconds with replicas (the pod uses 5; 0.3 > the balancer's 0.05 s)")
     parser.add_argument("--upload-seconds", type=float, default=3.0)
     parser.add_argument("--cold-starts", type=int, default=20)
     args = parser.parse_args()
     with workdir("inflight") as tmp, shm_dir() as shm:
         root = Path(tmp)
-        figures = run_one(args, root, shm) if args.replicas == 1 else run_two(args, root)
+        figures = run_one(args, root, shm) if args.replicas == 1 else run_many(args, root)
         cold = cold_starts(root, args.cold_starts)
 
     stats, restarts = figures["stats"], figures["restarts"]

@@ -53,10 +53,10 @@ def spec(port: int) -> dict:
             "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"}}
 
 
-def wait_new_registry(config_path: Path, endpoint: Endpoint, old_pid: int, timeout: float = 30.0) -> int:
+def wait_new_registry(config_path: Path, endpoint: Endpoint, before: set, timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        fresh = [p for p in find_registry_processes(config_path) if p.pid != old_pid]
+        fresh = [p for p in find_registry_processes(config_path) if p not in before]
         if fresh and answers(endpoint, timeout=1.0) == 200:
             return fresh[0].pid
         time.sleep(0.002)
@@ -114,11 +114,16 @@ def main() -> None:
             swaps = []
             for _ in range(args.swaps):
                 new_key = moto.create_access_key("registry")
-                old_pid = pod.registry_pid()
+                before = set(find_registry_processes(config_path))  # the serving one, and any still draining
                 started = time.perf_counter()
                 swap_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, new_key))
-                wait_new_registry(config_path, endpoint, old_pid)
+                wait_new_registry(config_path, endpoint, before)
                 swaps.append(time.perf_counter() - started)
+                # Revoke the old key only once no registry uses it: the old one may still be draining pulls
+                # that read from S3 with it (docs/design.md §4.2).
+                deadline = time.monotonic() + 30
+                while any(p.alive() for p in before) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 moto.delete_access_key("registry", key.access_key_id)
                 key = new_key
                 time.sleep(0.2)  # let the moto and registry logs settle between samples
@@ -142,7 +147,7 @@ def main() -> None:
         failures = [f for s in stats for f in s.failures]
         print(f"pull load: {args.pullers} clients, {sum(s.requests for s in stats)} pulls, {len(failures)} failed, "
               f"{sum(s.refused_retries for s in stats)} refused and {sum(s.reset_retries for s in stats)} reset "
-              f"connections retried")
+              f"connections retried{': ' + '; '.join(failures[:3]) if failures else ''}")
     gaps = [line["no_listener_seconds"] for line in restarts if line.get("no_listener_seconds") is not None]
     if gaps:
         print(f"no-listener window (agent, {len(gaps)} handed over of {len(restarts)}): {summary_ms(gaps)}")

@@ -132,7 +132,9 @@ class ApiReporter:
     # ---- status ----
 
     async def applied(self, config_hash: str, generation: int | None) -> None:
-        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None}
+        # waiting: null too: a record left by an agent that died while waiting for its turn goes with this one.
+        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None,
+                  "waiting": None}
         await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
 
     async def failed(self, error: str, generation: int | None) -> None:

@@ -56,6 +56,8 @@ def test_an_upload_started_before_a_reload_completes_after_it(local_pod):
 
     # The new registry serves while the old one still drains the upload.
     assert restarted["old_pids"] == [old_pid] and restarted["handed_over"] is True
+    # One pod, file mode: no Lease to wait for, no leaving a Service, no slowdown.
+    assert restarted["lease_wait_seconds"] == 0 and restarted["drain_wait_seconds"] == 0
     assert os.path.exists(f"/proc/{old_pid}"), "the old registry should still be draining"
     assert pod.serving()
     upload.join(60)
