@@ -4,9 +4,10 @@ The registry has no reload (field-notes §1). With `shareProcessNamespace: true`
 container's processes (field-notes §3); it finds the one running `<bin> serve <our config path>` by its
 /proc cmdline, never PID 1 (the pause process, which exits on SIGTERM), never itself, and only processes of
 its own UID (kill(2) needs that anyway). SIGTERM makes the registry close its listener at once and drain its
-in-flight requests for draintimeout (field-notes §7). As soon as the port has no listener (seen in
-/proc/net/tcp{,6}: no traffic, no guess) the agent writes the old pid into the handover file and sends the
-supervisor (the registry's parent) SIGUSR1; the supervisor starts the new registry while the old one drains.
+in-flight requests for draintimeout (field-notes §7). The agent names the old pid in the handover file
+first; as soon as the old process no longer holds its listening socket (the inode from /proc/net/tcp{,6},
+watched among /proc/<pid>/fd: no traffic, no guess) it sends the supervisor (the registry's parent) SIGUSR1,
+and the supervisor starts the new registry while the old one drains.
 A supervisor without the handover marker in its registry's environment (an older supervise.sh) is never sent
 SIGUSR1 (it would die of it): it starts the new registry when the old one exits, as before.
 """
@@ -24,12 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .write import write_atomic
-
 PROC = Path("/proc")
 POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-notes §6)
-LISTENER_POLL_SECONDS = 0.001  # /proc/net/tcp of the pod's network namespace: a few lines, cheap to read
-LISTENER_CLOSE_TIMEOUT = 5.0  # the registry closes its listener within a millisecond of SIGTERM
+LISTENER_POLL_SECONDS = 0.001  # the old process's fd list, or a GET / refused at once: cheap to repeat
+LISTENER_CLOSE_TIMEOUT = 5.0  # the registry closes its listener within milliseconds of SIGTERM
 SCAN_SECONDS = 0.1  # a /proc scan costs milliseconds: not on every GET / try after a handover
 NUDGE_SECONDS = 0.05  # SIGUSR1 again if no successor appeared (a signal can land while the script is busy)
 # supervise.sh retries a start that lost the bind race up to 5 times within milliseconds; two more deaths

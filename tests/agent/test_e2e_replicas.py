@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import threading
-import time
 
 import pytest
 
