@@ -7,9 +7,9 @@
 # backoff (field-notes §3). POSIX sh only: the official registry image has busybox, no bash.
 #
 # Overlapped restart (docs/design.md §4.2): on SIGTERM the registry closes its listener at once and then
-# drains its in-flight requests for up to draintimeout (field-notes §7). The agent sends that SIGTERM, waits
-# until the port has no listener, writes the old process's pid into the handover file and sends this script
-# SIGUSR1: the new registry starts then, while the old one keeps draining in the background. Every process
+# drains its in-flight requests for up to draintimeout (field-notes §7). The agent names the old process's
+# pid in the handover file, sends it that SIGTERM, waits until it no longer holds its listening socket and
+# sends this script SIGUSR1: the new registry starts then, while the old one keeps draining in the background. Every process
 # started here is tracked; SIGTERM/SIGINT go to all of them, and the script exits when all are gone.
 #
 # Environment: BERTH_CONFIG (default /etc/berth/config.yml), BERTH_REGISTRY_BIN (default registry),
@@ -48,7 +48,7 @@ trap 'handover=1' USR1
 # A draining registry that exits interrupts the wait for the current one, so its status is logged when it ends.
 trap ':' CHLD
 
-# The first non-zero status of a registry ends up as this script's status (0 when every one drained cleanly).
+# The first non-zero status of a registry stopped at the end is this script's status (0 when all drained cleanly).
 note() {
     if [ "$status" -eq 0 ]; then
         status=$1
@@ -81,7 +81,8 @@ collect() {
     fi
 }
 
-# Collect draining registries that have exited (the shell reaps them while it waits for $current).
+# Collect draining registries that have exited (the shell reaps them while it waits for $current). Logged
+# only: the exit status of the script is about the registries it stops, not about earlier reloads.
 reap() {
     left=""
     for pid in $draining; do
@@ -91,7 +92,6 @@ reap() {
             wait "$pid"
             code=$?
             log "registry (pid $pid) exited with status $code after draining"
-            note "$code"
         fi
     done
     draining="$left"
