@@ -19,7 +19,15 @@ import yaml
 
 from .preflight import PreflightError, check_config, s3_target
 from .render import Rendered
-from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, read_handover, restart_registry
+from .restart import (
+    STOPPED,
+    Endpoint,
+    RegistryProcess,
+    RestartResult,
+    find_registry_processes,
+    read_handover,
+    restart_registry,
+)
 from .turns import ReplicaTurn
 from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
@@ -141,8 +149,9 @@ class Applier:
             if waited.stopped:
                 return Outcome("failed", False, detail=STOPPED, timings=timings)
             began = time.monotonic()
+            running = None  # seconds may have passed: restart_registry looks again
         try:
-            return self._write_and_restart(rendered, previous, first, timings, began)
+            return self._write_and_restart(rendered, previous, first, timings, began, running)
         finally:
             if turn is not None and not first:
                 turn.end(self.stopping)
@@ -151,7 +160,8 @@ class Applier:
         return self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
 
     def _write_and_restart(self, rendered: Rendered, previous: Rendered | None, first: bool,
-                           timings: dict[str, float], began: float) -> Outcome:
+                           timings: dict[str, float], began: float,
+                           running: list[RegistryProcess] | None) -> Outcome:
         self._write(rendered, previous)
         timings["write"] = round(time.monotonic() - began, 4)
         if first:
@@ -162,7 +172,7 @@ class Applier:
 
         result = restart_registry(self.config_path, endpoint_of(rendered.config),
                                   timeout=self._bound(previous, rendered), stop=self.stopping,
-                                  draining=self.draining)
+                                  draining=self.draining, running=running)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered

@@ -380,6 +380,7 @@ def _signal(pid: int, sig: int) -> None:
 def restart_registry(
     config_path: Path, endpoint: Endpoint, *, timeout: float, proc: Path = PROC,
     stop: threading.Event | None = None, draining: set[RegistryProcess] | None = None,
+    running: list[RegistryProcess] | None = None,
 ) -> RestartResult:
     """SIGTERM every registry serving config_path, hand over, then wait (up to timeout) for a new one that answers.
 
@@ -392,7 +393,9 @@ def restart_registry(
     draining = draining if draining is not None else set()
     for process in [p for p in draining if not p.alive(proc)]:
         draining.discard(process)
-    old = [p for p in find_registry_processes(config_path, proc=proc) if p not in draining]
+    # `running`: the caller's scan of a moment ago (a /proc scan costs milliseconds on a busy node).
+    found = running if running is not None else find_registry_processes(config_path, proc=proc)
+    old = [p for p in found if p not in draining and p.alive(proc)]
     supervisors = {parent_pid(p, proc) for p in old if takes_handover(p, proc)}
     supervisors.discard(None)
     overlapped = bool(old) and len(supervisors) == len({parent_pid(p, proc) for p in old})
