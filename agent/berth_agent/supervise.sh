@@ -56,10 +56,10 @@ note() {
 }
 
 start_registry() {
-    started=$(date +%s)
     # The marker tells the agent this supervisor takes handovers (an older one would die of SIGUSR1).
     BERTH_SUPERVISE_HANDOVER=1 "$registry_bin" serve "$config" &
     current=$!
+    started=$(date +%s)  # after the start: forking date first would add to the time without a listener
     log "started registry (pid $current)"
     if [ -n "$stopping" ]; then
         kill -TERM "$current" 2>/dev/null  # the signal came before $current was known
