@@ -19,7 +19,16 @@ import yaml
 
 from .preflight import PreflightError, check_config, s3_target
 from .render import Rendered
-from .restart import STOPPED, Endpoint, RestartResult, find_registry_processes, restart_registry
+from .restart import (
+    STOPPED,
+    Endpoint,
+    RegistryProcess,
+    RestartResult,
+    find_registry_processes,
+    read_handover,
+    restart_registry,
+)
+from .turns import ReplicaTurn
 from .write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
 log = logging.getLogger(__name__)
@@ -74,6 +83,9 @@ class Applier:
         self.current: Rendered | None = None  # the last good render: on disk and (when started) running
         # Set when the agent stops: a restart still being verified is abandoned (the pod is going away).
         self.stopping = threading.Event()
+        # Registries handed over to a successor that are still draining: never signalled again. After an agent
+        # restart the handover file says which they are.
+        self.draining = read_handover(self.config_path)
 
     def adopt_existing(self, rendered: Rendered) -> bool:
         """After an agent restart: if the files on disk already are this render, take them as current."""
@@ -101,7 +113,9 @@ class Applier:
                 pass
         return Rendered(config=config, files=files, config_hash=hashlib.sha256(config).hexdigest())
 
-    def apply(self, rendered: Rendered) -> Outcome:
+    def apply(self, rendered: Rendered, turn: ReplicaTurn | None = None) -> Outcome:
+        """Move to `rendered`. With `turn` (a pod with siblings) the restart waits for this pod's turn and
+        happens out of the Service."""
         previous = self.current
         if previous is None and find_registry_processes(self.config_path):
             # The agent restarted and the registry runs on what the config dir holds: that is the last good
@@ -126,18 +140,39 @@ class Applier:
             timings["preflight"] = round(time.monotonic() - began, 4)
 
         began = time.monotonic()
-        running = find_registry_processes(self.config_path)
+        running = [p for p in find_registry_processes(self.config_path) if p not in self.draining]
+        first = previous is None and not running
+        if turn is not None and not first:
+            # Another pod may be restarting: wait for our turn, then leave the Service (turns.py).
+            waited = turn.begin(self.stopping, hold_seconds=self._bound(previous, rendered) * 2)
+            timings.update(lease_wait=waited.lease_wait, drain_wait=waited.drain_wait)
+            if waited.stopped:
+                return Outcome("failed", False, detail=STOPPED, timings=timings)
+            began = time.monotonic()
+            running = None  # seconds may have passed: restart_registry looks again
+        try:
+            return self._write_and_restart(rendered, previous, first, timings, began, running)
+        finally:
+            if turn is not None and not first:
+                turn.end(self.stopping)
+
+    def _bound(self, previous: Rendered | None, rendered: Rendered) -> float:
+        return self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
+
+    def _write_and_restart(self, rendered: Rendered, previous: Rendered | None, first: bool,
+                           timings: dict[str, float], began: float,
+                           running: list[RegistryProcess] | None) -> Outcome:
         self._write(rendered, previous)
         timings["write"] = round(time.monotonic() - began, 4)
-        if previous is None and not running:
+        if first:
             # The first config: the supervisor has been waiting for it and starts the registry now. There is
             # nothing older to roll back to, so there is nothing to verify against here.
             self.current = rendered
             return Outcome("written", True, timings=timings)
 
-        timeout = self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
-        result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=timeout,
-                                  stop=self.stopping)
+        result = restart_registry(self.config_path, endpoint_of(rendered.config),
+                                  timeout=self._bound(previous, rendered), stop=self.stopping,
+                                  draining=self.draining, running=running)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self.current = rendered
@@ -153,7 +188,8 @@ class Applier:
         self._write(previous, rendered)
         self.current = previous  # what is on disk again, and what runs once the restart below succeeds
         rollback = restart_registry(self.config_path, endpoint_of(previous.config),
-                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping)
+                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping,
+                                    draining=self.draining)
         return Outcome("rolled-back", False, detail=result.detail, restart=result, rollback=rollback)
 
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:

@@ -19,6 +19,20 @@ rollbacks_total = Counter(_P + "rollbacks", "Times the last good config was rest
 last_reload_success_timestamp_seconds = Gauge(
     _P + "last_reload_success_timestamp_seconds", "Unix time of the last successful reload."
 )
+# Overlapped restart (issue 8): from the old registry's listener closing to the new one listening. About one
+# registry cold start; connections in that window are refused (a replica is out of its Service by then).
+last_reload_no_listener_seconds = Gauge(
+    _P + "last_reload_no_listener_seconds", "Time the port had no listener during the last reload."
+)
+reload_no_listener_seconds = Histogram(
+    _P + "reload_no_listener_seconds", "Time the port had no listener during a reload.",
+    buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 5.0),
+)
+# Replicas reload one at a time: time spent waiting for the Registry's reload Lease.
+reload_lease_wait_seconds = Histogram(
+    _P + "reload_lease_wait_seconds", "Time a reload waited for its turn (the Registry's reload Lease).",
+    buckets=(0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+)
 config_info = Gauge(_P + "config_info", "1 for the hash of the config the registry runs now.", ["hash"])
 renders_total = Counter(_P + "renders", "Config renders attempted.")
 render_errors_total = Counter(_P + "render_errors", "Renders that failed on bad input, by source.", ["source"])
@@ -68,7 +82,10 @@ __all__ = [
     "config_info",
     "expose_pvc",
     "htpasswd_updates_total",
+    "last_reload_no_listener_seconds",
     "last_reload_success_timestamp_seconds",
+    "reload_lease_wait_seconds",
+    "reload_no_listener_seconds",
     "pvc_capacity_bytes",
     "pvc_free_bytes",
     "pvc_ok",

@@ -14,6 +14,7 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
 from pydantic import ValidationError
 
 from berth_api import RegistrySpec, describe_validation_error
@@ -37,6 +39,8 @@ from .render_guard import BoundedThread, Overrun, inputs_fingerprint, newer_inpu
 from .report import Reporter
 from .sources import Change
 from .sources.pvc import PvcProbe
+from .turns import ReplicaTurn
+from .write import local_http_secret
 
 if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
     from .api_secrets import ApiSecrets
@@ -61,12 +65,13 @@ class PipelineSettings:
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
     render_timeout: float = RENDER_TIMEOUT_SECONDS
+    listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 
 
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
                  *, pvc: PvcProbe | None = None, clock: Clock | None = None,
-                 api_secrets: ApiSecrets | None = None) -> None:
+                 api_secrets: ApiSecrets | None = None, turn: ReplicaTurn | None = None) -> None:
         self.settings = settings
         self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
@@ -76,6 +81,9 @@ class Pipeline:
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
                                preflight=settings.preflight)
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
+        # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
+        self.turn = turn
+        self.replicas = 1  # spec.replicas of the latest valid spec
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
@@ -175,7 +183,8 @@ class Pipeline:
             log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
             self._mark_written(rendered)
 
-        outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered)
+        turn = self.turn if self.replicas > 1 else None  # one replica: nobody to wait for, nowhere to go
+        outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered, turn)
         for warning in warnings:
             log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
                                                                 "reason": warning.reason, "warning": warning.message}})
@@ -217,7 +226,8 @@ class Pipeline:
                 self._schedule_retry()
         await self._fail(message)
 
-    def _preflight_then_apply(self, rendered: Rendered) -> tuple[Outcome, list[PreflightWarning]]:
+    def _preflight_then_apply(self, rendered: Rendered,
+                              turn: ReplicaTurn | None) -> tuple[Outcome, list[PreflightWarning]]:
         """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
 
         Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
@@ -234,10 +244,10 @@ class Pipeline:
                 except PreflightError as exc:
                     return Outcome("preflight-failed", False, detail=str(exc)), []
                 checked = round(time.monotonic() - began, 4)
-                outcome = self.applier.apply(rendered)
+                outcome = self.applier.apply(rendered, turn)
                 outcome.timings["preflight_start"] = checked  # beside the applier's own "preflight" (storage)
                 return outcome, warnings
-        return self.applier.apply(rendered), warnings
+        return self.applier.apply(rendered, turn), warnings
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
@@ -279,6 +289,7 @@ class Pipeline:
             metrics.render_errors_total.labels(source="registry").inc()
             # A newer file that could not be read at all is the problem to show, not the older object's.
             return None, self.registry_error or describe_validation_error(exc, "spec")
+        self.replicas = spec.replicas
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:
             # Object and in-memory storage have no data path: probing one would report a missing PVC.
@@ -291,11 +302,17 @@ class Pipeline:
         try:
             roots = self.api_secrets.overrides() if self.api_secrets is not None else None
             inputs = read_inputs(spec, self.settings.mount_root, roots)
+            if inputs.http_secret is None and spec.http.secret is None:
+                # Nothing mounted (outside Kubernetes): sign upload state with the agent's own kept secret, so
+                # an upload survives a reload (field-notes §7).
+                inputs = dataclasses.replace(inputs, http_secret=local_http_secret(self.settings.config_dir))
             rendered = render(spec, inputs, distribution=self.settings.distribution,
                               paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
         except InputError as exc:
             metrics.render_errors_total.labels(source=_source_label(exc.source)).inc()
             return None, str(exc)
+        if self.settings.listen_host:
+            rendered = listen_on(rendered, self.settings.listen_host)
         # A Registry that could not be re-read: render from the last good one, but keep the error visible.
         return rendered, self.registry_error
 
@@ -309,9 +326,19 @@ class Pipeline:
             metrics.reloads_total.inc()
             metrics.last_reload_success_timestamp_seconds.set(time.time())
             result = outcome.restart
+            if "lease_wait" in outcome.timings:
+                metrics.reload_lease_wait_seconds.observe(outcome.timings["lease_wait"])
+            if result.no_listener_seconds is not None:
+                metrics.last_reload_no_listener_seconds.set(result.no_listener_seconds)
+                metrics.reload_no_listener_seconds.observe(result.no_listener_seconds)
             log.info("restarted", extra={"fields": {
                 **fields, "old_pids": [p.pid for p in result.old], "new_pid": result.new.pid if result.new else None,
-                "restart_seconds": round(result.seconds, 3)}})
+                "restart_seconds": round(result.seconds, 3), "restart_at": round(result.started_at, 4),
+                "handed_over": result.handed_over,
+                "listener_close_seconds": result.listener_close_seconds,
+                "no_listener_seconds": result.no_listener_seconds,
+                "lease_wait_seconds": outcome.timings.get("lease_wait", 0.0),
+                "drain_wait_seconds": outcome.timings.get("drain_wait", 0.0)}})
 
     def _mark_written(self, rendered: Rendered) -> None:
         metrics.set_config_hash(rendered.config_hash)
@@ -347,6 +374,16 @@ def render_fingerprint(rendered: Rendered) -> str:
     for name in sorted(rendered.files):
         digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(rendered.files[name]).digest())
     return digest.hexdigest()
+
+
+def listen_on(rendered: Rendered, host: str) -> Rendered:
+    """The same render with http.addr on `host` (its port kept): two local pods on two loopback addresses."""
+    document = yaml.safe_load(rendered.config)
+    port = str(document["http"]["addr"]).rpartition(":")[2]
+    document["http"]["addr"] = f"{host}:{port}"
+    config = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=False,
+                            width=1000).encode()
+    return dataclasses.replace(rendered, config=config, config_hash=hashlib.sha256(config).hexdigest())
 
 
 def _source_label(source: str) -> str:

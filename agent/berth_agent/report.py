@@ -37,6 +37,8 @@ class Reporter(Protocol):
 
     async def data_path(self, state: PvcState | None) -> None: ...  # None: no data path (not filesystem storage)
 
+    async def waiting(self, message: str | None) -> None: ...  # waiting for its turn to reload; None: not any more
+
 
 def rfc3339(ts: float | None = None, *, millis: bool = False) -> str:
     moment = datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc)
@@ -66,6 +68,10 @@ class LogReporter:
 
     async def data_path(self, state: PvcState | None) -> None:
         pass  # outside Kubernetes there is no status; the berth_agent_pvc_* metrics carry the figures
+
+    async def waiting(self, message: str | None) -> None:
+        if message:
+            log.info(message, extra={"fields": {"registry": self.subject}})
 
 
 def data_path_record(state: PvcState | None, now: float) -> dict | None:
@@ -129,7 +135,9 @@ class ApiReporter:
     # ---- status ----
 
     async def applied(self, config_hash: str, generation: int | None) -> None:
-        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None}
+        # waiting: null too: a record left by an agent that died while waiting for its turn goes with this one.
+        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None,
+                  "waiting": None}
         await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
 
     async def failed(self, error: str, generation: int | None) -> None:
@@ -139,6 +147,14 @@ class ApiReporter:
 
     async def data_path(self, state: PvcState | None) -> None:
         await asyncio.to_thread(self._write_data_path, state)
+
+    async def waiting(self, message: str | None) -> None:
+        """status.agents.<pod>.waiting while another pod holds the reload Lease (null removes it)."""
+        await asyncio.to_thread(self._write_waiting, message)
+
+    def _write_waiting(self, message: str | None) -> None:
+        with self._lock:
+            self._patch_status({"waiting": message}, "status")
 
     def _write_data_path(self, state: PvcState | None) -> None:
         # The probe runs every 30 s in every pod: write only what a reader would notice, so N replicas do not

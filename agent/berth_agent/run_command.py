@@ -59,6 +59,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
                         help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
                              "API, and apply its changes without waiting for the kubelet (repeatable)")
+    parser.add_argument("--leave-seconds", type=float, default=5.0, metavar="SECONDS",
+                        help="with more than one replica: how long /readyz stays false before the registry restarts, "
+                             "and how long after it is back before the next replica may go: the readiness probe "
+                             "period plus the time endpoints take to follow (default 5)")
+    parser.add_argument("--listen-host", metavar="HOST",
+                        help="listen on HOST instead of the host in spec.http.addr (the port is kept): several local "
+                             "pods on one machine, each on its own loopback address")
     parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
@@ -81,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         args.api_secrets = _api_secrets(args.api_secret)
         if args.api_secrets and args.registry is None:
             raise ValueError("--api-secret needs --registry (the Secrets are read through the API)")
+        if args.leave_seconds < 0:
+            raise ValueError("--leave-seconds must not be negative")
     except ValueError as exc:
         log.error("bad arguments", extra={"fields": {"error": str(exc)}})
         return 2
@@ -158,7 +167,9 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
     queue: asyncio.Queue[Change] = asyncio.Queue()
     emit = queue_emitter(queue)
+    loop = asyncio.get_running_loop()
     pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
+    turn: Any = None
     sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
     if args.registry is not None:
         from .sources.registry_api import RegistryApiWatcher
@@ -175,6 +186,13 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
                         for volume, secret in args.api_secrets.items()]
         reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
         subject = args.registry
+        from .turns import ReloadLease, ReplicaTurn, lease_name
+
+        def waiting(message: str | None) -> None:  # called from the applier's worker thread
+            asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
+
+        turn = ReplicaTurn(ReloadLease(api_client, namespace, lease_name(name), args.pod_name), health,
+                           leave_seconds=args.leave_seconds, on_wait=waiting)
     else:
         from .sources.registry_file import RegistryFileWatcher
 
@@ -185,9 +203,10 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     settings = PipelineSettings(
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
+        listen_host=args.listen_host,
     )
     pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
@@ -198,7 +217,6 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         "health_addr": f"{host}:{port}", "pod": args.pod_name}})
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline")]

@@ -8,6 +8,7 @@ the http secret, the htpasswd hashes, the TLS key): mode 0600 from the moment th
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 from collections.abc import Mapping
 from importlib import resources
@@ -17,6 +18,7 @@ SECRET_MODE = 0o600
 DIR_MODE = 0o700
 SUPERVISOR_NAME = "supervise.sh"
 CONFIG_NAME = "config.yml"
+LOCAL_HTTP_SECRET_NAME = "http-secret"  # beside config.yml: the agent's own secret when none is mounted
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = SECRET_MODE) -> bool:
@@ -104,6 +106,26 @@ def safe_join(root: Path, relative: str) -> Path:
     if candidate.is_absolute() or ".." in candidate.parts or not candidate.parts:
         raise ValueError(f"refusing to write outside the config directory: {relative!r}")
     return Path(root) / candidate
+
+
+def local_http_secret(config_dir: Path) -> str:
+    """The http.secret to render when no http-secret/ is mounted (outside Kubernetes): made once, kept.
+
+    Without one each registry process makes up its own, and an upload started before a reload fails after it
+    (`blob upload invalid: invalid secret`, field-notes §7). Kept mode 0600 beside config.yml, so an agent
+    restart renders the same value and leaves the running registry alone.
+    """
+    path = Path(config_dir) / LOCAL_HTTP_SECRET_NAME
+    try:
+        value = path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        value = ""
+    if not value:
+        value = secrets.token_urlsafe(32)
+        write_atomic(path, (value + "\n").encode())
+    elif path.stat().st_mode & 0o077:
+        os.chmod(path, SECRET_MODE)  # someone loosened it: a signing key stays ours alone
+    return value
 
 
 def supervisor_script() -> bytes:

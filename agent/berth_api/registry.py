@@ -118,6 +118,10 @@ class AgentRecord(ApiModel):
         None, alias="observedGeneration", description="metadata.generation the agent rendered from."
     )
     error: str | None = Field(None, description="Why the latest input was not applied; empty when it was.")
+    waiting: str | None = Field(
+        None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
+        "Registry's reload Lease); removed when its turn comes."
+    )
     data_path: DataPathRecord | None = Field(
         None,
         alias="dataPath",

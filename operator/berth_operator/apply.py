@@ -31,7 +31,8 @@ from .builders import names
 from .client import COSI, Kube, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
-CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAccess", "Secret"})
+# A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.
+CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAccess", "Secret", "Lease"})
 PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = (
     ("policy/v1", "PodDisruptionBudget", names.pdb_name),
     (COSI, "BucketAccess", names.bucket_access_name),

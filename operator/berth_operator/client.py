@@ -36,6 +36,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("rbac.authorization.k8s.io/v1", "Role"): Kind("roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): Kind("rolebindings"),
     ("policy/v1", "PodDisruptionBudget"): Kind("poddisruptionbudgets"),
+    ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
     ("storage.k8s.io/v1", "StorageClass"): Kind("storageclasses", namespaced=False),
     (COSI, "BucketClaim"): Kind("bucketclaims"),
     (COSI, "BucketAccess"): Kind("bucketaccesses"),

@@ -24,10 +24,10 @@ def supervisor_factory(tmp_path):
     """Start supervise.sh (config in tmp_path/config) and stop it, and whatever it started, afterwards."""
     started: list[Supervisor] = []
 
-    def start(shell: str = "dash", config_dir=None) -> Supervisor:
+    def start(shell: str = "dash", config_dir=None, binary: str | None = None) -> Supervisor:
         directory = config_dir or tmp_path / "config"
         directory.mkdir(exist_ok=True)
-        supervisor = Supervisor(directory, shell=shell).start()
+        supervisor = Supervisor(directory, shell=shell, binary=binary or "").start()
         started.append(supervisor)
         return supervisor
 
@@ -100,6 +100,6 @@ def pod(tmp_path, dist):
     """A registry pod on this machine (agent subprocess + supervise.sh + the registry); stopped afterwards."""
     from support.pod import RegistryPod
 
-    registry_pod = RegistryPod(tmp_path / "pod", registry_bin=dist[1])
+    registry_pod = RegistryPod(tmp_path / "pod", binary=dist[1])
     yield registry_pod
     registry_pod.stop()

@@ -241,3 +241,19 @@ async def test_data_path_record_follows_the_volume_without_churn(kube_api, regis
     await reporter.data_path(None)  # switched to object storage
     assert "dataPath" not in _agents(kube_api)["reg-abc"]
     assert _agents(kube_api)["reg-other"] == {"configHash": "other-hash"}
+
+
+@pytest.mark.asyncio
+async def test_waiting_for_a_turn_is_on_the_pods_record_until_it_ends(kube_api, registry):
+    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    await reporter.applied("hash-1", 1)
+    await reporter.waiting("waiting for its turn to reload: pod reg-other holds Lease reg-reload")
+    mine = _agents(kube_api)["reg-abc"]
+    assert mine["waiting"].startswith("waiting for its turn") and mine["configHash"] == "hash-1"
+    await reporter.waiting(None)
+    assert "waiting" not in _agents(kube_api)["reg-abc"]
+    # A record left by an agent that died while waiting goes with the next applied config.
+    await reporter.waiting("waiting for its turn to reload: pod reg-other holds Lease reg-reload")
+    await reporter.applied("hash-2", 2)
+    assert "waiting" not in _agents(kube_api)["reg-abc"]
+    assert _agents(kube_api)["reg-other"] == {"configHash": "other-hash"}

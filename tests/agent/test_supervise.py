@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
-from berth_agent.restart import Endpoint, answers
+import pytest
+
+from berth_agent.restart import Endpoint, answers, hand_over, listening, restart_registry, wait_until_serving
 from berth_agent.write import write_atomic
+from support.registry import registry_binaries
 from support.supervisor import children_of, minimal_config, wait_for
+from support.upload import ConnectProbe, SlowUpload
 
 
 def _serving(port: int) -> bool:
@@ -104,3 +109,108 @@ def test_a_registry_that_fails_at_start_is_not_restarted_in_a_hot_loop(
     # Fixing the config recovers without touching the supervisor.
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     wait_for(lambda: _serving(registry_port), what="the registry to recover")
+
+
+# ---- overlapped restart (issue 8): the successor starts when the old registry stops listening -------------
+
+SHARED_SECRET = "  secret: shared-upload-secret\n"  # appended to minimal_config's http section
+
+
+def _slow_upload(port: int, seconds: float = 4.0) -> SlowUpload:
+    upload = SlowUpload(f"http://127.0.0.1:{port}", "demo/slow", os.urandom(256 * 1024), seconds=seconds).start()
+    assert upload.in_flight.wait(20)
+    return upload
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, shell, registry_port, tmp_path, dist):
+    _major, binary = dist
+    supervisor = supervisor_factory(shell, binary=binary)
+    write_atomic(supervisor.config_path,
+                 minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
+    first = supervisor.registry()
+    endpoint = Endpoint.from_addr(f"127.0.0.1:{registry_port}")
+    wait_for(lambda: _serving(registry_port), what="the registry to answer")
+    upload = _slow_upload(registry_port)
+    probe = ConnectProbe("127.0.0.1", registry_port).start()
+
+    result = restart_registry(supervisor.config_path, endpoint, timeout=15, draining=set())
+
+    assert result.ok, result.detail
+    assert result.handed_over and result.old == [first]
+    # The new registry serves while the old one is still finishing the upload: the port was not closed for
+    # the drain (before issue 8 the successor started only once the old process had exited).
+    assert first.alive(), "the old registry should still be draining the upload"
+    assert answers(endpoint) == 200
+    assert sorted(p.pid for p in supervisor.registries()) == sorted([first.pid, result.new.pid])
+
+    upload.join(60)
+    assert upload.error is None, (upload.error, upload.statuses)
+    assert upload.read_back() == upload.data
+    wait_for(lambda: not first.alive(), what="the old registry to finish draining")
+    windows = probe.stop()
+    # Every refused stretch ended (a listener was back) before the upload was done, i.e. within the drain.
+    assert windows and all(end <= upload.finished_at for _start, end in windows), windows
+    print(f"no-listener windows (ms): {[round((end - start) * 1000, 1) for start, end in windows]}; "
+          f"agent measured {result.no_listener_seconds}")
+    wait_for(lambda: "after draining" in supervisor.log(), what="the supervisor to collect the old registry")
+    assert f"registry (pid {first.pid}) exited with status 0 after draining" in supervisor.log()
+    assert supervisor.alive()
+
+
+def test_sigterm_stops_every_registry_and_waits_for_the_draining_one(
+    supervisor_factory, shell, registry_port, tmp_path
+):
+    supervisor = supervisor_factory(shell)
+    write_atomic(supervisor.config_path,
+                 minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
+    first = supervisor.registry()
+    wait_for(lambda: _serving(registry_port), what="the registry to answer")
+    upload = _slow_upload(registry_port, seconds=3.0)
+    result = restart_registry(supervisor.config_path, Endpoint("127.0.0.1", registry_port), timeout=15,
+                              draining=set())
+    assert result.ok and result.handed_over, result.detail
+    assert first.alive()
+
+    supervisor.process.send_signal(signal.SIGTERM)
+    # Both get SIGTERM; the script exits only once both are gone: the new one at once, the old one after the
+    # upload it drains has completed (its PATCH answered; the PUT then finds no listener).
+    status = supervisor.process.wait(60)
+    assert not first.alive() and not result.new.alive()
+    upload.join(30)
+    assert upload.statuses.get("patch") == 202, (upload.error, upload.statuses)
+    assert status == 0, supervisor.log()
+    log = supervisor.log()
+    assert f"stopping registry (pid {first.pid})" in log and f"stopping registry (pid {result.new.pid})" in log
+    assert f"registry (pid {first.pid}) exited with status 0 after draining" in log
+
+
+def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, shell, registry_port, tmp_path):
+    supervisor = supervisor_factory(shell)
+    write_atomic(supervisor.config_path,
+                 minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
+    first = supervisor.registry()
+    endpoint = Endpoint("127.0.0.1", registry_port)
+    wait_for(lambda: _serving(registry_port), what="the registry to answer")
+    upload = _slow_upload(registry_port, seconds=3.0)  # keeps the old registry draining
+
+    os.kill(first.pid, signal.SIGTERM)
+    wait_for(lambda: not listening(endpoint), interval=0.001, what="the old listener to close")
+    assert first.alive(), "the old registry should be draining the upload"
+    squatter = socket.socket()  # takes the port before the successor can: its bind fails
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", registry_port))
+    squatter.listen()
+    try:
+        hand_over(supervisor.config_path, [first], set())
+        wait_for(lambda: "exited with status 1" in supervisor.log(), what="a start that lost the bind")
+    finally:
+        squatter.close()
+    new, detail = wait_until_serving(supervisor.config_path, endpoint, timeout=15, exclude={first}, crashes=7)
+    assert new is not None, detail
+    log = supervisor.log()
+    # Retried within milliseconds (no second-long pause): at most the 5 quick retries failed.
+    assert 1 <= log.count("exited with status 1") <= 5, log
+    assert first.alive()
+    upload.join(30)
+    assert upload.error is None, upload.error

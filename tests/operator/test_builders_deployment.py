@@ -93,13 +93,13 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["restartPolicy"] == "Always"
     assert agent["image"] == facts.agent_image
     assert agent["command"] == ["berth-agent"]
-    assert agent["args"][:11] == [
+    assert agent["args"][:13] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
-        "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081",
+        "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
     ]
     # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).
     mounted = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert agent["args"][11:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
+    assert agent["args"][13:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
     # The agent's own command line accepts them (parsed, not run).
     parser = argparse.ArgumentParser(prog="berth-agent")
     run_command.add_parser(parser.add_subparsers(dest="command", required=True))
@@ -184,7 +184,7 @@ def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factor
     # Not known yet: no Deployment rather than a pod that cannot configure itself.
     assert deployment.build(reg, facts_factory()) is None
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Lease"]
 
 
 def test_created_bucket_access_mounts_the_deterministic_secret(registry_factory, facts_factory):

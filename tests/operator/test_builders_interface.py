@@ -27,6 +27,7 @@ def test_filesystem_class_gets_every_object(registry_factory, facts_factory):
         ("PersistentVolumeClaim", "demo-data"),
         ("Service", "demo"),
         ("Deployment", "demo"),
+        ("Lease", "demo-reload"),
     ]
     secret = objects[3]
     assert base64.b64decode(secret["data"][names.HTTP_SECRET_KEY]).decode() == "s3cr3t-value"
@@ -77,6 +78,8 @@ def test_agent_rbac_is_its_own_registry_events_and_mounted_secrets(registry_fact
         {"apiGroups": ["berth.dev"], "resources": ["registries/status"], "resourceNames": ["demo"],
          "verbs": ["patch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["demo-reload"],
+         "verbs": ["get", "update"]},
         # The one Secret an inmemory registry's pod mounts: the generated http secret (test_builders_role_secrets).
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["demo-http-secret"],
          "verbs": ["get", "list", "watch"]},
@@ -149,7 +152,7 @@ def test_names_are_deterministic(registry_factory, facts_factory):
     assert first == [
         ("ServiceAccount", "team-a-agent"), ("Role", "team-a-agent"), ("RoleBinding", "team-a-agent"),
         ("Secret", "team-a-http-secret"), ("BucketClaim", "team-a-bucket"), ("BucketAccess", "team-a-bucket-access"),
-        ("Service", "team-a"), ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"),
+        ("Service", "team-a"), ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"), ("Lease", "team-a-reload"),
     ]
     assert names.selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"
     assert names.cosi_secret_name(reg) == "team-a-cosi-credentials"
@@ -160,3 +163,17 @@ def test_missing_uid_is_a_clear_error(facts_factory):
                                    "spec": {"config": {"storage": {"inmemory": {}}}}})
     with pytest.raises(ValueError, match="metadata.uid"):
         build_all(reg, facts_factory(), http_secret_value=None)
+
+
+def test_the_reload_lease_is_created_empty_under_the_name_the_agent_uses(registry_factory, facts_factory):
+    from berth_agent.turns import lease_name
+
+    reg = registry_factory({"replicas": 3, "config": {"storage": {"inmemory": {}}}})
+    lease = by_kind(build_all(reg, facts_factory(), http_secret_value=None))["Lease"]
+    assert lease["apiVersion"] == "coordination.k8s.io/v1"
+    assert lease["metadata"]["name"] == names.lease_name(reg) == lease_name("demo")
+    assert lease["spec"] == {}  # the agents own holderIdentity and the rest; the apply layer never patches it
+    role = by_kind(build_all(reg, facts_factory(), http_secret_value=None))["Role"]
+    lease_rules = [rule for rule in role["rules"] if "leases" in rule["resources"]]
+    assert lease_rules == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                            "resourceNames": [lease["metadata"]["name"]], "verbs": ["get", "update"]}]

@@ -37,6 +37,7 @@ OWNED_PATHS = {
     "BucketAccess": "objectstorage.k8s.io/v1alpha1/bucketaccesses",
     "Deployment": "apps/v1/deployments",
     "PodDisruptionBudget": "policy/v1/poddisruptionbudgets",
+    "Lease": "coordination.k8s.io/v1/leases",
 }
 
 

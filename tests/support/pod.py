@@ -55,13 +55,12 @@ def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[st
 
 class RegistryPod:
     def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None,
-                 registry_bin: str = REGISTRY_BIN):
+                 binary: str = REGISTRY_BIN, host: str = "127.0.0.1", data_dir: Path | None = None):
         self.root = Path(root)
-        self.registry_bin = registry_bin  # what supervise.sh runs; specs must render for its major
         # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
         self.config_dir = Path(config_dir) if config_dir else self.root / "config"
         self.mounts = self.root / "mounts"
-        self.data_dir = self.root / "data"
+        self.data_dir = Path(data_dir) if data_dir else self.root / "data"  # replicas may share one (RWX)
         for directory in (self.config_dir, self.mounts, self.data_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -70,6 +69,8 @@ class RegistryPod:
         self.registry_file.parent.mkdir(parents=True, exist_ok=True)
         self.agent_log = self.root / "agent.log"
         self.shell = shell
+        self.binary = binary or REGISTRY_BIN  # what supervise.sh runs; specs must render for its major
+        self.listen_host = host  # another loopback address (127.0.0.2, ...) puts two pods on one port
         self.tls = False  # set when the Registry serves HTTPS
         self.agent: subprocess.Popen | None = None
         self.supervisor: Supervisor | None = None
@@ -79,11 +80,11 @@ class RegistryPod:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.listen_host}:{self.port}"
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.listen_host}:{self.port}"
 
     def write_registry_file(self, spec_or_object: dict[str, Any]) -> None:
         obj = spec_or_object if "spec" in spec_or_object else registry_object(spec_or_object)
@@ -97,7 +98,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
-                "--registry-bin", self.registry_bin, *extra]
+                "--registry-bin", self.binary, *extra]
         if registry is not None:
             args += ["--registry", registry, "--kube-host", kube_host or ""]
         else:
@@ -114,20 +115,21 @@ class RegistryPod:
             lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
             what="the agent to write supervise.sh")
         self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
-                                     log_path=self.root / "registry.log", registry_bin=self.registry_bin).start()
+                                     log_path=self.root / "registry.log", binary=self.binary).start()
         return self.supervisor
 
     # ---- observations ----------------------------------------------------------------------------------------
 
     def serving(self) -> bool:
-        return answers(Endpoint("127.0.0.1", self.port, self.tls)) in (200, 401)
+        return answers(Endpoint(self.listen_host, self.port, self.tls)) in (200, 401)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         wait_for(self.serving, timeout, what=f"the registry to answer on {self.host}\n{self.agent_log_text()}")
 
     def registry_pid(self) -> int | None:
+        """The newest registry process (an older one may still be draining after an overlapped restart)."""
         found = self.supervisor.registries() if self.supervisor else []
-        return found[0].pid if found else None
+        return max(found, key=lambda p: p.start_ticks).pid if found else None
 
     def registry_starts(self) -> int:
         return self.supervisor.log().count("started registry") if self.supervisor else 0

@@ -1,7 +1,7 @@
 """The real supervise.sh running the real docker-registry, for the agent's tests and benchmarks.
 
 `Supervisor` starts `sh supervise.sh` (dash or busybox sh) with BERTH_CONFIG / BERTH_REGISTRY_BIN (the 2.8
-binary unless `registry_bin` names another, e.g. the 3.x one of support.registry.registry_binaries()), and
+binary unless `binary` names another, e.g. the 3.x one of support.registry.registry_binaries()), and
 finds the registry children it starts by their /proc entries. `stop()` ends it and anything it started.
 """
 
@@ -75,13 +75,13 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str
 
 class Supervisor:
     def __init__(self, config_dir: Path, *, shell: str = "dash", log_path: Path | None = None,
-                 script: Path | None = None, registry_bin: str = REGISTRY_BIN):
+                 script: Path | None = None, binary: str = REGISTRY_BIN):
         self.config_dir = Path(config_dir)
-        self.registry_bin = registry_bin  # 2.8 by default; support.registry.registry_binaries() gives 3.x too
         self.config_path = self.config_dir / "config.yml"
         self.shell = shell
         self.log_path = log_path or self.config_dir.parent / f"supervise-{shell}.log"
         self.script = script
+        self.binary = binary or REGISTRY_BIN  # 2.8 by default; support.registry.registry_binaries() gives 3.x too
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Supervisor:
@@ -91,7 +91,7 @@ class Supervisor:
             script.write_bytes(supervisor_script())
         env = registry_env()
         env["BERTH_CONFIG"] = str(self.config_path)
-        env["BERTH_REGISTRY_BIN"] = self.registry_bin
+        env["BERTH_REGISTRY_BIN"] = self.binary
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [*SHELLS[self.shell], str(script)], env=env, stdin=subprocess.DEVNULL,

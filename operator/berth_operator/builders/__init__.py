@@ -15,6 +15,7 @@ from . import (
     bucket_claim,
     deployment,
     http_secret,
+    lease,
     names,
     pod_disruption_budget,
     pvc,
@@ -30,7 +31,7 @@ from .problems import problems
 __all__ = ["ClusterFacts", "build_all", "problems", "names", "storage"]
 
 # Creation order: identity and RBAC, then what the pod mounts (the HTTP secret goes between these two
-# groups), then the pods, then their budget.
+# groups), then the pods, then their budget and the reload Lease their agents take in turn.
 _IDENTITY_BUILDERS = (service_account.build, role.build, role_binding.build)
 _WORKLOAD_BUILDERS = (
     pvc.build,
@@ -39,6 +40,7 @@ _WORKLOAD_BUILDERS = (
     service.build,
     deployment.build,
     pod_disruption_budget.build,
+    lease.build,  # every Registry has one (scaling up then needs no new object before the agents use it)
 )
 
 

@@ -49,6 +49,11 @@ def role_binding_name(reg: Registry) -> str:
     return f"{registry_name(reg)}-agent"
 
 
+def lease_name(reg: Registry) -> str:
+    """The reload Lease the agents take in turn; the agent derives the same name (berth_agent.turns.lease_name)."""
+    return f"{registry_name(reg)}-reload"
+
+
 def service_name(reg: Registry) -> str:
     return registry_name(reg)
 

@@ -23,6 +23,9 @@ CONFIG_DIR = "/etc/berth"
 DATA_DIR = "/var/lib/registry"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 AGENT_HEALTH_PORT = 8081
+# With replicas: how long an agent stays unready before it restarts its registry (and after it is back before
+# the next pod goes). Readiness probe period 1 s + timeout 1 s, plus ~3 s for the endpoints and kube-proxy.
+LEAVE_SECONDS = 5
 
 # Fixed on purpose: spec.http.drainTimeout is applied hot, so it may not shape the pod. Long enough for any
 # sensible drain; problems() warns when the drain timeout would not fit.
@@ -147,6 +150,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--config-dir", CONFIG_DIR,
             "--data-dir", DATA_DIR,
             "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
+            "--leave-seconds", str(LEAVE_SECONDS),
             # The same Secrets as the volumes (so no other edit reaches the template through here), watched
             # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
             *(arg for volume, secret in secret_sources(reg, facts).items()
@@ -156,7 +160,10 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],
         # Generous: the first render may wait for a Secret or the API server.
         "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
-        "readinessProbe": probe("/readyz", periodSeconds=10, failureThreshold=3),
+        # The pod leaves its Service through this probe before its registry restarts (a native sidecar's
+        # readiness counts for the pod's Ready condition): the agent waits LEAVE_SECONDS after turning /readyz
+        # false, which covers one period, the timeout and the endpoints following (docs/design.md §4.2).
+        "readinessProbe": probe("/readyz", periodSeconds=1, failureThreshold=1, timeoutSeconds=1),
         "livenessProbe": probe("/livez", periodSeconds=10, failureThreshold=6),
         "resources": {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": container_security_context(),

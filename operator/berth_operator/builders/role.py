@@ -1,6 +1,6 @@
-"""The agent's Role: its own Registry (read, and patch status), Events, and read access to exactly the Secrets
-its pod mounts (by name), which it also watches over the API so a rotation applies before the kubelet
-updates the volume."""
+"""The agent's Role: its own Registry (read, and patch status), Events, its Registry's reload Lease (get and
+update, that one object by name), and read access to exactly the Secrets its pod mounts (by name), which it
+also watches over the API so a rotation applies before the kubelet updates the volume."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": own, "verbs": ["patch"]},
             # patch: repeated events are coalesced by bumping the count of the existing one.
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            # Replicas restart one at a time: the agents take the reload Lease in turn (read, then an update
+            # guarded by resourceVersion). The operator creates it; no agent may create, delete or list Leases.
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": [names.lease_name(reg)], "verbs": ["get", "update"]},
             secrets_rule(reg, facts),
         ],
     }

@@ -1,0 +1,56 @@
+"""Two (or more) registry pods of one Registry on this machine, taking turns through its reload Lease.
+
+Each pod (support.pod.RegistryPod: agent subprocess + supervise.sh + registry) listens on its own loopback
+address (127.0.0.2, 127.0.0.3, ...: no setup needed) on the same port, as pods on their own IPs do; they share
+the data directory (a ReadWriteMany claim) and the http secret (the operator's generated Secret) and watch
+one Registry (replicas: N) on the test API server. The Lease comes from the operator's own builder.
+
+    with running_replicas(root, kube_api, spec) as pods:     # {"pod-a": RegistryPod, "pod-b": ...}
+        balancer = Balancer(backends(pods)).start()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from berth_api import Registry
+from berth_operator.builders import lease as lease_builder
+
+from .balancer import Backend
+from .pod import RegistryPod, registry_object
+from .secretdir import write_secret_dir
+
+HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+@contextlib.contextmanager
+def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 2,
+                     leave_seconds: float = 0.3, extra: list[str] = ()) -> Iterator[dict[str, RegistryPod]]:
+    port = int(str(spec["http"]["addr"]).rpartition(":")[2])
+    created = kube_api.create(registry_object({**spec, "replicas": count}))
+    kube_api.create(lease_builder.build(Registry.model_validate(created), None))
+    pods: dict[str, RegistryPod] = {}
+    for index in range(count):
+        pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data")
+        write_secret_dir(pod.mounts / "http-secret", {"secret": "generated-by-the-operator"})
+        pods[f"pod-{'abc'[index]}"] = pod
+    try:
+        for name, pod in pods.items():
+            pod.start_agent(registry="default/reg", kube_host=kube_api.url, pod_name=name,
+                            extra=["--listen-host", pod.listen_host, "--leave-seconds", str(leave_seconds), *extra])
+            pod.start_supervisor()
+        for pod in pods.values():
+            pod.wait_serving()
+        yield pods
+    finally:
+        for pod in pods.values():
+            pod.stop()
+
+
+def backends(pods: dict[str, RegistryPod]) -> list[Backend]:
+    """Balancer backends: each pod's registry, ready while its agent's /readyz answers 200."""
+    return [Backend(name, pod.listen_host, pod.port, f"http://127.0.0.1:{pod.health_port}/readyz")
+            for name, pod in pods.items()]
