@@ -16,6 +16,7 @@ from kubernetes.client import Configuration
 
 from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
 from .client import Kube
+from .clock import UtcClock, WallClock
 from .handlers import Context, make_registry
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
@@ -75,15 +76,17 @@ async def run(
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
     context: dict[str, Any] | None = None,
+    clock: UtcClock | None = None,
 ) -> None:
     """Run until stop_flag is set (or a signal, when in the main thread).
 
-    context, when given, receives the handlers' Context under "ctx" (tests read its counters).
+    context, when given, receives the handlers' Context under "ctx" (tests read its counters). clock: the
+    wall clock garbage-collection schedules are read on (tests pass one they set).
     """
     if not clusterwide and not namespaces:
         raise ValueError("name the namespaces to watch, or run cluster-wide")
     kube = Kube(configuration)
-    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval)
+    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock or WallClock())
     if context is not None:
         context["ctx"] = ctx
     registry = make_registry(ctx)

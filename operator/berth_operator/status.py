@@ -2,7 +2,8 @@
 
 Three conditions, each always present:
 - Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, ReplicasCapped, AgentFailed).
-- Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...).
+- Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...), or
+  busy with garbage collection (GarbageCollecting, which leaves Ready alone).
 - Ready: every wanted pod is ready and its agent applied the current generation (reason Available).
 """
 
@@ -35,7 +36,11 @@ PROGRESSING_REASONS = (
     "WaitingForBucketAccess",
     "WaitingForPods",
     "WaitingForAgents",
+    "GarbageCollecting",
 )
+# Progressing reasons that say what the registry is doing, not what it waits for: Ready stays as it is (a
+# registry read-only for garbage collection still serves every pull).
+_SERVING_WHILE = {"GarbageCollecting"}
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
 _NOT_SERVING = {"InvalidSpec", "ApplyFailed"}
 
@@ -160,6 +165,7 @@ def conditions(obs: Observation) -> dict[str, tuple[str, str, str]]:
         progressing_c = ("False", "Available", "")
 
     dep = obs.deployment
+    waiting = [f for f in waiting if f.reason not in _SERVING_WHILE]
     if blocked:
         ready_c = ("False", progressing_c[1], progressing_c[2])
     elif dep is not None and dep.wanted == 0 and not waiting:

@@ -47,8 +47,10 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> 
 class OperatorHarness:
     """Start and stop the operator in process; inspect what it did through the test API server."""
 
-    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0):
+    def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0,
+                 clock: Any = None):
         self.api = api
+        self.clock = clock  # berth_operator.clock.UtcClock; None: the wall clock
         self.namespaces = namespaces
         self.refresh_interval = refresh_interval
         self.holder: dict[str, Any] = {}
@@ -78,7 +80,7 @@ class OperatorHarness:
                 asyncio.run(runner.run(
                     configuration, agent_image=AGENT_IMAGE, namespaces=self.namespaces or (),
                     clusterwide=not self.namespaces, refresh_interval=self.refresh_interval,
-                    stop_flag=self._stop, ready_flag=ready, context=self.holder,
+                    stop_flag=self._stop, ready_flag=ready, context=self.holder, clock=self.clock,
                 ))
             except BaseException as exc:  # handed to the test
                 self.failure.append(exc)
