@@ -140,9 +140,13 @@ def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_
     request = wait_for(lambda: gc_status(harness, "dies").get("request"), "the request")
     assert request["deadline"] == "2026-11-30T03:02:30Z"
     # The runner takes it, then is killed: nothing more is written.
+    seen = harness.ctx.completed
     kube_api.patch(REGISTRIES_PATH, NS, "dies", {"status": {"garbageCollection": {"active": {
         "id": request["id"], "runner": "dies-pod-1", "startedAt": "2026-11-30T02:59:31Z", "phase": "Collecting"}}}},
         subresource="status")
+    wait_for(lambda: harness.ctx.completed > seen and harness.ctx.completed == harness.ctx.reconciles,
+             "the reconcile the runner's record causes")  # before time moves:
+    # from here only the timer can notice the deadline
 
     clock.set(datetime.datetime(2026, 11, 30, 3, 2, 29, tzinfo=datetime.timezone.utc))
     clock.set(datetime.datetime(2026, 11, 30, 3, 2, 30, tzinfo=datetime.timezone.utc))  # the timer fires
