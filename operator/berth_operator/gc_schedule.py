@@ -192,11 +192,13 @@ def decide(
                                   + (f", {what}" if what else "")
                                   + f"); the registry turns read-only for at most {gc.read_only_timeout}"))
 
-    wakes = [next_run] if next_run is not None else []
+    wakes = [next_run] if next_run is not None and spec_valid else []
     if pending is not None:
         deadline = parse_time(pending.deadline)
         if deadline is not None:
             wakes.append(deadline)
+    # Only future instants: a past one (a stale nextRun kept under an invalid spec) would fire at once, forever.
+    wakes = [moment for moment in wakes if moment > now]
     return GcDecision(status_patch=patch or None, events=events, pending=pending,
                       wake_at=min(wakes) if wakes else None)
 

@@ -173,3 +173,22 @@ def test_garbage_collection_edits_never_touch_the_deployment(operator_harness, k
         GC_REQUEST_ANNOTATION: "2026-11-30T02:59:00Z"}}})
     wait_for(lambda: gc_status(harness, "edits").get("request"), "the request")
     assert kube_api.get("apps/v1/deployments", NS, "edits") == deployment
+
+
+def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, kube_api):
+    """The schedule is kept, not run, while the spec is invalid; its passed nextRun arms no timer (which would
+    fire at once, forever)."""
+    import time
+
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("spin", {"schedule": "0 3 * * *"}))
+    wait_for(lambda: gc_status(harness, "spin").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
+    kube_api.patch(REGISTRIES_PATH, NS, "spin", {"spec": {"replicas": -1}})
+    wait_for(lambda: (harness.condition(NS, "spin", "Degraded") or {}).get("reason") == "InvalidSpec", "InvalidSpec")
+    wait_for(lambda: harness.ctx.completed == harness.ctx.reconciles, "settled")
+    before = harness.ctx.reconciles
+    clock.set(datetime.datetime(2026, 11, 30, 3, 5, tzinfo=datetime.timezone.utc))
+    time.sleep(1.0)  # something that must not happen: give a spinning timer time to show
+    assert harness.ctx.reconciles == before
+    assert "request" not in gc_status(harness, "spin")

@@ -178,6 +178,15 @@ def test_an_invalid_spec_starts_nothing_but_deadlines_still_hold():
     stored = merged(live, d.status_patch)
     assert stored["lastRun"]["result"] == "Interrupted" and "request" not in stored
     assert stored["nextRun"] == "2026-11-30T03:00:00Z" and "handledRequest" not in stored
+    assert d.wake_at is None  # the stale nextRun is in the past: a timer for it would fire in a loop
+
+
+def test_wake_at_is_always_in_the_future():
+    live = {"schedule": "0 3 * * *", "nextRun": "2026-11-30T03:00:00Z"}
+    for now in ("2026-11-30T02:00:00Z", "2026-11-30T03:00:00Z", "2026-12-05T00:00:00Z"):
+        d = decide(gc(schedule="0 3 * * *"), live, now)
+        assert d.wake_at is not None and d.wake_at > at(now)
+        assert decide(None, live, now, spec_valid=False).wake_at is None
 
 
 @pytest.mark.parametrize("live", ["garbage", {"request": "x"}, {"request": {"id": "r"}},
