@@ -132,6 +132,12 @@ class AgentRecord(ApiModel):
         description="The data path's capacity and free space (filesystem storage); refreshed when it moves by 1% "
         "of capacity, or every 10 minutes.",
     )
+    read_only_for: str | None = Field(
+        None,
+        alias="readOnlyFor",
+        description="Id of the garbage-collection request this pod's registry now serves read-only for "
+        "(status.garbageCollection.request.id); the runner starts only when every pod says so.",
+    )
 
 
 class RegistryStatus(ApiModel):
