@@ -49,6 +49,16 @@ class GcReport:
     blobs_eligible: tuple[str, ...] = ()
     manifests_eligible: tuple[str, ...] = ()
 
+    def status_fields(self, bytes_freed: int | None = None) -> dict[str, int | None]:
+        """The counts as status.garbageCollection.lastRun spells them (berth_api.GarbageCollectionRun)."""
+        return {
+            "blobsMarked": self.blobs_marked,
+            "manifestsMarked": self.manifests_marked,
+            "blobsDeleted": self.blobs_deleted,
+            "manifestsDeleted": self.manifests_deleted,
+            "bytesFreed": bytes_freed,
+        }
+
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         return (f"{self.blobs_marked} blobs and {self.manifests_marked} manifests in use; {verb} "

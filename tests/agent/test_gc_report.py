@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from berth_agent import gc_report
+from berth_api import GarbageCollectionRun
 from support.ports import free_port
 from support.registry import (
     OciImage,
@@ -127,6 +128,15 @@ def test_garbage_collect_on_a_read_only_registry(dist, tmp_path):
 
         again = garbage_collect(binary, registry.config_path, "--delete-untagged")
         assert (again.blobs_deleted, again.manifests_deleted) == (0, 0)
+
+    # What the runner will record: the counts fit the API's lastRun as they are.
+    last_run = GarbageCollectionRun.model_validate({
+        "id": "r", "trigger": "manual", "dryRun": False, "deleteUntagged": False, "result": "Succeeded",
+        "finishedAt": "2026-11-30T10:00:00Z", "message": run.summary(),
+        **run.status_fields(gc_report.bytes_freed(before_bytes, after_bytes))})
+    assert (last_run.blobs_deleted, last_run.bytes_freed) == (3, before_bytes - after_bytes)
+    assert run.summary() == "7 blobs and 2 manifests in use; deleted 3 blobs and 0 manifests"
+    assert dry.summary() == "7 blobs and 2 manifests in use; would delete 3 blobs and 0 manifests"
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
