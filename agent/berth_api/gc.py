@@ -31,7 +31,7 @@ CRON_PATTERN = r"^\s*[0-9A-Za-z*,/-]+(\s+[0-9A-Za-z*,/-]+){4}\s*$"
 
 GcTrigger = Literal["schedule", "manual"]
 GcResult = Literal["Succeeded", "Failed", "Interrupted", "TimedOut"]
-GcPhase = Literal["SwitchingReadOnly", "Collecting", "Restoring"]
+GcPhase = Literal["SwitchingReadOnly", "Collecting", "Recording"]
 
 
 def parse_gc_duration(text: str) -> datetime.timedelta:
@@ -124,7 +124,10 @@ class GarbageCollectionActive(ApiModel):
     id: str = Field(min_length=1, max_length=64, description="The request id being run.")
     runner: str = Field(description="Pod whose agent runs it (holds the Registry's Lease).")
     started_at: str = Field(alias="startedAt", description="When the runner took the request (RFC 3339).")
-    phase: GcPhase = Field(description="SwitchingReadOnly, Collecting or Restoring.")
+    phase: GcPhase = Field(
+        description="SwitchingReadOnly (waiting for every replica), Collecting (the command runs) or Recording "
+        "(the command ended; measuring and recording the result)."
+    )
 
 
 class GarbageCollectionRun(ApiModel):
