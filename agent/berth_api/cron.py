@@ -5,9 +5,9 @@
 
 Each field takes `*`, a number, a range `a-b`, a step `*/n` or `a-b/n` or `a/n` (from a to the field's end), and
 comma-separated lists of those. Months take jan..dec and days of week sun..sat (case-insensitive); day of week
-7 is Sunday too. When both day of month and day of week are restricted (neither is `*`), a day matches if
-EITHER matches (Vixie cron's rule; a field starting with `*`, like `*/2`, counts as unrestricted there). No macros (@daily), no seconds, no time zones:
-a Berth schedule is always UTC. Pure and stdlib-only, shared by the API models and the operator.
+7 is Sunday too. When both day of month and day of week are restricted, a day matches if EITHER matches (Vixie
+cron's rule: a field starting with `*`, like `*/2`, counts as unrestricted). No macros (@daily), no seconds, no
+time zones: a Berth schedule is always UTC. Pure and stdlib-only, shared by the API models and the operator.
 """
 
 from __future__ import annotations

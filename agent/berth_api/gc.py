@@ -59,7 +59,10 @@ def _valid_cron(text: str) -> str:
 
 # The model checks with cron.parse, whose errors say which field is wrong; the CRD can only check the shape.
 CronSchedule = Annotated[
-    str, StringConstraints(max_length=200), AfterValidator(_valid_cron), Field(json_schema_extra={"pattern": CRON_PATTERN})
+    str,
+    StringConstraints(max_length=200),
+    AfterValidator(_valid_cron),
+    Field(json_schema_extra={"pattern": CRON_PATTERN}),
 ]
 ReadOnlyTimeout = Annotated[
     str, StringConstraints(pattern=GC_DURATION_PATTERN, min_length=2, max_length=16), AfterValidator(_bounded_timeout)
