@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from agent_common import nearest_rank, shm_dir, summary_ms, workdir
-from agent_swap_latency import BUCKET, cold_starts, cosi, spec, wait_new_registry
+from agent_swap_latency import BUCKET, cold_starts, cosi, spec, wait_drained, wait_new_registry
 
-from berth_agent.restart import Endpoint
+from berth_agent.restart import Endpoint, find_registry_processes
 from support.kube import KubeApi
 from support.pod import RegistryPod, registry_object
 from support.s3 import running_moto
@@ -62,11 +62,12 @@ def main() -> None:
             rotations = []
             for _ in range(args.rotations):
                 new_key = moto.create_access_key("registry")
-                old_pid = pod.registry_pid()
+                before = set(find_registry_processes(config_path))  # the serving one, and any still draining
                 started = time.perf_counter()
                 api.patch("v1/secrets", "default", SECRET, {"data": api_data(cosi(moto.endpoint, new_key))})
-                wait_new_registry(config_path, endpoint, old_pid)
+                wait_new_registry(config_path, endpoint, before, supervisor_log=pod.supervisor.log_path)
                 rotations.append(time.perf_counter() - started)
+                wait_drained(before)
                 moto.delete_access_key("registry", key.access_key_id)
                 key = new_key
                 time.sleep(0.2)  # let the moto and registry logs settle between samples

@@ -82,6 +82,14 @@ def wait_new_registry(config_path: Path, endpoint: Endpoint, before: set, timeou
     raise TimeoutError("the registry did not come back")
 
 
+def wait_drained(before: set, timeout: float = 30.0) -> None:
+    """Until the registries of `before` have exited. An old key is revoked only then: a draining registry may
+    still read from S3 with it (docs/design.md §4.2)."""
+    deadline = time.monotonic() + timeout
+    while any(p.alive() for p in before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
     samples = []
     for i in range(count):
@@ -153,11 +161,7 @@ def main() -> None:
                 swap_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, new_key))
                 wait_new_registry(config_path, endpoint, before, supervisor_log=pod.supervisor.log_path)
                 swaps.append(time.perf_counter() - started)
-                # Revoke the old key only once no registry uses it: the old one may still be draining pulls
-                # that read from S3 with it (docs/design.md §4.2).
-                deadline = time.monotonic() + 30
-                while any(p.alive() for p in before) and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                wait_drained(before)
                 moto.delete_access_key("registry", key.access_key_id)
                 key = new_key
                 time.sleep(0.2)  # let the moto and registry logs settle between samples

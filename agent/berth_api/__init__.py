@@ -1,5 +1,12 @@
 """The Registry API (berth.dev/v1alpha1): the single source of truth for the CRD, the operator and the agent."""
 
+from .gc import (
+    GC_REQUEST_ANNOTATION,
+    GarbageCollection,
+    GarbageCollectionRequest,
+    GarbageCollectionRun,
+    GarbageCollectionStatus,
+)
 from .registry import (
     API_VERSION,
     DEFAULT_IMAGE,
@@ -21,6 +28,11 @@ from .registry import (
 
 __all__ = [
     "API_VERSION",
+    "GC_REQUEST_ANNOTATION",
+    "GarbageCollection",
+    "GarbageCollectionRequest",
+    "GarbageCollectionRun",
+    "GarbageCollectionStatus",
     "DEFAULT_IMAGE",
     "GROUP",
     "KIND",

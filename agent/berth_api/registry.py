@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from .gc import GarbageCollection, GarbageCollectionStatus
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
 from .types import INT32_MAX, ApiModel, Quantity
@@ -61,6 +62,13 @@ class RegistrySpec(ApiModel):
     redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
     health: Health = Field(default_factory=Health, description="Registry health checks.")
     validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
+    garbage_collection: GarbageCollection | None = Field(
+        None,
+        alias="garbageCollection",
+        description="Scheduled garbage collection of the storage, run inside the pods with every replica "
+        "read-only meanwhile. Absent: runs only when the berth.dev/gc-requested-at annotation asks, with the "
+        "defaults.",
+    )
 
     @model_validator(mode="after")
     def _redis_cache_needs_redis(self) -> RegistrySpec:
@@ -128,6 +136,12 @@ class AgentRecord(ApiModel):
         description="The data path's capacity and free space (filesystem storage); refreshed when it moves by 1% "
         "of capacity, or every 10 minutes.",
     )
+    read_only_for: str | None = Field(
+        None,
+        alias="readOnlyFor",
+        description="Id of the garbage-collection request this pod's registry now serves read-only for "
+        "(status.garbageCollection.request.id); the runner starts only when every pod says so.",
+    )
 
 
 class RegistryStatus(ApiModel):
@@ -152,6 +166,11 @@ class RegistryStatus(ApiModel):
     )
     agents: dict[str, AgentRecord] = Field(
         default_factory=dict, description="Per pod, the config its agent has applied, keyed by pod name."
+    )
+    garbage_collection: GarbageCollectionStatus | None = Field(
+        None,
+        alias="garbageCollection",
+        description="Garbage collection: next scheduled run, the run requested or in progress, the last outcome.",
     )
 
     @field_validator("conditions")

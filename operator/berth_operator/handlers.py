@@ -9,6 +9,9 @@
 - Deployment status changes and Pod deletions of Berth's pods reconcile their Registry at once (Ready
   follows the pods; status.agents records of deleted pods are pruned).
 - A change of status.agents (written by the agents) reconciles too: Ready waits for every agent to apply.
+- Garbage collection (gc_schedule): a new berth.dev/gc-requested-at value or a run the runner started or
+  ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
+  a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
 Handlers return normally for an invalid or unsatisfiable spec (the condition and a Warning event say why);
 kopf never retries those: only an edit of the Registry (or the sweep) runs the reconcile again.
 """
@@ -28,11 +31,13 @@ import kopf
 
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
-from . import metrics
+from . import gc_schedule, metrics
 from .builders import names
 from .client import Kube
+from .clock import UtcClock, WallClock
 from .reconcile import Outcome, reconcile
 from .status import degraded_changed
+from .wakeups import Wakeups
 
 logger = logging.getLogger("berth.operator")
 
@@ -51,9 +56,16 @@ class Context:
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     seen_deployments: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     seen_agents: dict[tuple[str, str], str] = field(default_factory=dict)
+    seen_gc: dict[tuple[str, str], str] = field(default_factory=dict)
+    clock: UtcClock = field(default_factory=WallClock)
+    wakeups: Wakeups | None = None
     sweeper: asyncio.Task[None] | None = None
     reconciles: int = 0  # reconciles started, for tests that check there is no retry loop
     completed: int = 0  # reconciles finished (successfully or not)
+
+    def __post_init__(self) -> None:
+        if self.wakeups is None:
+            self.wakeups = Wakeups(self.clock)
 
     def lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -71,6 +83,8 @@ def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
     degraded = outcome.degraded
     if degraded is not None and degraded_changed(outcome.previous_conditions, outcome.conditions):
         kopf.event(body, type="Warning", reason=degraded["reason"], message=degraded["message"])
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 async def run_reconcile(
@@ -96,7 +110,7 @@ async def run_reconcile(
         ctx.reconciles += 1
         started = time.monotonic()
         try:
-            outcome = await asyncio.to_thread(reconcile, ctx.kube, raw, agent_image=ctx.agent_image)
+            outcome = await asyncio.to_thread(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
         except Exception as exc:
             metrics.RECONCILES.labels(result="error").inc()
             metrics.ERRORS.labels(reason=type(exc).__name__).inc()
@@ -105,6 +119,10 @@ async def run_reconcile(
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
             ctx.completed += 1
     metrics.RECONCILES.labels(result=outcome.result).inc()
+    if ctx.wakeups is not None:
+        namespace, name = key
+        ctx.wakeups.at(key, None if outcome.gone else outcome.wake_at,
+                       lambda: refresh(ctx, namespace, name, trigger="timer"))
     for action in outcome.actions:
         metrics.APPLY_OPERATIONS.labels(kind=action.kind, verb=action.verb.lower()).inc()
     if outcome.gone:
@@ -163,6 +181,8 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if ctx.sweeper is not None:
             ctx.sweeper.cancel()
             await asyncio.gather(ctx.sweeper, return_exceptions=True)
+        if ctx.wakeups is not None:
+            await ctx.wakeups.close()
 
     # One function, three causes. retries bound kopf's retry of an unexpected error (a bug or an API
     # outage); expected failures never raise.
@@ -183,15 +203,23 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
             ctx.bodies.pop(key, None)
             ctx.seen_agents.pop(key, None)
+            ctx.seen_gc.pop(key, None)
             ctx.locks.pop(key, None)
+            if ctx.wakeups is not None:
+                ctx.wakeups.cancel(key)
             metrics.record_conditions(key, None)
             return
         ctx.bodies[key] = copy.deepcopy(dict(body))
         digest = _agents_digest(body)
         before = ctx.seen_agents.get(key)
         ctx.seen_agents[key] = digest
+        gc_digest = gc_schedule.watch_digest(body)
+        gc_before = ctx.seen_gc.get(key)
+        ctx.seen_gc[key] = gc_digest
         if before is not None and before != digest:
             await run_reconcile(ctx, body, trigger="agents")
+        elif gc_before is not None and gc_before != gc_digest:
+            await run_reconcile(ctx, body, trigger="garbage collection")
 
     @kopf.on.event("apps", "v1", "deployments", labels={names.MANAGED_BY_LABEL: "berth"}, registry=registry,
                    id="deployment-changed")

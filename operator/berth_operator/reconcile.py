@@ -13,9 +13,10 @@ from typing import Any
 from berth_api import API_VERSION, KIND, Registry, describe_validation_error
 from pydantic import ValidationError
 
-from . import apply, expansion, facts, status
+from . import apply, expansion, facts, gc_schedule, status
 from .builders import build_all, names, problems
 from .client import Kube, KubeError
+from .clock import UtcClock, WallClock
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
@@ -30,6 +31,8 @@ class Outcome:
     previous_conditions: list[dict[str, Any]] = field(default_factory=list)
     status_written: bool = False
     gone: bool = False  # the Registry no longer exists
+    events: list[gc_schedule.GcEvent] = field(default_factory=list)  # garbage collection's, beside the actions'
+    wake_at: datetime.datetime | None = None  # reconcile again then (next scheduled GC, or a run's deadline)
 
     @property
     def degraded(self) -> dict[str, Any] | None:
@@ -48,8 +51,8 @@ class Outcome:
         return "invalid" if degraded["reason"] == "InvalidSpec" else "degraded"
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(clock: UtcClock | None = None) -> str:
+    return gc_schedule.timestamp((clock or WallClock()).now())
 
 
 def parse(body: Mapping[str, Any]) -> Registry:
@@ -103,7 +106,9 @@ def _apply(
     return deployment, [p["metadata"]["name"] for p in _live_pods(kube, reg)]
 
 
-def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outcome:
+def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
+    clock = clock or WallClock()
+    moment = clock.now()
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
     generation = meta.get("generation")
@@ -135,6 +140,15 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
 
+    gc = gc_schedule.decide(
+        reg.spec.garbage_collection if reg is not None else None,
+        annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=moment,
+        spec_valid=reg is not None,
+    )
+    outcome.events, outcome.wake_at = gc.events, gc.wake_at
+    if gc.pending is not None:
+        findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
+
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
     if live_pods is not None:
         agents = {pod: rec for pod, rec in agents.items() if pod in live_pods}
@@ -144,9 +158,13 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str) -> Outco
         deployment=DeploymentState.from_manifest(deployment),
         agents=agents,
     )
-    wanted = status.operator_status(obs, live_status, now=now(), url=url, selector=selector, storage=storage)
+    wanted = status.operator_status(obs, live_status, now=gc_schedule.timestamp(moment), url=url, selector=selector,
+                                    storage=storage)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=live_pods)
+    if gc.status_patch is not None:  # merged key by key: the runner's keys of garbageCollection stay its own
+        patch = patch or {"status": {}}
+        patch["status"]["garbageCollection"] = gc.status_patch
     raw_agents = (body.get("status") or {}).get("agents") if isinstance(body.get("status"), Mapping) else None
     if raw_agents is not None and not isinstance(raw_agents, Mapping):  # not a map of records: drop it whole
         patch = patch or {"status": {}}

@@ -19,6 +19,7 @@ from kubernetes.client import Configuration
 
 from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
 from .client import Kube
+from .clock import UtcClock, WallClock
 from .handlers import Context, make_registry
 from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
@@ -85,17 +86,20 @@ async def run(
     ready_flag: asyncio.Event | threading.Event | None = None,
     context: dict[str, Any] | None = None,
     leader: LeaseSettings | None = None,
+    clock: UtcClock | None = None,
 ) -> None:
     """Run until stop_flag is set (or a signal, when in the main thread).
 
     With leader, stand by until this process holds the Lease (leader.py), then act; raises LeadershipLost
     when the Lease could not be renewed. Without, act at once (one operator must be all there is).
-    context, when given, receives the handlers' Context under "ctx" (tests read its counters).
+    context, when given, receives the handlers' Context under "ctx" (tests read its counters). clock: the
+    wall clock garbage-collection schedules are read on (tests pass one they set).
     """
     if not clusterwide and not namespaces:
         raise ValueError("name the namespaces to watch, or run cluster-wide")
     options = dict(agent_image=agent_image, namespaces=namespaces, clusterwide=clusterwide, liveness=liveness,
-                   refresh_interval=refresh_interval, stop_flag=stop_flag, ready_flag=ready_flag, context=context)
+                   refresh_interval=refresh_interval, stop_flag=stop_flag, ready_flag=ready_flag, context=context,
+                   clock=clock or WallClock())
     if leader is None:
         await _operate(configuration, may_write=None, **options)
         return
@@ -131,10 +135,11 @@ async def _operate(
     stop_flag: asyncio.Event | threading.Event | None,
     ready_flag: asyncio.Event | threading.Event | None,
     context: dict[str, Any] | None,
+    clock: UtcClock,
 ) -> None:
     """kopf with our handlers, until stopped."""
     kube = Kube(configuration, may_write=may_write)
-    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval)
+    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock)
     if context is not None:
         context["ctx"] = ctx
     registry = make_registry(ctx)

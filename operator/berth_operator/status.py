@@ -4,7 +4,8 @@ Three conditions, each always present:
 - Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, VolumeShrinkRefused,
   VolumeExpansionNotAllowed, ReplicasCapped, AgentFailed).
 - Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...,
-  ResizingPVC and WaitingForFileSystemResize, which leave Ready as it is: a claim grows online).
+  ResizingPVC and WaitingForFileSystemResize, which leave Ready as it is: a claim grows online), or busy with
+  garbage collection (GarbageCollecting, which leaves Ready alone).
 - Ready: every wanted pod is ready and its agent applied the current generation (reason Available).
 """
 
@@ -41,7 +42,11 @@ PROGRESSING_REASONS = (
     "WaitingForAgents",
     "ResizingPVC",
     "WaitingForFileSystemResize",
+    "GarbageCollecting",
 )
+# Progressing reasons that say what the registry is doing, not what it waits for: Ready stays as it is (a
+# registry read-only for garbage collection still serves every pull).
+_SERVING_WHILE = {"GarbageCollecting"}
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
 _NOT_SERVING = {"InvalidSpec", "ApplyFailed"}
 # Progress that never stops serving: a claim grows online (expansion.py), so Ready stays as it is.

@@ -133,7 +133,14 @@ def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_p
 
     # What the README says of the log: one line per action, msg and action the same word; the local start's
     # plain data directory is an info line, not a warning.
-    lines = [json.loads(line) for line in (state / "agent.log").read_text().splitlines()]
+    # The new registry answers before the agent has verified it and logged `restarted` (the overlapped restart):
+    # wait for the line, then hold the whole log to the promise.
+    def log_lines() -> list[dict]:
+        return [json.loads(line) for line in (state / "agent.log").read_text().splitlines()]
+
+    wait_for(lambda: len([line for line in log_lines() if "action" in line]) >= 3, timeout=30,
+             what="the second restart's log line")
+    lines = log_lines()
     actions = [line["msg"] for line in lines if "action" in line]
     assert actions == ["written", "restarted", "restarted"]
     assert all(line["action"] == line["msg"] for line in lines if "action" in line)

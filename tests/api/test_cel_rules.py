@@ -51,7 +51,14 @@ def cache_documents() -> list[dict[str, Any]]:
     return documents
 
 
-SPECS = storage_documents() + cache_documents()
+def gc_documents() -> list[dict[str, Any]]:
+    """readOnlyTimeout at, inside and outside its bounds (a rule on one field, checked the same both ways)."""
+    values = ["59s", "1m", "60s", "10m", "1h30m", "24h", "23h60m", "24h1s", "25h", "1440m", "1441m"]
+    return [{"config": {"storage": {"inmemory": {}}}, "garbageCollection": {"readOnlyTimeout": value}}
+            for value in values]
+
+
+SPECS = storage_documents() + cache_documents() + gc_documents()
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:

@@ -188,7 +188,9 @@ def test_patterns_mean_the_same_in_python_and_re2() -> None:
     """pydantic checks with Python-compatible regex, the API server with RE2: they must agree on samples."""
     samples = ["30s", "1h30m", "2µs", "1.5h", "0", "30 s", "1d", "", "10Gi", "500m", "1.5Ti", "10GB",
                ":5000", "127.0.0.1:5000", "[::1]:5000", "localhost", "a b:1", "registry-data", "Bad_Name",
-               "https://r.example.com/", "r.example.com", "http://a b", "tls.crt", "a/b", "Ready", "All good"]
+               "https://r.example.com/", "r.example.com", "http://a b", "tls.crt", "a/b", "Ready", "All good",
+               "0 3 * * sun", "*/15 0-6 1,15 jan-mar mon-fri", "0 3 * *", "0 3 * * * *", " 0 3 * * 0 ", "10m",
+               "1h30m", "90s", "1h 30m", "m", "1h30"]
     for path, node in NODES:
         if "pattern" in node:
             python, go = re.compile(node["pattern"]), re2.compile(node["pattern"])
@@ -209,6 +211,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.config.storage.objectStorage", "set exactly one of bucketClaim and bucketClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketAccess and bucketAccessClass"),
         ("spec", "config.storage.cache.blobdescriptor redis needs spec.redis"),
+        ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
     }
 
 

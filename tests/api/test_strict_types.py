@@ -70,6 +70,10 @@ COERCIONS = [
     ("spec.validation.manifests.urls.allow", "^https://"),
     ("spec.health.tcp", {"addr": "redis:6379"}),
     ("metadata", "r"),
+    ("spec.garbageCollection", {"dryRun": "true"}),
+    ("spec.garbageCollection", {"deleteUntagged": 1}),
+    ("spec.garbageCollection", {"readOnlyTimeout": 600}),
+    ("spec.garbageCollection", {"schedule": 3}),
 ]
 COERCION_DOCUMENTS = [(f"{path}={value!r}", with_value(path, value)) for path, value in COERCIONS]
 COERCION_DOCUMENTS.append(("objectStorage.chunkSize='5242880'", {

@@ -81,6 +81,9 @@ _FULL_OPTIONS = {
         "tcp": [{"addr": "redis.example:6379", "timeout": "3s", "interval": "10s", "threshold": 3}],
     },
     "validation": {"manifests": {"urls": {"allow": ["^https://layers\\.example/"], "deny": ["^http://"]}}},
+    # Garbage collection runs inside the pods (docs/design.md): none of its fields may touch the Deployment.
+    "garbageCollection": {"schedule": "0 3 * * sun", "deleteUntagged": False, "dryRun": False,
+                          "readOnlyTimeout": "10m"},
 }
 
 
@@ -108,7 +111,7 @@ BASES = [
 # Values tried for a changed field; the models decide which are valid for it.
 _STRING_CANDIDATES = [
     "17s", "1m30s", "7Gi", "https://other.example.net", "other-name", "other.key", "^https://other/.*$",
-    "cache.example:6380", "[::1]:7000",
+    "cache.example:6380", "[::1]:7000", "*/5 1-4 * jan,jul mon-fri",
 ]
 
 
@@ -273,6 +276,8 @@ def test_hot_fields_leave_the_deployment_byte_identical():
         "redis.tls.enabled", "redis.secret.field", "health.storagedriver.enabled", "health.tcp", "health.tcp.*.addr",
         "validation.manifests.urls.allow", "config.storage.objectStorage.chunkSize", "distribution",
         "config.storage.cache",
+        "garbageCollection", "garbageCollection.schedule", "garbageCollection.deleteUntagged",
+        "garbageCollection.dryRun", "garbageCollection.readOnlyTimeout",
     ]:
         assert path in walked, path
 

@@ -169,3 +169,18 @@ def test_degraded_changed():
     )
     assert degraded_changed(ok, bad)
     assert not degraded_changed(bad, bad)
+
+
+def test_garbage_collecting_is_progressing_and_leaves_ready_alone():
+    gc = Finding("GarbageCollecting", "garbage collection r1 (manual) requested")
+    obs = Observation(generation=3, findings=(gc,), deployment=READY_DEPLOYMENT,
+                      agents={"a": {"observedGeneration": 3}})
+    conds = conditions(obs)
+    assert conds["Progressing"] == ("True", "GarbageCollecting", gc.message)
+    assert by_type(conds)["Ready"] == ("True", "Available")  # read-only still serves every pull
+    # A real wait names Progressing and Ready; the GC message is joined, not lost.
+    waiting = Observation(generation=3, findings=(gc,), deployment=DeploymentState(wanted=2, replicas=2, ready=1,
+                                                                                    updated=2, current=True))
+    conds = conditions(waiting)
+    assert conds["Progressing"][1] == "WaitingForPods" and gc.message in conds["Progressing"][2]
+    assert conds["Ready"][:2] == ("False", "WaitingForPods") and gc.message not in conds["Ready"][2]

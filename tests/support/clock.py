@@ -65,3 +65,34 @@ class SteppedClock:
                 raise AssertionError(f"timed out waiting for {what}")
             spins += 1
             await asyncio.sleep(0 if spins < 100 else 0.005)
+
+
+class SetClock:
+    """A UTC wall clock the test sets (berth_operator.clock.UtcClock), for the operator in its own thread.
+
+    `sleep_until` returns once the test has moved the clock to or past the instant; it polls (the operator's
+    loop runs in another thread), so a sleeper notices a move within a few milliseconds of real time.
+    """
+
+    def __init__(self, start) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._now = start
+
+    def now(self):
+        with self._lock:
+            return self._now
+
+    def set(self, moment) -> None:
+        with self._lock:
+            if moment < self._now:
+                raise ValueError("the clock only moves forward")
+            self._now = moment
+
+    def advance(self, delta) -> None:
+        self.set(self.now() + delta)
+
+    async def sleep_until(self, moment) -> None:
+        while self.now() < moment:
+            await asyncio.sleep(0.01)

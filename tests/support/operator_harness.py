@@ -57,8 +57,9 @@ class OperatorHarness:
     """Start and stop the operator in process; inspect what it did through the test API server."""
 
     def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0,
-                 leader: Any = None):
+                 leader: Any = None, clock: Any = None):
         self.api = api
+        self.clock = clock  # berth_operator.clock.UtcClock; None: the wall clock
         self.namespaces = namespaces
         self.refresh_interval = refresh_interval
         self.leader = leader  # berth_operator.leader.LeaseSettings: stand by until holding the Lease
@@ -89,7 +90,7 @@ class OperatorHarness:
                 asyncio.run(runner.run(
                     configuration, agent_image=AGENT_IMAGE, namespaces=self.namespaces or (),
                     clusterwide=not self.namespaces, refresh_interval=self.refresh_interval,
-                    stop_flag=self._stop, ready_flag=ready, context=self.holder, leader=self.leader,
+                    stop_flag=self._stop, ready_flag=ready, context=self.holder, leader=self.leader, clock=self.clock,
                 ))
             except BaseException as exc:  # handed to the test
                 self.failure.append(exc)

@@ -1,0 +1,114 @@
+"""What `registry garbage-collect [--dry-run] [--delete-untagged] CONFIG` did, read from its output, and the
+bytes it freed on filesystem storage.
+
+The command prints the same report on Distribution 2.8 and 3.x (stdout; checked on Debian's 2.8.2 and 3.1.1):
+
+    demo/app: marking manifest sha256:…          one per manifest kept (per repository)
+    demo/app: marking blob sha256:…
+    manifest eligible for deletion: sha256:…     (--delete-untagged; 3.x prints {demo/app sha256:… [tags]})
+    7 blobs marked, 3 blobs and 0 manifests eligible for deletion
+    blob eligible for deletion: sha256:…
+
+and, when it deletes, logs `Deleting blob: PATH` and `deleting manifest: PATH` at level info (stderr). The
+summary line is the count: the sweep stops at the first failed deletion and the command exits non-zero, so a
+run that exits 0 deleted every eligible item (a dry run: would have). For a run that failed, the deletions are
+counted from the log lines, which a log level above info hides: then they are unknown (None).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_SUMMARY = re.compile(r"^(\d+) blobs marked, (\d+) blobs and (\d+) manifests eligible for deletion\s*$", re.M)
+_MARKED_MANIFEST = re.compile(r"^(\S+): marking manifest (sha256:[0-9a-f]{64})", re.M)
+_ELIGIBLE_BLOB = re.compile(r"^blob eligible for deletion: (sha256:[0-9a-f]{64})", re.M)
+_ELIGIBLE_MANIFEST = re.compile(r"^manifest eligible for deletion: .*?(sha256:[0-9a-f]{64})", re.M)
+_DELETED_BLOB = re.compile(r"Deleting blob: \S+")
+_DELETED_MANIFEST = re.compile(r"deleting manifest: \S+")
+_LOGGED_AT_INFO = re.compile(r'level=info msg=')
+
+# Where Distribution's filesystem driver keeps blob data, under storage.filesystem.rootdirectory.
+BLOBS_DIR = Path("docker/registry/v2/blobs")
+
+
+class GcReportError(ValueError):
+    """The command exited 0 but its output has no summary line: not output this parser knows."""
+
+
+@dataclass(frozen=True)
+class GcReport:
+    dry_run: bool
+    succeeded: bool
+    blobs_marked: int | None
+    manifests_marked: int | None
+    blobs_deleted: int | None  # in a dry run: that would be deleted
+    manifests_deleted: int | None
+    blobs_eligible: tuple[str, ...] = ()
+    manifests_eligible: tuple[str, ...] = ()
+
+    def status_fields(self, bytes_freed: int | None = None) -> dict[str, int | None]:
+        """The counts as status.garbageCollection.lastRun spells them (berth_api.GarbageCollectionRun)."""
+        return {
+            "blobsMarked": self.blobs_marked,
+            "manifestsMarked": self.manifests_marked,
+            "blobsDeleted": self.blobs_deleted,
+            "manifestsDeleted": self.manifests_deleted,
+            "bytesFreed": bytes_freed,
+        }
+
+    def summary(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        return (f"{self.blobs_marked} blobs and {self.manifests_marked} manifests in use; {verb} "
+                f"{self.blobs_deleted} blobs and {self.manifests_deleted} manifests")
+
+
+def parse(output: str, *, dry_run: bool, exit_code: int) -> GcReport:
+    """The report of one run from its output (stdout and stderr together) and exit status."""
+    summary = _SUMMARY.search(output)
+    succeeded = exit_code == 0
+    if summary is None and succeeded:
+        raise GcReportError("garbage-collect exited 0 without its summary line "
+                            "(N blobs marked, M blobs and K manifests eligible for deletion)")
+    marked_manifests = {(repo, digest) for repo, digest in _MARKED_MANIFEST.findall(output)}
+    eligible_blobs = tuple(dict.fromkeys(_ELIGIBLE_BLOB.findall(output)))
+    eligible_manifests = tuple(dict.fromkeys(_ELIGIBLE_MANIFEST.findall(output)))
+    blobs_marked = int(summary.group(1)) if summary else None
+    if succeeded:
+        blobs_deleted, manifests_deleted = int(summary.group(2)), int(summary.group(3))
+    elif dry_run:
+        blobs_deleted = manifests_deleted = None
+    elif _LOGGED_AT_INFO.search(output) or _DELETED_BLOB.search(output):
+        blobs_deleted = len(_DELETED_BLOB.findall(output))
+        manifests_deleted = len(_DELETED_MANIFEST.findall(output))
+    else:
+        blobs_deleted = manifests_deleted = None  # info lines hidden by the log level: unknown
+    return GcReport(
+        dry_run=dry_run,
+        succeeded=succeeded,
+        blobs_marked=blobs_marked,
+        manifests_marked=len(marked_manifests) if summary else None,
+        blobs_deleted=blobs_deleted,
+        manifests_deleted=manifests_deleted,
+        blobs_eligible=eligible_blobs,
+        manifests_eligible=eligible_manifests,
+    )
+
+
+def blob_bytes(rootdirectory: Path | str) -> int:
+    """Bytes of blob data under a filesystem registry's rootdirectory (apparent sizes, like `du -b`); 0 when
+    nothing was ever pushed. Measured before and after a run, the difference is what the run freed."""
+    total = 0
+    for directory, _, files in os.walk(Path(rootdirectory) / BLOBS_DIR):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except FileNotFoundError:  # removed while walking
+                continue
+    return total
+
+
+def bytes_freed(before: int, after: int) -> int:
+    return max(0, before - after)

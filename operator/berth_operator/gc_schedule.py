@@ -1,0 +1,220 @@
+"""What the operator does about garbage collection, decided from the Registry and the time. Pure: no API calls,
+no clock (now is given).
+
+The operator's half of the contract (docs/design.md, "Garbage collection"):
+- it asks for a run by writing status.garbageCollection.request, when the scheduled time (nextRun) has passed
+  or the berth.dev/gc-requested-at annotation has a value it has not handled, and only when no run is pending;
+- a schedule missed while the operator was down runs once (nextRun moves past now, never slot by slot);
+- it clears the request once the runner has recorded lastRun with the request's id;
+- a request whose deadline passed with no result is recorded as lastRun Interrupted (the runner died);
+- it keeps nextRun current and says when it must look again (wake_at: nextRun or the request's deadline).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, cron
+from berth_api.gc import parse_gc_duration
+from pydantic import ValidationError
+
+# Time the runner has, beyond the read-only window, to take the Lease before it starts and to record the
+# result after the registry is writable again. Past requestedAt + readOnlyTimeout + this, the run is dead.
+DEADLINE_GRACE = datetime.timedelta(minutes=2)
+RESULT_MESSAGE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class GcEvent:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class GcDecision:
+    """status_patch: keys of status.garbageCollection to merge-patch (None: write nothing); pending: the request
+    that stands after this decision (for the Progressing condition); wake_at: when to decide again."""
+
+    status_patch: dict[str, Any] | None = None
+    events: list[GcEvent] = field(default_factory=list)
+    pending: GarbageCollectionRequest | None = None
+    wake_at: datetime.datetime | None = None
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Any) -> datetime.datetime | None:
+    """An RFC 3339 timestamp with its offset (Z or +hh:mm), else None."""
+    if not isinstance(text, str) or "T" not in text.upper():
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def request_id(now: datetime.datetime, trigger: str, taken: set[str]) -> str:
+    base = f"{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{trigger}"
+    candidate, suffix = base, 2
+    while candidate in taken:
+        candidate, suffix = f"{base}-{suffix}", suffix + 1
+    return candidate
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _counts_message(run: Mapping[str, Any]) -> str:
+    parts = [f"{run.get(key)} {label}" for key, label in (
+        ("blobsDeleted", "blobs deleted"), ("manifestsDeleted", "manifests deleted"), ("bytesFreed", "bytes freed"),
+    ) if isinstance(run.get(key), int)]
+    return ", ".join(parts)
+
+
+def _finished_event(run: Mapping[str, Any]) -> GcEvent:
+    result = run.get("result")
+    dry = " (dry run)" if run.get("dryRun") else ""
+    detail = "; ".join(p for p in (_counts_message(run), str(run.get("message") or "")) if p)
+    message = f"garbage collection {run.get('id')}{dry} {str(result).lower()}" + (f": {detail}" if detail else "")
+    return GcEvent("Normal" if result == "Succeeded" else "Warning", f"GarbageCollection{result}",
+                   message[:RESULT_MESSAGE_LIMIT])
+
+
+def decide(
+    spec: GarbageCollection | None,
+    *,
+    annotations: Mapping[str, Any] | None,
+    live: Any,
+    now: datetime.datetime,
+    spec_valid: bool = True,
+) -> GcDecision:
+    """live: status.garbageCollection as stored (not validated: anything may be there). spec_valid False: the
+    spec did not validate; requests and deadlines are still handled, nothing new is started and the schedule
+    is left as it is."""
+    live = _mapping(live)
+    gc = spec or GarbageCollection()
+    patch: dict[str, Any] = {}
+    events: list[GcEvent] = []
+    last_run = _mapping(live.get("lastRun"))
+
+    # 1. The standing request: finished (the runner recorded its result), dead (deadline passed), or running.
+    pending: GarbageCollectionRequest | None = None
+    raw_request = live.get("request")
+    if raw_request is not None:
+        try:
+            pending = GarbageCollectionRequest.model_validate(raw_request)
+            deadline = parse_time(pending.deadline)
+            if deadline is None:
+                raise ValueError("deadline")
+        except (ValidationError, ValueError):
+            pending, deadline = None, None
+            patch["request"] = None
+            events.append(GcEvent("Warning", "GarbageCollectionInterrupted",
+                                  "status.garbageCollection.request was malformed and is dropped"))
+        if pending is not None and last_run.get("id") == pending.id:
+            patch["request"] = None
+            events.append(_finished_event(last_run))
+            pending = None
+        elif pending is not None and deadline is not None and now >= deadline:
+            active = _mapping(live.get("active"))
+            started = active.get("startedAt") if active.get("id") == pending.id else None
+            runner = active.get("runner") if active.get("id") == pending.id else None
+            interrupted = {
+                "id": pending.id, "trigger": pending.trigger, "dryRun": pending.dry_run,
+                "deleteUntagged": pending.delete_untagged, "result": "Interrupted",
+                "startedAt": started, "finishedAt": timestamp(now), "runner": runner,
+                "blobsMarked": None, "manifestsMarked": None, "blobsDeleted": None, "manifestsDeleted": None,
+                "bytesFreed": None,
+                "message": (f"no result was recorded by the deadline {pending.deadline}: "
+                            + (f"the runner in pod {runner} stopped" if runner else "no runner took the request")),
+            }
+            patch.update(request=None, active=None, lastRun=interrupted)
+            events.append(_finished_event(interrupted))
+            pending = None
+
+    # 2. The schedule: nextRun for the schedule in the spec; due once its time has passed (however long ago).
+    schedule_due = False
+    next_run = parse_time(live.get("nextRun"))
+    if spec_valid:
+        if gc.schedule is None:
+            next_run = None
+            patch.update({key: None for key in ("schedule", "nextRun") if live.get(key) is not None})
+        else:
+            parsed = cron.parse(gc.schedule)
+            if live.get("schedule") != gc.schedule or next_run is None:
+                next_run = parsed.next_after(now)  # a new schedule starts from now: nothing is due yet
+            elif now >= next_run:
+                schedule_due = True
+                next_run = parsed.next_after(now)  # every slot missed meanwhile collapses into this one run
+            if live.get("schedule") != gc.schedule:
+                patch["schedule"] = gc.schedule
+            if live.get("nextRun") != timestamp(next_run):
+                patch["nextRun"] = timestamp(next_run)
+
+    # 3. The run-now annotation: a value not handled yet. Kept waiting while a run stands; then taken once.
+    asked = (annotations or {}).get(GC_REQUEST_ANNOTATION)
+    manual_due = False
+    if spec_valid and isinstance(asked, str) and asked and asked != live.get("handledRequest") and pending is None:
+        patch["handledRequest"] = asked
+        if parse_time(asked) is None:
+            events.append(GcEvent("Warning", "InvalidGarbageCollectionRequest",
+                                  f"annotation {GC_REQUEST_ANNOTATION} must be an RFC 3339 timestamp "
+                                  "(e.g. 2026-11-30T10:00:00Z); no run was started"))
+        else:
+            manual_due = True
+
+    # 4. A new request, when something is due and nothing stands.
+    if manual_due or schedule_due:
+        if pending is not None:
+            events.append(GcEvent("Normal", "GarbageCollectionSkipped",
+                                  f"the scheduled run was skipped: run {pending.id} has not finished"))
+        else:
+            trigger = "manual" if manual_due else "schedule"
+            timeout = parse_gc_duration(gc.read_only_timeout)
+            taken = {str(x) for x in (last_run.get("id"), _mapping(raw_request).get("id")) if x}
+            pending = GarbageCollectionRequest.model_validate({
+                "id": request_id(now, trigger, taken), "trigger": trigger, "requestedAt": timestamp(now),
+                "dryRun": gc.dry_run, "deleteUntagged": gc.delete_untagged, "readOnlyTimeout": gc.read_only_timeout,
+                "deadline": timestamp(now + timeout + DEADLINE_GRACE),
+            })
+            patch["request"] = pending.model_dump(by_alias=True, mode="json")
+            what = ", ".join(k for k, on in (("dry run", gc.dry_run), ("delete untagged", gc.delete_untagged)) if on)
+            events.append(GcEvent("Normal", "GarbageCollectionRequested",
+                                  f"garbage collection {pending.id} requested ({trigger}"
+                                  + (f", {what}" if what else "")
+                                  + f"); the registry turns read-only for at most {gc.read_only_timeout}"))
+
+    wakes = [next_run] if next_run is not None and spec_valid else []
+    if pending is not None:
+        deadline = parse_time(pending.deadline)
+        if deadline is not None:
+            wakes.append(deadline)
+    # Only future instants: a past one (a stale nextRun kept under an invalid spec) would fire at once, forever.
+    wakes = [moment for moment in wakes if moment > now]
+    return GcDecision(status_patch=patch or None, events=events, pending=pending,
+                      wake_at=min(wakes) if wakes else None)
+
+
+def progress_message(pending: GarbageCollectionRequest) -> str:
+    """For the Progressing condition (reason GarbageCollecting)."""
+    return (f"garbage collection {pending.id} ({pending.trigger}{', dry run' if pending.dry_run else ''}) "
+            f"requested at {pending.requested_at}: the registry is read-only while it runs (deadline "
+            f"{pending.deadline})")
+
+
+def watch_digest(body: Mapping[str, Any]) -> str:
+    """What, outside the spec, makes a GC decision due at once: the annotation, and the runner's records."""
+    annotations = _mapping(_mapping(body.get("metadata")).get("annotations"))
+    gc_status = _mapping(_mapping(body.get("status")).get("garbageCollection"))
+    return "|".join(str(x) for x in (
+        annotations.get(GC_REQUEST_ANNOTATION), _mapping(gc_status.get("lastRun")).get("id"),
+        _mapping(gc_status.get("active")).get("id"),
+    ))

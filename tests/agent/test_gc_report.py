@@ -1,0 +1,174 @@
+"""gc_report on the real `registry garbage-collect` of Distribution 2.8 and 3.1.1, on real filesystem storage.
+
+Images A and B share a layer; C's tag is moved to A (C's manifest is untagged). B's manifest is deleted over
+the registry API. The registry then serves read-only (storage.maintenance.readonly, as during a Berth GC run)
+while the real garbage-collect runs against its config: dry runs first (same counts, nothing deleted), then the
+runs that delete. B's unique blobs leave the disk, A pulls back byte-identical, and the freed bytes are
+measured on the blobs directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from berth_agent import gc_report
+from berth_api import GarbageCollectionRun
+from support.ports import free_port
+from support.registry import (
+    OciImage,
+    http_get,
+    oci_image_example,
+    pull_image,
+    push_image,
+    registry_binaries,
+    registry_env,
+    running_registry,
+)
+
+
+def image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:
+    digest, blobs = oci_image_example.write_layout(layout, [shared, {f"{unique}.bin": os.urandom(64 * 1024)}])
+    return OciImage(layout, digest, blobs)
+
+
+def config(root: Path, *, readonly: bool) -> bytes:
+    document: dict[str, Any] = {
+        "version": 0.1,
+        "log": {"level": "info"},
+        "storage": {"filesystem": {"rootdirectory": str(root)}, "delete": {"enabled": True},
+                    "maintenance": {"readonly": {"enabled": readonly}, "uploadpurging": {"enabled": False}}},
+        "http": {"addr": f"127.0.0.1:{free_port()}"},
+    }
+    return yaml.safe_dump(document).encode()
+
+
+def blob_path(root: Path, digest: str) -> Path:
+    hex_digest = digest.split(":", 1)[1]
+    return root / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data"
+
+
+def garbage_collect(binary: str, config_path: Path, *flags: str) -> gc_report.GcReport:
+    result = subprocess.run([binary, "garbage-collect", *flags, str(config_path)], capture_output=True, text=True,
+                            env=registry_env(), timeout=120)
+    return gc_report.parse(result.stdout + result.stderr, dry_run="--dry-run" in flags,
+                           exit_code=result.returncode)
+
+
+def stored_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_garbage_collect_on_a_read_only_registry(dist, tmp_path):
+    _, binary = dist
+    root = tmp_path / "storage"
+    shared = {"shared.bin": os.urandom(96 * 1024)}
+    a = image(tmp_path / "a", shared, "a")
+    b = image(tmp_path / "b", shared, "b")
+    c = image(tmp_path / "c", shared, "c")
+    shared_layer = a.layer_digests[0]
+    assert b.layer_digests[0] == shared_layer
+    b_unique = set(b.blobs) - set(a.blobs)  # B's manifest, config and own layer
+    c_unique = set(c.blobs) - set(a.blobs)
+    assert len(b_unique) == 3 and len(c_unique) == 3
+
+    with running_registry(config(root, readonly=False), tmp_path / "writable", binary=binary) as registry:
+        push_image(a, registry, "demo/app:a")
+        push_image(b, registry, "demo/app:b")
+        push_image(c, registry, "demo/app:c")
+        push_image(a, registry, "demo/app:c")  # C's manifest is now untagged
+        request = urllib.request.Request(f"{registry.url}/v2/demo/app/manifests/{b.manifest_digest}",
+                                         method="DELETE")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 202
+
+    with running_registry(config(root, readonly=True), tmp_path / "readonly", binary=binary) as registry:
+        # Writes are refused while it serves: the state garbage collection needs.
+        refused = http_get(f"{registry.url}/v2/demo/app/blobs/uploads/", method="POST")
+        assert refused.status == 405, refused
+        before_files, before_bytes = stored_files(root), gc_report.blob_bytes(root)
+        assert all(blob_path(root, digest).exists() for digest in set(a.blobs) | b_unique | c_unique)
+
+        dry = garbage_collect(binary, registry.config_path, "--dry-run")
+        # Kept: A (4 blobs) and C (3 of its own; still referenced by its revision). Eligible: B's 3.
+        assert (dry.blobs_marked, dry.manifests_marked, dry.blobs_deleted, dry.manifests_deleted) == (7, 2, 3, 0)
+        assert set(dry.blobs_eligible) == b_unique
+        assert stored_files(root) == before_files and gc_report.blob_bytes(root) == before_bytes
+
+        run = garbage_collect(binary, registry.config_path)
+        assert run.succeeded and not run.dry_run
+        assert (run.blobs_marked, run.manifests_marked, run.blobs_deleted, run.manifests_deleted) == (7, 2, 3, 0)
+        assert not any(blob_path(root, digest).exists() for digest in b_unique)
+        assert all(blob_path(root, digest).exists() for digest in set(a.blobs) | c_unique)
+        after_bytes = gc_report.blob_bytes(root)
+        assert gc_report.bytes_freed(before_bytes, after_bytes) == sum(len(b.blobs[d]) for d in b_unique)
+
+        dry_untagged = garbage_collect(binary, registry.config_path, "--dry-run", "--delete-untagged")
+        assert (dry_untagged.blobs_marked, dry_untagged.manifests_marked, dry_untagged.blobs_deleted,
+                dry_untagged.manifests_deleted) == (4, 1, 3, 1)
+        assert dry_untagged.manifests_eligible == (c.manifest_digest,)
+        assert gc_report.blob_bytes(root) == after_bytes
+
+        untagged = garbage_collect(binary, registry.config_path, "--delete-untagged")
+        assert (untagged.blobs_marked, untagged.manifests_marked, untagged.blobs_deleted,
+                untagged.manifests_deleted) == (4, 1, 3, 1)
+        assert not any(blob_path(root, digest).exists() for digest in c_unique)
+        assert blob_path(root, shared_layer).exists()
+
+        pulled = pull_image(registry, "demo/app:a", tmp_path / "pulled")
+        assert pulled.blobs == a.blobs
+        assert http_get(f"{registry.url}/v2/demo/app/manifests/{b.manifest_digest}", method="HEAD").status == 404
+
+        again = garbage_collect(binary, registry.config_path, "--delete-untagged")
+        assert (again.blobs_deleted, again.manifests_deleted) == (0, 0)
+
+    # What the runner will record: the counts fit the API's lastRun as they are.
+    last_run = GarbageCollectionRun.model_validate({
+        "id": "r", "trigger": "manual", "dryRun": False, "deleteUntagged": False, "result": "Succeeded",
+        "finishedAt": "2026-11-30T10:00:00Z", "message": run.summary(),
+        **run.status_fields(gc_report.bytes_freed(before_bytes, after_bytes))})
+    assert (last_run.blobs_deleted, last_run.bytes_freed) == (3, before_bytes - after_bytes)
+    assert run.summary() == "7 blobs and 2 manifests in use; deleted 3 blobs and 0 manifests"
+    assert dry.summary() == "7 blobs and 2 manifests in use; would delete 3 blobs and 0 manifests"
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_a_failed_run_reports_failure_and_no_counts_it_cannot_know(dist, tmp_path):
+    _, binary = dist
+    bad = tmp_path / "config.yml"
+    bad.write_text("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: " + str(tmp_path / "none") +
+                   "\n  nosuchdriver: {}\n")
+    report = garbage_collect(binary, bad)
+    assert not report.succeeded
+    assert (report.blobs_marked, report.blobs_deleted) == (None, None)
+
+
+def test_parse_counts_deletions_from_logs_when_a_run_fails_half_way():
+    output = (
+        "demo/app: marking manifest sha256:" + "a" * 64 + " \n"
+        "5 blobs marked, 2 blobs and 0 manifests eligible for deletion\n"
+        'time="t" level=info msg="Deleting blob: /docker/registry/v2/blobs/sha256/bb/' + "b" * 64 + '"\n'
+        "failed to garbage collect: failed to delete blob sha256:" + "c" * 64 + ": permission denied\n"
+    )
+    report = gc_report.parse(output, dry_run=False, exit_code=1)
+    assert (report.blobs_marked, report.manifests_marked, report.blobs_deleted) == (5, 1, 1)
+    hidden = gc_report.parse(output.replace("level=info", "level=warn").replace("Deleting blob", "x"),
+                             dry_run=False, exit_code=1)
+    assert hidden.blobs_deleted is None
+
+
+def test_output_without_the_summary_is_refused():
+    with pytest.raises(gc_report.GcReportError, match="summary line"):
+        gc_report.parse("demo/app\n", dry_run=True, exit_code=0)
+
+
+def test_blob_bytes_of_an_empty_or_missing_root_is_zero(tmp_path):
+    assert gc_report.blob_bytes(tmp_path / "never-pushed") == 0
+    assert gc_report.bytes_freed(10, 12) == 0

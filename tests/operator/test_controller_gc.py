@@ -1,0 +1,194 @@
+"""Garbage collection, the operator's half, against the test API server with a clock the test sets: the
+schedule fires at its time (no sleeping), the run-now annotation is taken once, a missed schedule runs once, a
+run's end is seen, a dead runner's run is marked Interrupted, and GC edits never touch the Deployment.
+
+The runner (the agent's half, docs/design.md "Garbage collection") is played by the test: it writes
+status.garbageCollection.active and lastRun as the contract says.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from berth_api import GC_REQUEST_ANNOTATION
+from support.clock import SetClock
+from support.operator_harness import REGISTRIES_PATH, wait_for
+
+NS = "gc"
+T0 = datetime.datetime(2026, 11, 30, 2, 59, 30, tzinfo=datetime.timezone.utc)
+
+
+def registry(name: str, gc: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"config": {"storage": {"inmemory": {}}}}
+    if gc is not None:
+        spec["garbageCollection"] = gc
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+def gc_status(harness, name: str) -> dict[str, Any]:
+    return ((harness.registry(NS, name) or {}).get("status") or {}).get("garbageCollection") or {}
+
+
+def events(harness, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in harness.events(NS, name) if e["reason"] == reason]
+
+
+def pods_ready(kube_api, name: str) -> None:
+    """Play the Deployment controller: every pod ready (so Progressing speaks of GC, not of pods)."""
+    generation = kube_api.get("apps/v1/deployments", NS, name)["metadata"]["generation"]
+    kube_api.patch("apps/v1/deployments", NS, name, {"status": {
+        "observedGeneration": generation, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}},
+        subresource="status")
+
+
+def record_result(kube_api, name: str, request: dict[str, Any], result: str, **counts: Any) -> None:
+    """Play the runner: lastRun with the request's id, active cleared."""
+    kube_api.patch(REGISTRIES_PATH, NS, name, {"status": {"garbageCollection": {"active": None, "lastRun": {
+        "id": request["id"], "trigger": request["trigger"], "dryRun": request["dryRun"],
+        "deleteUntagged": request["deleteUntagged"], "result": result, "startedAt": request["requestedAt"],
+        "finishedAt": request["requestedAt"], "runner": f"{name}-pod-1", **counts}}}}, subresource="status")
+
+
+def test_the_schedule_fires_at_its_time_on_the_set_clock(operator_harness, kube_api):
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("nightly", {"schedule": "0 3 * * *", "readOnlyTimeout": "5m"}))
+    harness.wait_reconciled(NS, "nightly")
+    pods_ready(kube_api, "nightly")
+    wait_for(lambda: gc_status(harness, "nightly").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
+    wait_for(lambda: (harness.condition(NS, "nightly", "Ready") or {}).get("status") == "True", "Ready")
+    assert "request" not in gc_status(harness, "nightly")
+
+    clock.set(T0 + datetime.timedelta(seconds=29))  # 02:59:59: not yet
+    clock.set(datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.timezone.utc))
+    request = wait_for(lambda: gc_status(harness, "nightly").get("request"), "the scheduled request")
+    assert request["trigger"] == "schedule" and request["requestedAt"] == "2026-11-30T03:00:00Z"
+    assert request["deadline"] == "2026-11-30T03:07:00Z"
+    assert gc_status(harness, "nightly")["nextRun"] == "2026-12-01T03:00:00Z"
+    progressing = wait_for(lambda: (c := harness.condition(NS, "nightly", "Progressing")) and
+                           c["reason"] == "GarbageCollecting" and c, "Progressing GarbageCollecting")
+    assert progressing["status"] == "True" and request["id"] in progressing["message"]
+    assert harness.condition(NS, "nightly", "Ready")["status"] == "True"
+    wait_for(lambda: events(harness, "nightly", "GarbageCollectionRequested"), "the Requested event")
+
+    record_result(kube_api, "nightly", request, "Succeeded", blobsDeleted=12, manifestsDeleted=1, bytesFreed=4096)
+    wait_for(lambda: "request" not in gc_status(harness, "nightly"), "the request cleared")
+    done = wait_for(lambda: events(harness, "nightly", "GarbageCollectionSucceeded"), "the Succeeded event")
+    assert "12 blobs deleted" in done[0]["message"] and done[0]["type"] == "Normal"
+    wait_for(lambda: harness.condition(NS, "nightly", "Progressing")["reason"] == "Available", "Progressing done")
+
+
+def test_the_annotation_runs_once_per_value(operator_harness, kube_api):
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("manual", {"dryRun": True}))
+    harness.wait_reconciled(NS, "manual")
+    assert gc_status(harness, "manual") == {}
+
+    kube_api.patch(REGISTRIES_PATH, NS, "manual", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T02:59:00Z"}}})
+    request = wait_for(lambda: gc_status(harness, "manual").get("request"), "the manual request")
+    assert request["trigger"] == "manual" and request["dryRun"] is True
+    assert gc_status(harness, "manual")["handledRequest"] == "2026-11-30T02:59:00Z"
+    record_result(kube_api, "manual", request, "Succeeded", blobsDeleted=0)
+    wait_for(lambda: "request" not in gc_status(harness, "manual"), "the request cleared")
+
+    # The same value seen again (a resync, a restart of the operator): no second run.
+    harness.stop()
+    clock.advance(datetime.timedelta(hours=1))
+    harness = operator_harness([NS], clock=clock)
+    harness.ctx  # started
+    wait_for(lambda: harness.ctx.completed >= 1, "the resume reconcile")
+    assert "request" not in gc_status(harness, "manual")
+    assert len(events(harness, "manual", "GarbageCollectionRequested")) == 1
+
+    # A new value: a new run.
+    kube_api.patch(REGISTRIES_PATH, NS, "manual", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T04:00:00Z"}}})
+    second = wait_for(lambda: gc_status(harness, "manual").get("request"), "the second request")
+    assert second["id"] != request["id"]
+
+
+def test_a_schedule_missed_while_the_operator_was_down_runs_once(operator_harness, kube_api):
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("hourly", {"schedule": "0 * * * *"}))
+    wait_for(lambda: gc_status(harness, "hourly").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
+    harness.stop()
+
+    clock.set(datetime.datetime(2026, 12, 2, 17, 42, tzinfo=datetime.timezone.utc))  # 63 hourly slots missed
+    harness = operator_harness([NS], clock=clock)
+    request = wait_for(lambda: gc_status(harness, "hourly").get("request"), "the catch-up request")
+    assert request["requestedAt"] == "2026-12-02T17:42:00Z"
+    assert gc_status(harness, "hourly")["nextRun"] == "2026-12-02T18:00:00Z"
+    done = harness.ctx.completed
+    pods_ready(kube_api, "hourly")  # one more reconcile at the same time: nothing more is due
+    wait_for(lambda: harness.ctx.completed > done, "another reconcile")
+    assert gc_status(harness, "hourly")["request"] == request
+    assert len(events(harness, "hourly", "GarbageCollectionRequested")) == 1
+
+
+def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_harness, kube_api):
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("dies", {"readOnlyTimeout": "1m"}))
+    harness.wait_reconciled(NS, "dies")
+    kube_api.patch(REGISTRIES_PATH, NS, "dies", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T02:59:30Z"}}})
+    request = wait_for(lambda: gc_status(harness, "dies").get("request"), "the request")
+    assert request["deadline"] == "2026-11-30T03:02:30Z"
+    # The runner takes it, then is killed: nothing more is written.
+    seen = harness.ctx.completed
+    kube_api.patch(REGISTRIES_PATH, NS, "dies", {"status": {"garbageCollection": {"active": {
+        "id": request["id"], "runner": "dies-pod-1", "startedAt": "2026-11-30T02:59:31Z", "phase": "Collecting"}}}},
+        subresource="status")
+    wait_for(lambda: harness.ctx.completed > seen and harness.ctx.completed == harness.ctx.reconciles,
+             "the reconcile the runner's record causes")  # before time moves:
+    # from here only the timer can notice the deadline
+
+    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 29, tzinfo=datetime.timezone.utc))
+    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 30, tzinfo=datetime.timezone.utc))  # the timer fires
+    last = wait_for(lambda: gc_status(harness, "dies").get("lastRun"), "the Interrupted record")
+    assert last["id"] == request["id"] and last["result"] == "Interrupted" and last["runner"] == "dies-pod-1"
+    assert "dies-pod-1 stopped" in last["message"]
+    assert "request" not in gc_status(harness, "dies") and "active" not in gc_status(harness, "dies")
+    warning = wait_for(lambda: events(harness, "dies", "GarbageCollectionInterrupted"), "the Warning event")
+    assert warning[0]["type"] == "Warning"
+    assert harness.condition(NS, "dies", "Progressing")["reason"] != "GarbageCollecting"
+
+
+def test_garbage_collection_edits_never_touch_the_deployment(operator_harness, kube_api):
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("edits"))
+    harness.wait_reconciled(NS, "edits")
+    deployment = kube_api.get("apps/v1/deployments", NS, "edits")
+    for gc in ({"schedule": "0 3 * * *"}, {"schedule": "*/10 * * * sun", "deleteUntagged": True, "dryRun": True,
+                                              "readOnlyTimeout": "2h"}, None):
+        kube_api.patch(REGISTRIES_PATH, NS, "edits", {"spec": {"garbageCollection": gc}})
+        harness.wait_reconciled(NS, "edits")
+    kube_api.patch(REGISTRIES_PATH, NS, "edits", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T02:59:00Z"}}})
+    wait_for(lambda: gc_status(harness, "edits").get("request"), "the request")
+    assert kube_api.get("apps/v1/deployments", NS, "edits") == deployment
+
+
+def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, kube_api):
+    """The schedule is kept, not run, while the spec is invalid; its passed nextRun arms no timer (which would
+    fire at once, forever)."""
+    import time
+
+    clock = SetClock(T0)
+    harness = operator_harness([NS], clock=clock)
+    kube_api.create(registry("spin", {"schedule": "0 3 * * *"}))
+    wait_for(lambda: gc_status(harness, "spin").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
+    kube_api.patch(REGISTRIES_PATH, NS, "spin", {"spec": {"replicas": -1}})
+    wait_for(lambda: (harness.condition(NS, "spin", "Degraded") or {}).get("reason") == "InvalidSpec", "InvalidSpec")
+    wait_for(lambda: harness.ctx.completed == harness.ctx.reconciles, "settled")
+    before = harness.ctx.reconciles
+    clock.set(datetime.datetime(2026, 11, 30, 3, 5, tzinfo=datetime.timezone.utc))
+    time.sleep(1.0)  # something that must not happen: give a spinning timer time to show
+    assert harness.ctx.reconciles == before
+    assert "request" not in gc_status(harness, "spin")
