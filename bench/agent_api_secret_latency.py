@@ -20,8 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from agent_common import nearest_rank, shm_dir, summary_ms, workdir
-from agent_swap_latency import BUCKET, cold_starts, cosi, spec, wait_drained, wait_new_registry
+from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
+from agent_swap_latency import BUCKET, cosi, spec, wait_drained, wait_new_registry
 
 from berth_agent.restart import Endpoint, find_registry_processes
 from support.kube import KubeApi

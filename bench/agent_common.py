@@ -43,3 +43,34 @@ def summary_ms(samples: list[float]) -> str:
     ms = [s * 1000 for s in samples]
     return (f"median {statistics.median(ms):.1f} ms, p99 {nearest_rank(ms, 0.99):.1f} ms, "
             f"min {min(ms):.1f} ms, max {max(ms):.1f} ms (n={len(ms)})")
+
+
+def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
+    """exec of the registry (Debian's 2.8) until its first 200 on GET /, `count` times, each on `config` moved to
+    a free port: the reference every reload figure is compared with, taken in the same run."""
+    import subprocess
+    import time
+
+    from berth_agent.restart import Endpoint, answers
+    from support.ports import free_port
+    from support.registry import REGISTRY_BINARY, registry_env, with_addr
+
+    samples = []
+    for i in range(count):
+        port = free_port()
+        path = root / f"cold-{i}.yml"
+        path.write_bytes(with_addr(config, f"127.0.0.1:{port}"))
+        endpoint = Endpoint("127.0.0.1", port)
+        started = time.perf_counter()
+        process = subprocess.Popen([REGISTRY_BINARY, "serve", str(path)], env=registry_env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while answers(endpoint, timeout=1.0) != 200:
+                if process.poll() is not None:
+                    raise RuntimeError("the registry exited at start")
+                time.sleep(0.001)
+            samples.append(time.perf_counter() - started)
+        finally:
+            process.terminate()
+            process.wait(10)
+    return samples

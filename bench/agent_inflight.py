@@ -25,19 +25,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import threading
 import time
 from pathlib import Path
 
-from agent_common import nearest_rank, shm_dir, summary_ms, workdir
+from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 
-from berth_agent.restart import Endpoint, answers
 from support.balancer import Balancer
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.ports import free_port
 from support.pull_loop import PullLoop
-from support.registry import REGISTRY_BINARY, make_oci_image, push_image, registry_env
+from support.registry import make_oci_image, push_image
 from support.supervisor import minimal_config, wait_for
 from support.upload import ConnectProbe, SlowUpload
 
@@ -62,29 +60,6 @@ class Uploads(threading.Thread):
         self._stop_event.set()
         self.join(120)
         return self.done
-
-
-def cold_starts(root: Path, count: int) -> list[float]:
-    """exec of the registry until its first 200 on GET / (filesystem storage), `count` times."""
-    samples = []
-    for i in range(count):
-        port = free_port()
-        path = root / f"cold-{i}.yml"
-        path.write_bytes(minimal_config(root / "cold-data", port))
-        endpoint = Endpoint("127.0.0.1", port)
-        started = time.perf_counter()
-        process = subprocess.Popen([REGISTRY_BINARY, "serve", str(path)], env=registry_env(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            while answers(endpoint, timeout=1.0) != 200:
-                if process.poll() is not None:
-                    raise RuntimeError("the registry exited at start")
-                time.sleep(0.001)
-            samples.append(time.perf_counter() - started)
-        finally:
-            process.terminate()
-            process.wait(10)
-    return samples
 
 
 def spec_for(port: int, level: str) -> dict:
@@ -176,7 +151,7 @@ def main() -> None:
     with workdir("inflight") as tmp, shm_dir() as shm:
         root = Path(tmp)
         figures = run_one(args, root, shm) if args.replicas == 1 else run_many(args, root)
-        cold = cold_starts(root, args.cold_starts)
+        cold = cold_starts(minimal_config(root / "cold-data", free_port()), root, args.cold_starts)
 
     stats, restarts = figures["stats"], figures["restarts"]
     requests = sum(s.requests for s in stats)

@@ -24,23 +24,19 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
-from agent_common import nearest_rank, shm_dir, summary_ms, workdir
+from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 
 from berth_agent.restart import Endpoint, answers, find_registry_processes
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.pull_loop import PullLoop
 from support.registry import make_oci_image, push_image
-from support.ports import free_port
-from support.registry import registry_env, with_addr
 from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 
 BUCKET = "registry-data"
-REGISTRY_BIN = "/usr/bin/docker-registry"
 
 
 def cosi(endpoint: str, key) -> dict[str, str]:
@@ -88,28 +84,6 @@ def wait_drained(before: set, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while any(p.alive() for p in before) and time.monotonic() < deadline:
         time.sleep(0.01)
-
-
-def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
-    samples = []
-    for i in range(count):
-        port = free_port()
-        path = root / f"cold-{i}.yml"
-        path.write_bytes(with_addr(config, f"127.0.0.1:{port}"))
-        endpoint = Endpoint("127.0.0.1", port)
-        started = time.perf_counter()
-        process = subprocess.Popen([REGISTRY_BIN, "serve", str(path)], env=registry_env(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            while answers(endpoint, timeout=1.0) != 200:
-                if process.poll() is not None:
-                    raise RuntimeError("the registry exited at start")
-                time.sleep(0.001)
-            samples.append(time.perf_counter() - started)
-        finally:
-            process.terminate()
-            process.wait(10)
-    return samples
 
 
 def main() -> None:

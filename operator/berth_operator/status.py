@@ -44,13 +44,11 @@ PROGRESSING_REASONS = (
     "WaitingForFileSystemResize",
     "GarbageCollecting",
 )
-# Progressing reasons that say what the registry is doing, not what it waits for: Ready stays as it is (a
-# registry read-only for garbage collection still serves every pull).
-_SERVING_WHILE = {"GarbageCollecting"}
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
 _NOT_SERVING = {"InvalidSpec", "ApplyFailed"}
-# Progress that never stops serving: a claim grows online (expansion.py), so Ready stays as it is.
-_SERVING_WHILE = {"ResizingPVC", "WaitingForFileSystemResize"}
+# Progress that never stops serving, so Ready stays as it is: a claim grows online (expansion.py), and a
+# registry read-only for garbage collection still serves every pull.
+_SERVING_WHILE = {"ResizingPVC", "WaitingForFileSystemResize", "GarbageCollecting"}
 
 MAX_MESSAGE = 32768
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
