@@ -69,9 +69,9 @@ def test_a_render_overtaken_by_a_newer_input_is_never_applied(tmp_path, supervis
     pipeline = SwapDuringRender(_settings(tmp_path), LogReporter("test"), Health())
     original_apply = pipeline.applier.apply
 
-    def apply(rendered):  # what reaches the applier, in order
+    def apply(rendered, turn=None):  # what reaches the applier, in order
         written.append(yaml.safe_load(rendered.config)["http"]["secret"])
-        return original_apply(rendered)
+        return original_apply(rendered, turn)
 
     pipeline.applier.apply = apply
 
