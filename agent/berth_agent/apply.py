@@ -23,9 +23,10 @@ import yaml
 
 from .good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render, s3_target
-from .registry_output import SUPERVISOR_PID_NAME, supervisor_pid, with_registry_error
+from .registry_output import EXIT_NAME, SUPERVISOR_PID_NAME, supervisor_pid, with_registry_error
 from .render import Rendered
 from .restart import (
+    CRASHES_BEFORE_GIVING_UP,
     STOPPED,
     Endpoint,
     RegistryProcess,
@@ -229,17 +230,23 @@ class Applier:
         gone = self.supervisor_gone()
         detail = gone
         if not gone:
-            # Perhaps starting (the supervisor pauses a second between failed starts): wait for one that answers.
-            stale = {p for p in find_registry_processes(self.config_path) if not started_after(p, self.config_path)}
-            new, detail = wait_until_serving(self.config_path, endpoint_of(disk.config), timeout=self._bound(None, disk),
-                                             exclude=stale | self.draining, stop=self.stopping)
-            if new is not None and self.serving(disk) is not None:
-                self._verified(disk)
-                log.info("config on disk is current", extra={"fields": {"config_hash": disk.config_hash, "seen_serving": True}})
-                return None
-            if detail == STOPPED:
-                return Outcome("failed", False, detail=STOPPED)
-            detail = with_registry_error(detail or "it does not answer", self.config_dir)
+            stale = [p for p in find_registry_processes(self.config_path)
+                     if p not in self.draining and not started_after(p, self.config_path)]
+            if stale:
+                # The last agent wrote config.yml and died before restarting the registry: what runs is older.
+                detail = (f"the registry running (pid {stale[0].pid}) started before config.yml was last written, "
+                          "so it runs an older config")
+            else:
+                # Perhaps starting (the supervisor pauses a second between failed starts): wait for it to answer.
+                detail = self._wait_served(disk, self._bound(None, disk))
+                if not detail:
+                    self._verified(disk)
+                    log.info("config on disk is current", extra={"fields": {"config_hash": disk.config_hash,
+                                                                            "seen_serving": True}})
+                    return None
+                if detail == STOPPED:
+                    return Outcome("failed", False, detail=STOPPED)
+                detail = with_registry_error(detail, self.config_dir)
         message = f"the config on disk ({disk.config_hash[:12]}) is not served: {detail}"
         same = good is not None and good.config == disk.config and good.files == disk.files
         if gone or good is None or same:
@@ -258,6 +265,26 @@ class Applier:
             rollback.detail = with_registry_error(rollback.detail, self.config_dir)
         return Outcome("rolled-back", False, detail=message, rollback=rollback, failed_hash=disk.config_hash,
                        restored_hash=good.config_hash)
+
+    def _wait_served(self, rendered: Rendered, timeout: float) -> str:
+        """Wait until a registry started on `rendered` answers: "" then, else why not. Registries that die at
+        start live milliseconds (a /proc scan misses them): the supervisor's registry-exit line counts them."""
+        deadline = time.monotonic() + timeout
+        exits: set[str] = set()
+        first = _exit_line(self.config_dir)
+        while time.monotonic() < deadline:
+            if self.serving(rendered) is not None:
+                return ""
+            line = _exit_line(self.config_dir)
+            if line and line != first and not line.split()[1:2] == ["0"]:
+                exits.add(line)
+            if len(exits) >= CRASHES_BEFORE_GIVING_UP:
+                return f"the registry exited at start {len(exits)} times on config {rendered.config_hash[:12]}"
+            if self.supervisor_gone():
+                return self.supervisor_gone() or ""
+            if self.stopping.wait(0.05):
+                return STOPPED
+        return f"no registry answered on config {rendered.config_hash[:12]} within {timeout:g}s"
 
     def _write_and_restart(self, rendered: Rendered, previous: Rendered | None,
                            timings: dict[str, float], began: float,
@@ -311,6 +338,14 @@ class Applier:
         write_atomic(self.config_path, rendered.config)
         if replacing is not None:
             remove_stale(self.config_dir, set(rendered.files), set(replacing.files))
+
+
+def _exit_line(config_dir: Path) -> str:
+    """supervise.sh's record of the last registry exit ("pid status seconds"), "" when none."""
+    try:
+        return (config_dir / EXIT_NAME).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:

@@ -213,6 +213,8 @@ class Pipeline:
             return
         if outcome.ok:
             self.refused, self.backoff = None, self.settings.retry_seconds
+            if outcome.action in ("written", "restarted"):
+                self.health.set_serving(True)  # just seen answering on it (the registry watch keeps checking)
             self._log_success(outcome, fields)
             self._mark_written(rendered)
             await self._settle(error)

@@ -16,6 +16,7 @@ from pathlib import Path
 OUTPUT_NAME = "registry-output"
 PREVIOUS_NAME = OUTPUT_NAME + ".1"
 SUPERVISOR_PID_NAME = "supervisor.pid"
+EXIT_NAME = "registry-exit"  # supervise.sh: "pid status seconds-it-ran" of the last registry that exited
 MAX_BYTES = 256 * 1024  # beyond this the agent empties the file: only the last start's lines matter
 MAX_LINE = 300
 _READ = 64 * 1024  # the first error comes right after the start: the head of the file holds it

@@ -27,7 +27,7 @@ from pathlib import Path
 from . import metrics
 from .apply import Applier
 from .health import Health
-from .registry_output import SUPERVISOR_PID_NAME, first_error, keep_bounded, supervisor_pid
+from .registry_output import EXIT_NAME, SUPERVISOR_PID_NAME, first_error, keep_bounded, supervisor_pid
 from .sources import Change, Emit
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ INTERVAL_SECONDS = 1.0  # the supervisor pauses a second between failed starts: 
 MAX_SILENCE_SECONDS = 15.0
 CRASH_LOOP_EXITS = 3
 CRASH_LOOP_SECONDS = 30.0
-EXIT_NAME = "registry-exit"
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,7 @@ class RegistryWatch:
         self._last_exit_line: str | None = None
         self._supervisor_seen = False
         self._problem: str | None = None
+        self._looked = False
 
     def check(self) -> Finding:
         keep_bounded(self.config_dir)
@@ -97,9 +97,12 @@ class RegistryWatch:
         try:
             while True:
                 self.health.beat(self.name)
-                if not self.applier.busy:
+                # While an apply runs it verifies what it restarts itself; the first look is taken regardless
+                # (an agent that starts on a crash-looping config must not answer /readyz 200 meanwhile).
+                if not self.applier.busy or not self._looked:
                     finding = await asyncio.to_thread(self.check)
-                    if not self.applier.busy:  # an apply that began meanwhile has its own verification
+                    if not self.applier.busy or not self._looked:
+                        self._looked = True
                         await self._act(finding, emit)
                 await asyncio.sleep(self.interval)
         finally:
@@ -110,11 +113,12 @@ class RegistryWatch:
         self.health.set_serving(finding.serving, finding.serving_reason)
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
-        if finding.exit_line and finding.exit_line != self._last_exit_line:
-            first = self._last_exit_line is None  # at the agent's start: an exit from before, not news
+        if self._last_exit_line is None:
+            self._last_exit_line = finding.exit_line  # at the agent's start: an exit from before is not news
+        elif finding.exit_line != self._last_exit_line:
             self._last_exit_line = finding.exit_line
             parts = finding.exit_line.split()
-            if not first and len(parts) == 3 and all(p.isdigit() for p in parts):
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
                 reason = exit_reason(int(parts[1]), int(parts[2]))
                 if reason is not None:
                     metrics.registry_exits_total.labels(reason=reason).inc()
