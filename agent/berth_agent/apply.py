@@ -95,8 +95,11 @@ class Applier:
     """
 
     def __init__(self, config_dir: Path, *, restart_timeout: float | None = None, preflight: bool = True,
-                 on_written: Callable[[], None] | None = None):
+                 on_written: Callable[[], None] | None = None, state_dir: Path | None = None):
         self.config_dir = Path(config_dir)
+        # Where supervise.sh keeps its pid, the last exit and the registry's output (BERTH_STATE_DIR): the
+        # config dir outside Kubernetes; in a pod the registry container mounts the config volume read-only.
+        self.state_dir = Path(state_dir) if state_dir else self.config_dir
         self.config_path = self.config_dir / CONFIG_NAME
         self.restart_timeout = restart_timeout
         self.preflight = preflight
@@ -125,7 +128,7 @@ class Applier:
 
     def supervisor_gone(self) -> str | None:
         """Why no restart can work now (supervise.sh started once and is gone), or None."""
-        if (self.config_dir / SUPERVISOR_PID_NAME).exists() and supervisor_pid(self.config_dir) is None:
+        if (self.state_dir / SUPERVISOR_PID_NAME).exists() and supervisor_pid(self.state_dir) is None:
             return ("the supervisor (supervise.sh, the registry container's command) is not running: nothing "
                     "would start a registry, so nothing is restarted until it is back")
         return None
@@ -246,7 +249,7 @@ class Applier:
                     return None
                 if detail == STOPPED:
                     return Outcome("failed", False, detail=STOPPED)
-                detail = with_registry_error(detail, self.config_dir)
+                detail = with_registry_error(detail, self.state_dir)
         message = f"the config on disk ({disk.config_hash[:12]}) is not served: {detail}"
         same = good is not None and good.config == disk.config and good.files == disk.files
         if gone or good is None or same:
@@ -262,7 +265,7 @@ class Applier:
         if rollback.ok:
             self._verified(good)
         else:
-            rollback.detail = with_registry_error(rollback.detail, self.config_dir)
+            rollback.detail = with_registry_error(rollback.detail, self.state_dir)
         return Outcome("rolled-back", False, detail=message, rollback=rollback, failed_hash=disk.config_hash,
                        restored_hash=good.config_hash)
 
@@ -271,11 +274,11 @@ class Applier:
         start live milliseconds (a /proc scan misses them): the supervisor's registry-exit line counts them."""
         deadline = time.monotonic() + timeout
         exits: set[str] = set()
-        first = _exit_line(self.config_dir)
+        first = _exit_line(self.state_dir)
         while time.monotonic() < deadline:
             if self.serving(rendered) is not None:
                 return ""
-            line = _exit_line(self.config_dir)
+            line = _exit_line(self.state_dir)
             if line and line != first and not line.split()[1:2] == ["0"]:
                 exits.add(line)
             if len(exits) >= CRASHES_BEFORE_GIVING_UP:
@@ -313,7 +316,7 @@ class Applier:
             return Outcome(action, True, restart=result, timings=timings)
         if result.detail == STOPPED:
             return Outcome("failed", False, detail=STOPPED, restart=result, timings=timings)
-        detail = with_registry_error(result.detail, self.config_dir)
+        detail = with_registry_error(result.detail, self.state_dir)
         if previous is None:
             return Outcome("failed", False, detail=detail, restart=result, failed_hash=rendered.config_hash)
 
@@ -326,7 +329,7 @@ class Applier:
                                     draining=self.draining)
         if not rollback.ok:
             # On disk again, but not seen serving: nothing is verified until a registry answers on it.
-            rollback.detail = with_registry_error(rollback.detail, self.config_dir)
+            rollback.detail = with_registry_error(rollback.detail, self.state_dir)
             self.current = None
         return Outcome("rolled-back", False, detail=detail, restart=result, rollback=rollback,
                        failed_hash=rendered.config_hash, restored_hash=previous.config_hash)

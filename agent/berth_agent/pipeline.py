@@ -70,6 +70,7 @@ class PipelineSettings:
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
     render_timeout: float = RENDER_TIMEOUT_SECONDS
+    state_dir: Path | None = None  # supervise.sh's BERTH_STATE_DIR (default: the config dir)
     resync_seconds: float = 60.0  # the mount watcher's resync: the pipeline hears from it at least this often
     listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 
@@ -85,7 +86,8 @@ class Pipeline:
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.api_secrets = api_secrets  # API mode: copies of the mounted Secrets read over the API
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
-                               preflight=settings.preflight, on_written=health.mark_config_written)
+                               preflight=settings.preflight, on_written=health.mark_config_written,
+                               state_dir=settings.state_dir)
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
         self.turn = turn

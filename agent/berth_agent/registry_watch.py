@@ -66,7 +66,7 @@ class RegistryWatch:
         self.applier = applier
         self.health = health
         self.interval = interval
-        self.config_dir = applier.config_dir
+        self.state_dir = applier.state_dir  # supervise.sh's files
         self.report: Callable[[str, str | None], Awaitable[None]] | None = None  # (reason, problem or None)
         self._exits: deque[float] = deque(maxlen=16)
         self._last_exit_line: str | None = None
@@ -75,11 +75,11 @@ class RegistryWatch:
         self._looked = False
 
     def check(self) -> Finding:
-        keep_bounded(self.config_dir)
-        pid_file = (self.config_dir / SUPERVISOR_PID_NAME).exists()
-        supervisor = supervisor_pid(self.config_dir) is not None or not pid_file
+        keep_bounded(self.state_dir)
+        pid_file = (self.state_dir / SUPERVISOR_PID_NAME).exists()
+        supervisor = supervisor_pid(self.state_dir) is not None or not pid_file
         try:
-            exit_line = (self.config_dir / EXIT_NAME).read_text().strip()
+            exit_line = (self.state_dir / EXIT_NAME).read_text().strip()
         except OSError:
             exit_line = ""
         believed = self.applier.current or self.applier.on_disk(set())
@@ -89,7 +89,7 @@ class RegistryWatch:
             serving, reason = True, ""
         else:
             serving, reason = False, f"no registry started on config {believed.config_hash[:12]} answers"
-        said = None if serving else first_error(self.config_dir)
+        said = None if serving else first_error(self.state_dir)
         return Finding(serving, reason, supervisor, exit_line, said)
 
     async def run(self, emit: Emit) -> None:

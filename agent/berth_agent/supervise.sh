@@ -19,13 +19,16 @@
 # The script's pid goes to supervisor.pid, so the agent can tell a missing supervisor from a quiet one.
 #
 # Environment: BERTH_CONFIG (default /etc/berth/config.yml), BERTH_REGISTRY_BIN (default registry),
-# BERTH_HANDOVER (default handover beside the config).
+# BERTH_HANDOVER (default handover beside the config), BERTH_STATE_DIR (default the config's directory).
 
 config="${BERTH_CONFIG:-/etc/berth/config.yml}"
 registry_bin="${BERTH_REGISTRY_BIN:-registry}"
 handover_file="${BERTH_HANDOVER:-${config%/*}/handover}"
-output="${config%/*}/registry-output"
-fifo="${config%/*}/.registry-output.fifo"
+# Our own files: the config volume outside Kubernetes; in a pod the registry container mounts it read-only and
+# the operator points BERTH_STATE_DIR at the pod's shared tmp volume, which the agent reads too.
+state="${BERTH_STATE_DIR:-${config%/*}}"
+output="$state/registry-output"
+fifo="$state/.registry-output.fifo"
 tee_pid=""
 current=""      # the registry serving (or starting) on the newest config
 draining=""     # older registries finishing their in-flight requests after a handover
@@ -150,7 +153,8 @@ if [ ! -f "$config" ]; then
     done
 fi
 
-echo "$$" >"${config%/*}/supervisor.pid"
+mkdir -p "$state" 2>/dev/null
+echo "$$" >"$state/supervisor.pid"
 if [ ! -p "$fifo" ]; then
     rm -f "$fifo"
     mkfifo -m 600 "$fifo"
@@ -189,7 +193,7 @@ while [ -z "$stopping" ]; do
     # quick failure is most likely a bind that lost the race with the old listener: retried within 10 ms.
     lived=$(($(date +%s) - started))
     # For the agent, which counts unexpected exits: "pid status seconds-it-ran" (one line, replaced each time).
-    echo "$current_was $code $lived" >"${config%/*}/registry-exit"
+    echo "$current_was $code $lived" >"$state/registry-exit"
     if [ "$code" -ne 0 ] && [ "$lived" -lt 2 ]; then
         if [ -n "$handed_over" ] && [ "$retries" -lt 5 ]; then
             retries=$((retries + 1))

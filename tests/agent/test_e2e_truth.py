@@ -75,7 +75,7 @@ def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
         pod.write_registry_file(_spec(pod, host="127.0.0.2"))
         # The registry restarted onto it and failed at start (the supervisor notes each exit): kill the agent
         # now, before it could see the failure through and roll back.
-        wait_for(lambda: (pod.config_dir / "registry-exit").exists(), timeout=30, interval=0.005,
+        wait_for(lambda: "exited with status 1" in pod.supervisor.log(), timeout=30, interval=0.005,
                  what=f"the registry failing on the refused config\n{pod.agent_log_text()}")
         pod.agent.kill()
         pod.agent.wait(10)
