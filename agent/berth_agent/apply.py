@@ -74,7 +74,7 @@ def restart_bound(config: bytes) -> float:
 @dataclass
 class Outcome:
     action: str  # "unchanged", "written" (first config), "htpasswd", "restarted", "preflight-failed",
-    #              "rolled-back", "failed"
+    #              "rolled-back", "failed", "pending" (written; no supervisor has started a registry yet)
     ok: bool
     detail: str = ""
     restart: RestartResult | None = None
@@ -249,6 +249,8 @@ class Applier:
                     return None
                 if detail == STOPPED:
                     return Outcome("failed", False, detail=STOPPED)
+                if not (self.state_dir / SUPERVISOR_PID_NAME).exists():
+                    return Outcome("pending", False, detail="waiting for the registry container to start")
                 detail = with_registry_error(detail, self.state_dir)
         message = f"the config on disk ({disk.config_hash[:12]}) is not served: {detail}"
         same = good is not None and good.config == disk.config and good.files == disk.files
@@ -316,6 +318,11 @@ class Applier:
             return Outcome(action, True, restart=result, timings=timings)
         if result.detail == STOPPED:
             return Outcome("failed", False, detail=STOPPED, restart=result, timings=timings)
+        if action == "written" and not (self.state_dir / SUPERVISOR_PID_NAME).exists():
+            # No supervisor has run yet: in a pod the registry container starts after the startup probe (and
+            # an image pull). Not a failure, not applied either: looked at again shortly.
+            return Outcome("pending", False, detail="waiting for the registry container to start", restart=result,
+                           timings=timings)
         detail = with_registry_error(result.detail, self.state_dir)
         if previous is None:
             return Outcome("failed", False, detail=detail, restart=result, failed_hash=rendered.config_hash)

@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
-MAX_BACKOFF_SECONDS = 300.0  # the retry of a failed config doubles from RETRY_SECONDS up to this
+MAX_BACKOFF_SECONDS = 300.0
+PENDING_RETRY_SECONDS = 1.0  # the first config is written and no registry container has started yet  # the retry of a failed config doubles from RETRY_SECONDS up to this
 # Changes that try a refused config again: the backoff timer, the periodic resync, the registry watch (a
 # supervisor came back, the registry stopped serving).
 ROUND_BOUND_SECONDS = 300.0  # the longest an apply round may take (drain timeouts, a Lease wait) before /livez fails
@@ -222,6 +223,10 @@ class Pipeline:
             await self._settle(error)
             return
 
+        if outcome.action == "pending":
+            log.info("waiting for the registry container", extra={"fields": fields})
+            self._schedule_retry(PENDING_RETRY_SECONDS)
+            return
         self._show_current()  # config_info names what is verified serving, or nothing
         failed = outcome.failed_hash or rendered.config_hash
         message = f"config {failed[:12]} not applied: {outcome.detail}"

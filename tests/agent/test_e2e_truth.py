@@ -195,3 +195,27 @@ def test_an_agent_restarted_while_the_registry_is_invalid_keeps_a_serving_pod_re
     wait_for(lambda: not pod.serving(), what="the registry gone")
     wait_for(lambda: pod.health("/readyz") == 503, what="/readyz 503 with nothing serving")
     _assert_no_secret(pod)
+
+
+def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(pod):
+    """Issue 9, "never claim applied unless seen answering", for the very first config: with no registry
+    container started yet the config is written (/startupz 200, so the kubelet may start it) but not reported
+    applied, config_info shows nothing and /readyz is 503; once the supervisor starts, it is."""
+    write_secret_dir(pod.mounts / "http-secret", {"secret": HTTP_SECRET})
+    pod.write_registry_file(_spec(pod))
+    pod.start_agent()
+    wait_for(lambda: pod.actions("waiting for the registry container"), timeout=60,
+             what=f"the agent waiting for a registry\n{pod.agent_log_text()}")
+    assert (pod.config_dir / "config.yml").exists()
+    assert pod.health("/startupz") == 200
+    assert pod.health("/readyz") == 503
+    assert not pod.actions("written") and not pod.actions("failed")
+    assert "berth_agent_config_info{" not in pod.metrics_text()
+
+    pod.start_supervisor()
+    pod.wait_serving()
+    wait_for(lambda: "berth_agent_config_info{" in pod.metrics_text(), timeout=60,
+             what=f"config_info once the registry answers\n{pod.agent_log_text()}")
+    wait_for(lambda: pod.health("/readyz") == 200, what="/readyz once the registry answers")
+    assert not pod.actions("failed")
+    _assert_no_secret(pod)
