@@ -48,11 +48,11 @@ if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
-MAX_BACKOFF_SECONDS = 300.0
-PENDING_RETRY_SECONDS = 1.0  # the first config is written and no registry container has started yet  # the retry of a failed config doubles from RETRY_SECONDS up to this
+MAX_BACKOFF_SECONDS = 300.0  # the retry of a failed config doubles from RETRY_SECONDS up to this
+PENDING_RETRY_SECONDS = 1.0  # the first config is written and no registry container has started yet
+ROUND_BOUND_SECONDS = 300.0  # the longest an apply round may take (drain timeouts, a Lease wait) before /livez fails
 # Changes that try a refused config again: the backoff timer, the periodic resync, the registry watch (a
 # supervisor came back, the registry stopped serving).
-ROUND_BOUND_SECONDS = 300.0  # the longest an apply round may take (drain timeouts, a Lease wait) before /livez fails
 FORCING_SOURCES = ("retry", "resync", "registry-watch")
 # Reading bounded inputs and rendering takes milliseconds; 30 s means a read is stuck (a hung volume).
 RENDER_TIMEOUT_SECONDS = 30.0
@@ -98,7 +98,7 @@ class Pipeline:
         self.reported_error: str | None = None
         self.registry_problem: str | None = None  # from the registry watch: no supervisor, a crash loop
         self.reported_hash: str | None = None
-        # A render the registry refused (its fingerprint) and why: not tried again until an input changes.
+        # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
         self.backoff = settings.retry_seconds  # the next retry of a failed config; reset by a success
         self._forced = False  # this round was asked for by a retry, a resync or the registry watch
