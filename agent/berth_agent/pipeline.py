@@ -101,6 +101,7 @@ class Pipeline:
         # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
         self.backoff = settings.retry_seconds  # the next retry of a failed config; reset by a success
+        self._pending_reported = False  # "waiting for the registry container" is on status
         self._forced = False  # this round was asked for by a retry, a resync or the registry watch
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
         self._retry: asyncio.TimerHandle | None = None
@@ -224,7 +225,10 @@ class Pipeline:
             return
 
         if outcome.action == "pending":
-            log.info("waiting for the registry container", extra={"fields": fields})
+            if not self._pending_reported:  # status.agents.<pod>.waiting until a registry answers (applied clears it)
+                self._pending_reported = True
+                log.info("waiting for the registry container", extra={"fields": fields})
+                await self.reporter.waiting(outcome.detail)
             self._schedule_retry(PENDING_RETRY_SECONDS)
             return
         self._show_current()  # config_info names what is verified serving, or nothing
