@@ -219,3 +219,39 @@ def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(p
     wait_for(lambda: pod.health("/readyz") == 200, what="/readyz once the registry answers")
     assert not pod.actions("failed")
     _assert_no_secret(pod)
+
+
+def test_a_crash_loop_on_the_running_config_is_reported_and_clears_when_it_serves(pod):
+    """Issue 9.2, the crash loop: the registry is killed and its port taken before the supervisor restarts it,
+    so every start fails. The agent counts each start failure, reports the loop (status, Event, the registry's
+    own error) and turns /readyz 503; once the port is free the supervisor's next start serves and it clears."""
+    _start(pod)
+    squatter = None
+    for _ in range(20):  # the supervisor restarts within ~0.1 s: take the port in that gap
+        pid = pod.registry_pid()
+        os.kill(pid, signal.SIGKILL)
+        candidate = socket.socket()
+        candidate.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}/fd/0"), timeout=5, interval=0.0005,
+                     what="the registry gone")
+            candidate.bind(("127.0.0.1", pod.port))
+            candidate.listen()
+            squatter = candidate
+            break
+        except OSError:
+            candidate.close()
+            wait_for(pod.serving, what="the registry back before the next try")
+    assert squatter is not None, "never took the port before the supervisor restarted the registry"
+    try:
+        problem = wait_for(lambda: [l for l in pod.actions("registry problem") if "crash-looping" in l["error"]],
+                           timeout=60, what=f"the crash loop reported\n{pod.agent_log_text()}")[0]
+        assert "address already in use" in problem["error"], problem["error"]
+        assert pod.metric("registry_exits_total", 'reason="signal"') >= 1  # the kill -9
+        assert pod.metric("registry_exits_total", 'reason="start-failure"') >= 2  # then the refused starts
+        wait_for(lambda: pod.health("/readyz") == 503, what="/readyz 503 while nothing serves")
+    finally:
+        squatter.close()
+    wait_for(pod.serving, timeout=30, what="the supervisor's next start serving")
+    wait_for(lambda: pod.health("/readyz") == 200, what="/readyz 200 again")
+    _assert_no_secret(pod)
