@@ -97,6 +97,7 @@ class Pipeline:
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
         self.registry_problem: str | None = None  # from the registry watch: no supervisor, a crash loop
+        self._problem_reason: str | None = None  # the Event reason last sent for it
         self.reported_hash: str | None = None
         # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
@@ -370,9 +371,12 @@ class Pipeline:
         self.registry_problem = problem
         if problem is not None:
             log.error("registry problem", extra={"fields": {"reason": reason, "error": problem}})
-            await self.reporter.event(reason, problem, warning=True)
+            if reason != self._problem_reason:  # one Event per problem; its text (an exit count) moves on status
+                await self.reporter.event(reason, problem, warning=True)
+            self._problem_reason = reason
             await self._fail(problem, event=False)
         else:
+            self._problem_reason = None
             await self._settle(self.registry_error)
 
     async def _settle(self, error: str | None) -> None:
