@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -19,13 +20,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 class Health:
     """Thread-safe: sources beat from watchdog and kubernetes-client threads."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock=time.monotonic, config_path: Path | None = None) -> None:
         self._clock = clock
+        self._config_path = config_path  # config.yml: on disk (written by this agent or an earlier one)
         self._lock = threading.Lock()
         self._last_beat: dict[str, float] = {}
         self._max_silence: dict[str, float] = {}
         self._config_written = False
         self._ready = True
+        self._serving: tuple[bool, str] | None = None  # from the registry watch; None: no watch (unit tests)
 
     def register(self, name: str, max_silence_seconds: float) -> None:
         """From now on `name` must beat at least every `max_silence_seconds` for /livez to pass."""
@@ -52,13 +55,31 @@ class Health:
         self._config_written = True
 
     def set_ready(self, ready: bool) -> None:
+        """False while this replica leaves the Service for a reload (turns.py), whatever the registry does."""
         self._ready = ready
 
+    def set_serving(self, ok: bool, reason: str = "") -> None:
+        """The registry watch's finding: a registry started on the believed config answers (or why not)."""
+        self._serving = (ok, reason)
+
     def startup_ok(self) -> bool:
+        """config.yml is on disk, so the registry container may start: written by this agent, or by an earlier
+        one (an agent restarted while the Registry is invalid must not hold back a pod that serves)."""
+        if not self._config_written and self._config_path is not None and self._config_path.exists():
+            self._config_written = True
         return self._config_written
 
+    def not_ready_reason(self) -> str | None:
+        if not self.startup_ok():
+            return "config not written yet"
+        if not self._ready:
+            return "leaving the Service for a reload"
+        if self._serving is not None and not self._serving[0]:
+            return self._serving[1] or "the registry is not serving"
+        return None
+
     def ready_ok(self) -> bool:
-        return self._config_written and self._ready
+        return self.not_ready_reason() is None
 
     def stale_loops(self) -> list[str]:
         """Registered loops that have been silent longer than they may be, as 'name (silent Ns)'."""
@@ -83,8 +104,8 @@ def build_app(health: Health) -> web.Application:
         return _answer(health.startup_ok(), "config not written yet")
 
     async def readyz(_request: web.Request) -> web.Response:
-        reason = "config not written yet" if not health.startup_ok() else "not ready"
-        return _answer(health.ready_ok(), reason)
+        reason = health.not_ready_reason()
+        return _answer(reason is None, reason or "")
 
     async def livez(_request: web.Request) -> web.Response:
         stale = health.stale_loops()

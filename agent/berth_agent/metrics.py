@@ -34,6 +34,14 @@ reload_lease_wait_seconds = Histogram(
     buckets=(0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
 )
 config_info = Gauge(_P + "config_info", "1 for the hash of the config the registry runs now.", ["hash"])
+# The registry watch (registry_watch.py): registry exits the agent did not ask for, by reason ("crash": it ran
+# a while; "signal": killed by a signal, e.g. kill -9 or the OOM killer; "start-failure": within 2 s of its
+# start, a config or a port it refuses), and whether supervise.sh runs.
+registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent did not ask for, by reason.",
+                               ["reason"])
+supervisor_up = Gauge(_P + "supervisor_up", "1 while supervise.sh (the registry container's command) runs, else 0.")
+registry_serving = Gauge(_P + "registry_serving",
+                         "1 while a registry started on the config the agent believes runs answers, else 0.")
 renders_total = Counter(_P + "renders", "Config renders attempted.")
 render_errors_total = Counter(_P + "render_errors", "Renders that failed on bad input, by source.", ["source"])
 htpasswd_updates_total = Counter(_P + "htpasswd_updates", "htpasswd rewrites applied without a restart.")
@@ -89,6 +97,8 @@ __all__ = [
     "pvc_capacity_bytes",
     "pvc_free_bytes",
     "pvc_ok",
+    "registry_exits_total",
+    "registry_serving",
     "reload_failures_total",
     "reloads_total",
     "render_errors_total",
@@ -98,6 +108,7 @@ __all__ = [
     "secret_changes_applied_total",
     "secret_mount_lag_seconds",
     "set_config_hash",
+    "supervisor_up",
     "watch_errors_total",
     "watch_events_total",
     "watch_restarts_total",

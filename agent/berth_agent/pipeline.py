@@ -29,11 +29,11 @@ from berth_api import RegistrySpec, describe_validation_error
 
 from . import metrics
 from .apply import Applier, Outcome
+from .restart import STOPPED
 from .clock import Clock, LoopClock
-from .errors import InputError, PreflightError, describe_internal_error
+from .errors import InputError, describe_internal_error
 from .health import Health
 from .mounts import SOURCES, read_inputs
-from .preflight import PreflightWarning, check_render
 from .render import Rendered, RenderPaths, render
 from .render_guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pending
 from .report import Reporter
@@ -48,6 +48,12 @@ if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0  # after a transient failure (a key not live yet, a registry that did not come up)
+MAX_BACKOFF_SECONDS = 300.0  # the retry of a failed config doubles from RETRY_SECONDS up to this
+PENDING_RETRY_SECONDS = 1.0  # the first config is written and no registry container has started yet
+ROUND_BOUND_SECONDS = 300.0  # the longest an apply round may take (drain timeouts, a Lease wait) before /livez fails
+# Changes that try a refused config again: the backoff timer, the periodic resync, the registry watch (a
+# supervisor came back, the registry stopped serving).
+FORCING_SOURCES = ("retry", "resync", "registry-watch")
 # Reading bounded inputs and rendering takes milliseconds; 30 s means a read is stuck (a hung volume).
 RENDER_TIMEOUT_SECONDS = 30.0
 STALE_RENDERS = 3  # renders overtaken by a newer input before the round gives up and retries later
@@ -65,6 +71,8 @@ class PipelineSettings:
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
     render_timeout: float = RENDER_TIMEOUT_SECONDS
+    state_dir: Path | None = None  # supervise.sh's BERTH_STATE_DIR (default: the config dir)
+    resync_seconds: float = 60.0  # the mount watcher's resync: the pipeline hears from it at least this often
     listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 
 
@@ -79,7 +87,8 @@ class Pipeline:
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.api_secrets = api_secrets  # API mode: copies of the mounted Secrets read over the API
         self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
-                               preflight=settings.preflight)
+                               preflight=settings.preflight, on_written=health.mark_config_written,
+                               state_dir=settings.state_dir)
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
         self.turn = turn
@@ -87,9 +96,14 @@ class Pipeline:
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
+        self.registry_problem: str | None = None  # from the registry watch: no supervisor, a crash loop
+        self._problem_reason: str | None = None  # the Event reason last sent for it
         self.reported_hash: str | None = None
-        # A render the registry refused (its fingerprint) and why: not tried again until an input changes.
+        # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
+        self.backoff = settings.retry_seconds  # the next retry of a failed config; reset by a success
+        self._pending_reported = False  # "waiting for the registry container" is on status
+        self._forced = False  # this round was asked for by a retry, a resync or the registry watch
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
         self._retry: asyncio.TimerHandle | None = None
         self._queue: asyncio.Queue[Change] | None = None
@@ -98,7 +112,9 @@ class Pipeline:
 
     async def run(self, queue: asyncio.Queue[Change]) -> None:
         self._queue = queue
-        self.health.register("pipeline", max_silence_seconds=3600.0)
+        # It beats on every Change; the mount watcher's resync sends one every resync_seconds, and a round takes
+        # at most a restart's bound (drain + 10 s) twice plus a reload Lease wait: silent for longer, it is stuck.
+        self.health.register("pipeline", max_silence_seconds=self.settings.resync_seconds * 2 + ROUND_BOUND_SECONDS)
         try:
             while True:
                 self.health.beat("pipeline")
@@ -132,6 +148,8 @@ class Pipeline:
             self._absorb(change)
 
     def _absorb(self, change: Change) -> None:
+        if change.source in FORCING_SOURCES:
+            self._forced = True
         if self.api_secrets is not None and self.api_secrets.absorb(change):
             return
         if change.source == "registry":
@@ -175,17 +193,17 @@ class Pipeline:
             # else: no Registry read yet (a mount event came first); its source will emit it shortly
             return
         fingerprint = render_fingerprint(rendered)
-        if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None:
-            # Already refused by the registry; wait for an input to change rather than restart it again.
+        forced, self._forced = self._forced, False
+        if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None \
+                and not forced:
+            # Already refused by the registry: tried again on the backoff timer and on every resync, at once when
+            # an input changes (a new render), not on every unrelated event.
             await self._fail(self.refused[1])
             return
-        if self.applier.current is None and await asyncio.to_thread(self.applier.adopt_existing, rendered):
-            log.info("config on disk is current", extra={"fields": {"config_hash": rendered.config_hash}})
-            self._mark_written(rendered)
 
         turn = self.turn if self.replicas > 1 else None  # one replica: nobody to wait for, nowhere to go
-        outcome, warnings = await asyncio.to_thread(self._preflight_then_apply, rendered, turn)
-        for warning in warnings:
+        outcome = await asyncio.to_thread(self.applier.apply, rendered, turn)
+        for warning in outcome.warnings:
             log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
                                                                 "reason": warning.reason, "warning": warning.message}})
             await self.reporter.event(warning.reason, warning.message, warning=True)
@@ -195,59 +213,55 @@ class Pipeline:
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
         if outcome.action == "unchanged":
+            self.refused, self.backoff = None, self.settings.retry_seconds
             await self._settle(error)
             return
         if outcome.ok:
-            self.refused = None
+            self.refused, self.backoff = None, self.settings.retry_seconds
+            if outcome.action in ("written", "restarted"):
+                self.health.set_serving(True)  # just seen answering on it (the registry watch keeps checking)
             self._log_success(outcome, fields)
             self._mark_written(rendered)
             await self._settle(error)
             return
 
+        if outcome.action == "pending":
+            if not self._pending_reported:  # status.agents.<pod>.waiting until a registry answers (applied clears it)
+                self._pending_reported = True
+                log.info("waiting for the registry container", extra={"fields": fields})
+                await self.reporter.waiting(outcome.detail)
+            self._schedule_retry(PENDING_RETRY_SECONDS)
+            return
+        self._show_current()  # config_info names what is verified serving, or nothing
+        failed = outcome.failed_hash or rendered.config_hash
+        message = f"config {failed[:12]} not applied: {outcome.detail}"
         if outcome.action == "preflight-failed":
             metrics.reload_failures_total.labels(reason="preflight").inc()
-            self._schedule_retry()  # a new key can take a moment to become live
-        message = f"config {rendered.config_hash[:12]} not applied: {outcome.detail}"
-        if outcome.action != "preflight-failed":
+        elif outcome.detail != STOPPED:
             metrics.reload_failures_total.labels(reason="restart").inc()
-            self.refused = (fingerprint, message)
+            if failed == rendered.config_hash:
+                self.refused = (fingerprint, message)
         if outcome.action == "rolled-back":
             metrics.rollbacks_total.inc()
             back = outcome.rollback
-            restored = self.applier.current.config_hash if self.applier.current else ""
+            restored = outcome.restored_hash
             fields.update(action="rolled back",  # the log's name for it, as in the message (Outcome: rolled-back)
-                          restored_hash=restored, rollback_ok=bool(back and back.ok),
+                          failed_hash=failed, restored_hash=restored, rollback_ok=bool(back and back.ok),
                           new_pid=back.new.pid if back and back.new else None)
             log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
-            await self.reporter.event("RolledBack", f"new config {rendered.config_hash[:12]} did not come up: "
-                                      f"{outcome.detail}; restored the last good config and files "
-                                      f"({restored[:12]})", warning=True)
-            if back is not None and not back.ok:
-                self._schedule_retry()
+            if back is not None and back.ok:
+                await self.reporter.event("RolledBack", f"config {failed[:12]} did not come up: {outcome.detail}; "
+                                          f"restored the last good config {restored[:12]}, serving again",
+                                          warning=True)
+            else:
+                why = back.detail if back is not None else "not restarted"
+                message = (f"config {failed[:12]} did not come up ({outcome.detail}), and the last good config "
+                           f"{restored[:12]} written back did not come up either: {why}")
+                await self.reporter.event("RollbackFailed", message, warning=True)
+        # Retried on a backoff (doubling to MAX_BACKOFF) and on every resync; a new input retries at once.
+        self._schedule_retry(self.backoff)
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF_SECONDS)
         await self._fail(message)
-
-    def _preflight_then_apply(self, rendered: Rendered,
-                              turn: ReplicaTurn | None) -> tuple[Outcome, list[PreflightWarning]]:
-        """check_render (the HTTPS pair, a new listen port, redis), then Applier.apply, in one worker thread.
-
-        Before Applier.apply, which runs the storage pre-flight itself: a render that needs a restart is
-        checked against what runs (or, after an agent restart, what the config dir holds), so a config the
-        registry would refuse at start is refused here and nothing is written or restarted.
-        """
-        warnings: list[PreflightWarning] = []
-        if self.settings.preflight:
-            previous = self.applier.current or self.applier.on_disk(set(rendered.files))
-            if rendered.restart_needed(previous):
-                began = time.monotonic()
-                try:
-                    warnings = check_render(rendered, previous, scratch_dir=self.settings.config_dir)
-                except PreflightError as exc:
-                    return Outcome("preflight-failed", False, detail=str(exc)), []
-                checked = round(time.monotonic() - began, 4)
-                outcome = self.applier.apply(rendered, turn)
-                outcome.timings["preflight_start"] = checked  # beside the applier's own "preflight" (storage)
-                return outcome, warnings
-        return self.applier.apply(rendered, turn), warnings
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
@@ -341,31 +355,55 @@ class Pipeline:
                 "drain_wait_seconds": outcome.timings.get("drain_wait", 0.0)}})
 
     def _mark_written(self, rendered: Rendered) -> None:
-        metrics.set_config_hash(rendered.config_hash)
+        self._show_current()
         self.health.mark_config_written()
+
+    def _show_current(self) -> None:
+        """config_info: the config a registry was seen answering on (none while nothing is verified)."""
+        current = self.applier.current
+        if current is None:
+            metrics.config_info.clear()
+        else:
+            metrics.set_config_hash(current.config_hash)
+
+    async def watch_problem(self, reason: str, problem: str | None) -> None:
+        """From the registry watch: a missing supervisor or a crash loop (None: it ended). Status and an Event."""
+        self.registry_problem = problem
+        if problem is not None:
+            log.error("registry problem", extra={"fields": {"reason": reason, "error": problem}})
+            if reason != self._problem_reason:  # one Event per problem; its text (an exit count) moves on status
+                await self.reporter.event(reason, problem, warning=True)
+            self._problem_reason = reason
+            await self._fail(problem, event=False)
+        else:
+            self._problem_reason = None
+            await self._settle(self.registry_error)
 
     async def _settle(self, error: str | None) -> None:
         """Report the state after a round: the input error if any is left, else the applied config."""
+        error = error or self.registry_problem
         if error:
             await self._fail(error)
             return
         current = self.applier.current
         if current is None:
             return
+        self._show_current()
         if self.reported_error is not None or self.reported_hash != current.config_hash:
             await self.reporter.applied(current.config_hash, self.generation)
             if self.reported_hash is not None and self.reported_hash != current.config_hash:
                 await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
             self.reported_error, self.reported_hash = None, current.config_hash
 
-    async def _fail(self, error: str) -> None:
+    async def _fail(self, error: str, *, event: bool = True) -> None:
         if error == self.reported_error:
             return  # the same problem seen again (resync): already in status and the log
         self.reported_error = error
         log.error("failed", extra={"fields": {
             "action": "failed", "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
         await self.reporter.failed(error, self.generation)
-        await self.reporter.event("ConfigRejected", error, warning=True)
+        if event:
+            await self.reporter.event("ConfigRejected", error, warning=True)
 
 
 def render_fingerprint(rendered: Rendered) -> str:

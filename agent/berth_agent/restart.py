@@ -311,12 +311,30 @@ def parent_pid(process: RegistryProcess, proc: Path = PROC) -> int | None:
 
 
 def takes_handover(process: RegistryProcess, proc: Path = PROC) -> bool:
-    """Whether the supervisor that started this registry understands SIGUSR1 (it marks its children)."""
+    """Whether the supervisor that started this registry understands SIGUSR1 (it marks its children) and still
+    is its parent (an orphan, its supervisor killed, has init or a subreaper as parent: never signal that)."""
     try:
         environ = (proc / str(process.pid) / "environ").read_bytes().split(b"\0")
+        parent = parent_pid(process, proc)
+        cmdline = (proc / str(parent) / "cmdline").read_bytes() if parent else b""
     except OSError:
         return False
-    return HANDOVER_MARKER in environ
+    return HANDOVER_MARKER in environ and b"supervise" in cmdline
+
+
+def started_after(process: RegistryProcess, path: Path) -> bool:
+    """Whether the process started after `path` was last written, so it read that file as it is now.
+
+    /proc/<pid>/stat's start time counts clock ticks since boot (CLOCK_BOOTTIME); the file's mtime is wall
+    time: moved onto the boot clock, with one tick of slack for the start time's rounding down.
+    """
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return False
+    boot_offset = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    return process.start_ticks * tick + tick >= mtime - boot_offset
 
 
 def read_handover(config_path: Path, proc: Path = PROC) -> set[RegistryProcess]:
@@ -352,7 +370,7 @@ def write_handover(config_path: Path, processes: set[RegistryProcess]) -> None:
 def signal_handover(processes: list[RegistryProcess], *, proc: Path = PROC) -> Callable[[], None]:
     """SIGUSR1 to the supervisor of each process; returns the function that repeats it (supervise.sh ignores
     a repeat once the successor runs, and a signal can land while the script is between two waits)."""
-    supervisors = {parent_pid(p, proc) for p in processes} - {None}
+    supervisors = {parent_pid(p, proc) for p in processes if takes_handover(p, proc)} - {None}
 
     def nudge() -> None:
         for pid in supervisors:

@@ -39,6 +39,9 @@ def add_parser(subparsers: Any) -> None:
                         help=f"mount root holding cosi/, htpasswd/, http-secret/, redis/, tls/ (default {DEFAULT_MOUNTS})")
     parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
                         help=f"where config.yml, htpasswd, tls/ and supervise.sh are written (default {DEFAULT_CONFIG_DIR})")
+    parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR",
+                        help="where supervise.sh keeps its pid, the last registry exit and the registry's output "
+                             "(its BERTH_STATE_DIR; default: the config dir)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, metavar="DIR",
                         help=f"filesystem storage root, the PVC mount (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--distribution", choices=("2", "3"), default=None,
@@ -163,7 +166,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from .sources.pvc import PvcProbe
     from .write import write_atomic
 
-    health = Health()
+    health = Health(config_path=args.config_dir / "config.yml")
     api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
     queue: asyncio.Queue[Change] = asyncio.Queue()
     emit = queue_emitter(queue)
@@ -203,10 +206,16 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     settings = PipelineSettings(
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
-        listen_host=args.listen_host,
+        listen_host=args.listen_host, resync_seconds=args.resync,
+        state_dir=args.state_dir.absolute() if args.state_dir else None,
     )
     pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
     pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn)
+    from .registry_watch import RegistryWatch
+
+    watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
+    watch.report = pipeline.watch_problem
+    sources.append(watch)
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,

@@ -12,12 +12,24 @@
 # sends this script SIGUSR1: the new registry starts then, while the old one keeps draining in the background. Every process
 # started here is tracked; SIGTERM/SIGINT go to all of them, and the script exits when all are gone.
 #
+# The registry's output goes through one `tee` (started once, reading a FIFO the script keeps open) to the
+# container log as before and into registry-output beside the config: the agent quotes the registry's own error
+# when a config fails (registry_output.py). When a registry exits, that file is copied to registry-output.1 and
+# emptied for the next start, which bounds it per start; the agent empties it when a long run makes it large.
+# The script's pid goes to supervisor.pid, so the agent can tell a missing supervisor from a quiet one.
+#
 # Environment: BERTH_CONFIG (default /etc/berth/config.yml), BERTH_REGISTRY_BIN (default registry),
-# BERTH_HANDOVER (default handover beside the config).
+# BERTH_HANDOVER (default handover beside the config), BERTH_STATE_DIR (default the config's directory).
 
 config="${BERTH_CONFIG:-/etc/berth/config.yml}"
 registry_bin="${BERTH_REGISTRY_BIN:-registry}"
 handover_file="${BERTH_HANDOVER:-${config%/*}/handover}"
+# Our own files: the config volume outside Kubernetes; in a pod the registry container mounts it read-only and
+# the operator points BERTH_STATE_DIR at the pod's shared tmp volume, which the agent reads too.
+state="${BERTH_STATE_DIR:-${config%/*}}"
+output="$state/registry-output"
+fifo="$state/.registry-output.fifo"
+tee_pid=""
 current=""      # the registry serving (or starting) on the newest config
 draining=""     # older registries finishing their in-flight requests after a handover
 stopping=""
@@ -55,9 +67,20 @@ note() {
     fi
 }
 
+# The tee that copies the registry's output to our stdout and to $output. It reads the FIFO, which this script
+# holds open read-write on fd 3 (so a registry's write never finds it without a reader, and tee sees no end of
+# file between two registries); it gets fd 3 closed, so it ends once the script and every registry are gone.
+start_tee() {
+    tee -a "$output" <"$fifo" 3>&- &
+    tee_pid=$!
+}
+
 start_registry() {
+    if [ -n "$tee_pid" ] && ! kill -0 "$tee_pid" 2>/dev/null; then
+        start_tee  # someone killed it: registries writing to a full FIFO would block
+    fi
     # The marker tells the agent this supervisor takes handovers (an older one would die of SIGUSR1).
-    BERTH_SUPERVISE_HANDOVER=1 "$registry_bin" serve "$config" &
+    BERTH_SUPERVISE_HANDOVER=1 "$registry_bin" serve "$config" >&3 2>&3 &
     current=$!
     started=$(date +%s)  # after the start: forking date first would add to the time without a listener
     log "started registry (pid $current)"
@@ -130,6 +153,17 @@ if [ ! -f "$config" ]; then
     done
 fi
 
+mkdir -p "$state" 2>/dev/null
+echo "$$" >"$state/supervisor.pid"
+if [ ! -p "$fifo" ]; then
+    rm -f "$fifo"
+    mkfifo -m 600 "$fifo"
+fi
+if exec 3<>"$fifo"; then
+    start_tee
+else
+    exec 3>&2  # no FIFO (a read-only volume?): the registry's output goes straight to the log, as before
+fi
 start_registry
 while [ -z "$stopping" ]; do
     # wait returns early when a trapped signal arrives.
@@ -150,13 +184,17 @@ while [ -z "$stopping" ]; do
     fi
     collect "$current"  # gone, or a zombie: its own status, not the signal's
     log "registry (pid $current) exited with status $code"
+    current_was=$current
     current=""
     last=$code
     reap
     # A registry that fails right at start (a refused config, a port in use) would otherwise restart in a hot
     # loop; a clean exit (status 0: a SIGTERM without handover) restarts at once. Right after a handover a
     # quick failure is most likely a bind that lost the race with the old listener: retried within 10 ms.
-    if [ "$code" -ne 0 ] && [ $(($(date +%s) - started)) -lt 2 ]; then
+    lived=$(($(date +%s) - started))
+    # For the agent, which counts unexpected exits: "pid status seconds-it-ran" (one line, replaced each time).
+    echo "$current_was $code $lived" >"$state/registry-exit"
+    if [ "$code" -ne 0 ] && [ "$lived" -lt 2 ]; then
         if [ -n "$handed_over" ] && [ "$retries" -lt 5 ]; then
             retries=$((retries + 1))
             sleep 0.01
@@ -170,6 +208,9 @@ while [ -z "$stopping" ]; do
     if [ -n "$stopping" ]; then
         break
     fi
+    # What it said, for the agent (after the pause, tee has written it all); the next one starts on an empty file.
+    cp "$output" "$output.1" 2>/dev/null
+    : >"$output"
     start_registry
 done
 
@@ -186,5 +227,9 @@ for pid in $draining; do
 done
 if [ -z "$current" ]; then
     note "$last"  # stopped while pausing after a failed start: that failure is the status
+fi
+exec 3>&-  # every registry is gone: tee reads to the end of the FIFO and exits
+if [ -n "$tee_pid" ]; then
+    wait "$tee_pid" 2>/dev/null
 fi
 exit "$status"

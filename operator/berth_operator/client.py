@@ -43,7 +43,6 @@ KINDS: dict[tuple[str, str], Kind] = {
     (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False),
     (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False),
     ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
-    ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
 }
 
 

@@ -162,9 +162,10 @@ def test_a_cancel_that_lands_with_a_change_still_stops_the_pipeline(tmp_path):
     asyncio.run(scenario())
 
 
-def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path):
+def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path, supervisor_factory, registry_port):
     """Object and in-memory storage have no PVC: the probe stays off, so no 'data path unusable' warning and no
-    pvc_ok 0 for them; filesystem storage turns it on, and a missing data path is then the error reported."""
+    pvc_ok 0 for them; filesystem storage turns it on, and a missing data path is then the error reported.
+    (A supervisor runs: the first config counts as applied only once a registry answers on it.)"""
     from berth_agent.sources.pvc import PvcProbe
 
     health = Health()
@@ -173,8 +174,9 @@ def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path):
     settings = PipelineSettings(config_dir=tmp_path / "config", data_dir=missing, mount_root=tmp_path / "mounts")
     (tmp_path / "config").mkdir()
     pipeline = Pipeline(settings, LogReporter("test"), health, pvc=probe)
+    supervisor_factory(config_dir=tmp_path / "config")
     inmemory = {"distribution": "2", "config": {"storage": {"inmemory": {}}},
-                "http": {"addr": "127.0.0.1:5999"}}
+                "http": {"addr": f"127.0.0.1:{registry_port}"}}
 
     async def scenario() -> None:
         pipeline._absorb(Change("registry", registry=registry_object(inmemory)))
@@ -183,7 +185,7 @@ def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path):
         assert pipeline.reported_error is None
         assert (tmp_path / "config" / "config.yml").exists()
 
-        pipeline._absorb(Change("registry", registry=_registry(5999)))  # filesystem on the missing path
+        pipeline._absorb(Change("registry", registry=_registry(registry_port)))  # filesystem on the missing path
         await pipeline.apply_once()
         assert probe.enabled is True
         assert pipeline.reported_error is not None and str(missing) in pipeline.reported_error

@@ -93,13 +93,14 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["restartPolicy"] == "Always"
     assert agent["image"] == facts.agent_image
     assert agent["command"] == ["berth-agent"]
-    assert agent["args"][:13] == [
+    assert agent["args"][:15] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
+        "--state-dir", "/tmp/berth",  # supervise.sh's files (issue 9): the config volume is read-only there
     ]
     # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).
     mounted = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert agent["args"][13:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
+    assert agent["args"][15:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
     # The agent's own command line accepts them (parsed, not run).
     parser = argparse.ArgumentParser(prog="berth-agent")
     run_command.add_parser(parser.add_subparsers(dest="command", required=True))
@@ -127,6 +128,7 @@ def test_registry_container(builder_case):
     assert registry["env"] == [
         {"name": "BERTH_CONFIG", "value": "/etc/berth/config.yml"},
         {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
+        {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # issue 9: supervise.sh's files, read by the agent
         {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
     ]
     assert registry["ports"] == [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}]

@@ -20,6 +20,7 @@ RUN_AS = 65532
 
 MOUNT_ROOT = "/var/run/berth"
 CONFIG_DIR = "/etc/berth"
+STATE_DIR = "/tmp/berth"  # on the tmp volume both containers mount: supervise.sh writes, the agent reads
 DATA_DIR = "/var/lib/registry"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 AGENT_HEALTH_PORT = 8081
@@ -151,6 +152,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--data-dir", DATA_DIR,
             "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
             "--leave-seconds", str(LEAVE_SECONDS),
+            "--state-dir", STATE_DIR,
             # The same Secrets as the volumes (so no other edit reaches the template through here), watched
             # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
             *(arg for volume, secret in secret_sources(reg, facts).items()
@@ -187,6 +189,9 @@ def registry_container(reg: Registry) -> dict[str, Any]:
         "env": [
             {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/config.yml"},
             {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
+            # supervise.sh's pid, last exit and the registry's output, for the agent (the config volume is
+            # read-only here; both containers mount the pod's tmp volume).
+            {"name": "BERTH_STATE_DIR", "value": STATE_DIR},
             # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
         ],
