@@ -4,7 +4,7 @@
     (pre-flight, write, restart, verify, roll back) -> report (log line, metrics, status/Event, health)
 
 Debounce: a trailing quiet window with a maximum wait. A kubelet Secret swap is ~9 file events within a few
-milliseconds (field-notes §4); a quiet window of 50 ms coalesces it, and the maximum wait (2 s, longer than a
+milliseconds (field-notes §4); a quiet window of 30 ms coalesces it, and the maximum wait (2 s, longer than a
 burst of a second) keeps a stream of events from postponing the apply for ever.
 
 Bad input never touches what runs: the last good config keeps serving, the error goes to status, metrics and
@@ -65,7 +65,7 @@ class PipelineSettings:
     data_dir: Path = Path("/var/lib/registry")
     mount_root: Path = Path("/var/run/berth")
     distribution: str | None = None  # "2" or "3"; default: the spec's (from its image)
-    quiet_seconds: float = 0.05
+    quiet_seconds: float = 0.03
     max_wait_seconds: float = 2.0
     restart_timeout: float | None = None  # default: the drain timeout + 10 s
     retry_seconds: float = RETRY_SECONDS

@@ -53,8 +53,8 @@ def add_parser(subparsers: Any) -> None:
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
     parser.add_argument("--registry-bin", default="registry", metavar="NAME",
                         help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set (default registry)")
-    parser.add_argument("--debounce", type=float, default=0.05, metavar="SECONDS",
-                        help="quiet time that ends a burst of changes before rendering (default 0.05)")
+    parser.add_argument("--debounce", type=float, default=0.03, metavar="SECONDS",
+                        help="quiet time that ends a burst of changes before rendering (default 0.03)")
     parser.add_argument("--max-wait", type=float, default=2.0, metavar="SECONDS",
                         help="longest a burst may postpone rendering (default 2)")
     parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",

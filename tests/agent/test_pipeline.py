@@ -33,7 +33,7 @@ def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, superviso
     settings = PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data", mount_root=mounts)
     (tmp_path / "data").mkdir()
     # The debounce runs on a clock the test steps: the burst's gaps are 10 ms exactly, however loaded the machine
-    # (in real time a stalled 10 ms sleep opened the 50 ms quiet window and gave a second apply).
+    # (in real time a stalled 10 ms sleep opened the quiet window and gave a second apply).
     clock = SteppedClock()
     pipeline = Pipeline(settings, LogReporter("test"), health, clock=clock)
 
