@@ -12,6 +12,7 @@ from berth_agent import metrics
 from berth_agent.sources.registry_api import Backoff, RegistryApiWatcher, content_digest, describe_api_error
 
 from support.kube import kube_api  # noqa: F401  (fixture)
+from support.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 REGISTRY = {
@@ -26,13 +27,8 @@ REGISTRY = {
 async def watching(kube_api, health, changes, name="reg", **options):
     options = {"timeout_seconds": 60, "backoff_initial": 0.05, "backoff_cap": 0.2} | options
     watcher = RegistryApiWatcher(kube_api.client(), "default", name, health, **options)
-    task = asyncio.create_task(watcher.run(changes))
-    try:
+    async with running(watcher, changes):
         yield watcher
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _level(change):

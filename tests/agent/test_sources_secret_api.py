@@ -13,6 +13,7 @@ from berth_agent import metrics
 from berth_agent.sources.secret_api import SecretApiWatcher, SecretCopy, data_fingerprint, secret_copy
 
 from support.kube import kube_api  # noqa: F401  (fixture)
+from support.sources import running
 
 SECRETS = "v1/secrets"
 PLANTED = "planted-secret-value-4f1c"
@@ -31,13 +32,8 @@ def _b64(value: str) -> str:
 async def watching(kube_api, health, changes, name="creds", volume="cosi", **options):
     options = {"timeout_seconds": 60, "backoff_initial": 0.05, "backoff_cap": 0.2} | options
     watcher = SecretApiWatcher(kube_api.client(), "default", name, volume, health, **options)
-    task = asyncio.create_task(watcher.run(changes))
-    try:
+    async with running(watcher, changes):
         yield watcher
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _value(change, key="k"):
