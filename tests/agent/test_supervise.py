@@ -149,8 +149,11 @@ def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, she
     assert upload.read_back() == upload.data
     wait_for(lambda: not first.alive(), what="the old registry to finish draining")
     windows = probe.stop()
-    # Every refused stretch ended (a listener was back) before the upload was done, i.e. within the drain.
-    assert windows and all(end <= upload.finished_at for _start, end in windows), windows
+    # Every refused stretch ended (a listener was back) before the upload was done, i.e. within the drain. The
+    # probe connected all along (hundreds of attempts across the reload); a handover quick enough that no
+    # connect fell into the gap leaves no stretch at all, which is the goal, not a failure (seen once in CI).
+    assert probe.attempts > 100, probe.attempts
+    assert all(end <= upload.finished_at for _start, end in windows), windows
     print(f"no-listener windows (ms): {[round((end - start) * 1000, 1) for start, end in windows]}; "
           f"agent measured {result.no_listener_seconds}")
     wait_for(lambda: "after draining" in supervisor.log(), what="the supervisor to collect the old registry")
