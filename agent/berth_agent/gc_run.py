@@ -1,0 +1,323 @@
+"""The GC runner (docs/design.md §4.5, A3 to A7): the I/O around gc_decide.py's decisions.
+
+Every agent that sees a standing, unfinished request tries the Registry's `<registry>-gc` Lease every ~2 s
+(jittered). The holder is the runner: it writes `active` (SwitchingReadOnly), renews the Lease every 5 s,
+waits until every replica acknowledged read-only (polling the Registry: only during a run), then runs
+`registry garbage-collect` in the registry container through the supervisor (GcCommand, gc-sup), measures
+the bytes freed on filesystem storage, and writes `lastRun` and `active: null` in one status patch, which
+returns every replica to writable. A runner that cannot renew the Lease until it would expire stops the
+command and records nothing (another agent takes over). A taker that finds a run taken with no result (its
+runner died; or this pod's agent restarted) stops an orphaned command in this pod and records `Interrupted`.
+
+Blocking: one attempt runs in a worker thread; events go back to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from berth_api import GROUP, PLURAL, VERSION
+
+from . import gc_report, metrics
+from .gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
+    result_of, time_bound
+from .gc_mode import read_only_for, standing_request
+from .report import MERGE_PATCH, rfc3339
+from .sources.registry_api import describe_api_error
+from .turns import LeaseError, ReloadLease
+
+log = logging.getLogger(__name__)
+
+LEASE_SECONDS = 15  # leaseDurationSeconds of the gc Lease
+RENEW_SECONDS = 5.0
+RENEW_RETRY_SECONDS = 1.0  # after a failed renewal
+LOST_MARGIN_SECONDS = 3.0  # give up this long before the Lease would expire: a taker's clock may run ahead
+TRY_SECONDS = 2.0  # how often a standing request's Lease is tried (jittered)
+ACK_POLL_SECONDS = 0.5
+RECORD_ATTEMPTS = 5  # the final status patch: what returns every replica to writable
+
+
+def gc_lease_name(registry: str) -> str:
+    """`<registry>-gc`: berth_operator.builders.names.gc_lease_name says the same."""
+    return f"{registry}-gc"
+
+
+class GcCommandLike(Protocol):  # berth_agent.gc_command.GcCommand (gc-sup)
+    def run(self, run_id: str, *, dry_run: bool, delete_untagged: bool, stop: threading.Event,
+            timeout_seconds: float) -> Any: ...
+
+    def stop_orphan(self, timeout: float = 15.0) -> str | None: ...
+
+
+class GcStatusApi:
+    """Reads the Registry and merge-patches status.garbageCollection (status subresource). Raises on failure."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str, *, request_timeout: float = 10.0) -> None:
+        from kubernetes import client
+
+        self._custom = client.CustomObjectsApi(api_client)
+        self.namespace, self.name, self.request_timeout = namespace, name, request_timeout
+
+    def read(self) -> dict:
+        return self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
+                                                         _request_timeout=self.request_timeout)
+
+    def patch(self, gc: dict) -> None:
+        response = self._custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": {"garbageCollection": gc}},
+            _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False)
+        response.drain_conn()
+        response.release_conn()
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the gc Lease every RENEW_SECONDS while the run lasts; sets `lost` (and the run's stop) when
+    another holder took it or no renewal worked for (nearly) its duration."""
+
+    def __init__(self, lease: ReloadLease, stop: threading.Event, *, renew_seconds: float = RENEW_SECONDS,
+                 lease_seconds: float = LEASE_SECONDS) -> None:
+        super().__init__(name="gc-lease", daemon=True)
+        self.lease, self.stop_run = lease, stop
+        self.renew_seconds, self.lease_seconds = renew_seconds, lease_seconds
+        self.lost = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        renewed = time.monotonic()
+        wait = self.renew_seconds
+        while not self.done.wait(wait):
+            try:
+                taken, holder = self.lease.try_acquire(self.lease_seconds)
+            except LeaseError:
+                taken, holder = False, None
+            if taken:
+                renewed, wait = time.monotonic(), self.renew_seconds
+                continue
+            if holder is not None or time.monotonic() - renewed >= self.lease_seconds - LOST_MARGIN_SECONDS:
+                log.error("gc lease lost", extra={"fields": {"lease": self.lease.name, "holder": holder}})
+                self.lost.set()
+                self.stop_run.set()
+                return
+            wait = RENEW_RETRY_SECONDS
+
+
+class GcRunner:
+    """A source-like loop (`name`, `run(emit)`): it emits nothing; the pipeline hands it every Registry read."""
+
+    name = "gc-runner"
+
+    def __init__(self, status: GcStatusApi, lease: ReloadLease, command: GcCommandLike, reporter: Any, pod: str,
+                 data_dir: Path, *, try_seconds: float = TRY_SECONDS, ack_poll_seconds: float = ACK_POLL_SECONDS,
+                 renew_seconds: float = RENEW_SECONDS, wall: Callable[[], float] = time.time) -> None:
+        self.status, self.lease, self.command, self.reporter = status, lease, command, reporter
+        self.pod, self.data_dir = pod, data_dir
+        self.try_seconds, self.ack_poll_seconds, self.renew_seconds = try_seconds, ack_poll_seconds, renew_seconds
+        self.wall = wall
+        self.registry: dict | None = None  # the latest Registry object read
+        self.stopping = threading.Event()  # the agent stops: a running command is stopped, the run recorded
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unrecorded: dict | None = None  # a result whose status patch failed: written again first
+        self._run_stop: threading.Event | None = None  # the running command's stop
+
+    def offer(self, registry: dict) -> None:
+        """A Registry read (called on the event loop)."""
+        self.registry = registry
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, emit: Any = None) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            while True:
+                self._wake.clear()
+                standing = read_only_for(self.registry, self.wall()) is not None or self._unrecorded is not None
+                if standing:
+                    await asyncio.shield(asyncio.to_thread(self.attempt))
+                    timeout = self.try_seconds * random.uniform(0.5, 1.5)
+                else:
+                    hold = standing_request(self.registry)  # past its deadline, or none: look again later
+                    timeout = 30.0 if hold is None else max(1.0, hold.deadline - self.wall())
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            self.stopping.set()
+            if self._run_stop is not None:
+                self._run_stop.set()  # the agent stops: so does a running command (recorded Interrupted)
+
+    # ---- one attempt, in a worker thread ------------------------------------------------------------------
+
+    def attempt(self) -> None:
+        try:
+            taken, _holder = self.lease.try_acquire(LEASE_SECONDS)
+        except LeaseError as exc:
+            log.warning("cannot read the gc lease", extra={"fields": {"lease": self.lease.name, "error": exc.args[0]}})
+            return
+        if not taken:
+            return
+        lost = False
+        try:
+            if self._unrecorded is not None:
+                self._record(self._unrecorded)
+                return
+            registry = self.status.read()
+            step = next_step(registry, self.wall())
+            if isinstance(step, Interrupt):
+                self._interrupted(step)
+            elif isinstance(step, Run):
+                lost = self._run(step, registry)
+        except Exception as exc:  # noqa: BLE001 - an API failure: tried again on the next attempt
+            log.warning("gc attempt failed", extra={"fields": {"error": describe_api_error(exc)}})
+        finally:
+            if not lost:
+                try:
+                    self.lease.release()
+                except LeaseError as exc:  # it expires by itself
+                    log.warning("cannot release the gc lease", extra={"fields": {"error": exc.args[0]}})
+
+    def _run(self, step: Run, registry: dict) -> bool:
+        """The run itself; True when the Lease was lost (nothing recorded)."""
+        hold = step.hold
+        started_wall = self.wall()
+        started_at = rfc3339(started_wall)
+        bound = time_bound(started_wall, hold)
+        stop = self._run_stop = threading.Event()
+        if self.stopping.is_set():
+            return False
+        keeper = LeaseKeeper(self.lease, stop, renew_seconds=self.renew_seconds)
+        keeper.start()
+        try:
+            self.status.patch({"active": {"id": hold.request_id, "runner": self.pod, "startedAt": started_at,
+                                          "phase": "SwitchingReadOnly"}})
+            acks = self._wait_for_acks(hold, stop, bound)
+            if keeper.lost.is_set():
+                return True
+            if acks is None:
+                return False  # the request ended meanwhile (its result or its deadline): nothing to add
+            if self.stopping.is_set():
+                self._record(last_run(hold, result="Interrupted", started_at=started_at,
+                                      finished_at=rfc3339(self.wall()), runner=self.pod,
+                                      message=f"the agent in pod {self.pod} stopped before the run"))
+                return False
+            if not acks.complete:
+                self._record(last_run(hold, result="TimedOut", started_at=started_at, finished_at=rfc3339(self.wall()),
+                                      runner=self.pod, message=f"not every replica served read-only within the "
+                                      f"bound: {acks.describe()}"))
+                return False
+            return self._collect(hold, registry, started_at, bound, stop, keeper, acks)
+        finally:
+            keeper.done.set()
+            self._run_stop = None
+
+    def _wait_for_acks(self, hold, stop: threading.Event, bound: float):
+        """A4: poll the Registry until every replica acknowledged. None when the request ended meanwhile."""
+        acks = None
+        while not stop.is_set() and not self.stopping.is_set():
+            try:
+                registry = self.status.read()
+            except Exception as exc:  # noqa: BLE001 - the API may blink; the bound still applies
+                log.warning("cannot read the Registry", extra={"fields": {"error": describe_api_error(exc)}})
+            else:
+                current = read_only_for(registry, self.wall())
+                if current is None or current.request_id != hold.request_id:
+                    return None
+                acks = acknowledgements(registry, hold.request_id)
+                if acks.complete:
+                    return acks
+            if self.wall() >= bound:
+                break
+            stop.wait(self.ack_poll_seconds)
+        return acks or acknowledgements(None, hold.request_id)
+
+    def _collect(self, hold, registry: dict, started_at: str, bound: float, stop: threading.Event,
+                 keeper: LeaseKeeper, acks) -> bool:
+        self.status.patch({"active": {"phase": "Collecting"}})
+        flags = [name for name, on in (("dry run", hold.dry_run), ("delete untagged", hold.delete_untagged)) if on]
+        self._event("GarbageCollectionStarted", f"garbage collection {hold.request_id} started in pod {self.pod}"
+                    + (f" ({', '.join(flags)})" if flags else "") + f"; read-only: {', '.join(acks.acked)}")
+        log.info("gc started", extra={"fields": {"request_id": hold.request_id, "runner": self.pod,
+                                                 "dry_run": hold.dry_run, "delete_untagged": hold.delete_untagged}})
+        measure = measures_bytes(registry, hold.dry_run)
+        before = gc_report.blob_bytes(self.data_dir) if measure else None
+        report, seconds = None, None
+        try:
+            outcome = self.command.run(hold.request_id, dry_run=hold.dry_run, delete_untagged=hold.delete_untagged,
+                                       stop=stop, timeout_seconds=max(1.0, bound - self.wall()))
+        except Exception as exc:  # noqa: BLE001 - GcCommandError: no supervisor, an old one, a refused request
+            result, message = "Failed", f"cannot run registry garbage-collect: {exc}"
+        else:
+            if keeper.lost.is_set():
+                return True
+            report, seconds = outcome.report, outcome.seconds
+            result, message = result_of(outcome, stopped_by_agent=self.stopping.is_set(), pod=self.pod)
+            metrics.gc_duration_seconds.observe(outcome.seconds)
+        try:
+            self.status.patch({"active": {"phase": "Recording"}})
+        except Exception as exc:  # noqa: BLE001 - the result matters more than the phase
+            log.warning("cannot write the gc phase", extra={"fields": {"error": describe_api_error(exc)}})
+        freed = None
+        if before is not None:
+            freed = gc_report.bytes_freed(before, gc_report.blob_bytes(self.data_dir))
+        elif registry is not None and hold.dry_run and measures_bytes(registry, False):
+            freed = 0
+        record = last_run(hold, result=result, started_at=started_at, finished_at=rfc3339(self.wall()),
+                          runner=self.pod, report=report, bytes_freed=freed, message=message)
+        self._record(record)
+        self._count(record, seconds)
+        return False
+
+    def _interrupted(self, step: Interrupt) -> None:
+        orphan = self.command.stop_orphan()
+        record = interrupted_run(step, rfc3339(self.wall()), self.pod)
+        log.warning("gc interrupted", extra={"fields": {"request_id": step.hold.request_id, "runner": step.runner,
+                                                        "orphan_stopped": orphan}})
+        self._record(record)
+        metrics.gc_runs_total.labels(result="Interrupted").inc()
+        self._event("GarbageCollectionInterrupted", f"garbage collection {step.hold.request_id}: {record['message']}; "
+                    f"recorded by pod {self.pod}, the registry returns to writable", warning=True)
+
+    def _record(self, record: dict) -> None:
+        """lastRun and active: null in one patch, retried: this write returns every replica to writable."""
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                self.status.patch({"lastRun": record, "active": None})
+                self._unrecorded = None
+                return
+            except Exception as exc:  # noqa: BLE001
+                log.warning("cannot record the gc result", extra={"fields": {"error": describe_api_error(exc),
+                                                                             "attempt": attempt + 1}})
+                time.sleep(min(2.0 ** attempt * 0.2, 2.0))
+        self._unrecorded = record  # the next attempt (with the Lease) writes it again
+
+    def _count(self, record: dict, seconds: float | None) -> None:
+        metrics.gc_runs_total.labels(result=record["result"]).inc()
+        if not record["dryRun"]:
+            metrics.gc_blobs_deleted_total.inc(record.get("blobsDeleted") or 0)
+            metrics.gc_manifests_deleted_total.inc(record.get("manifestsDeleted") or 0)
+            metrics.gc_bytes_freed_total.inc(record.get("bytesFreed") or 0)
+        log.info("gc finished", extra={"fields": {
+            "request_id": record["id"], "result": record["result"],
+            "seconds": round(seconds, 3) if seconds is not None else None,
+            "blobs_deleted": record.get("blobsDeleted"), "manifests_deleted": record.get("manifestsDeleted"),
+            "bytes_freed": record.get("bytesFreed"), "message": record["message"]}})
+
+    def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        if self._loop is None or self._loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.reporter.event(reason, message, warning=warning),
+                                             self._loop).result(15)
+        except Exception as exc:  # noqa: BLE001 - an Event is worth less than the run
+            log.warning("cannot post a gc event", extra={"fields": {"reason": reason, "error": type(exc).__name__}})
+
+
+__all__ = ["GcRunner", "GcStatusApi", "LeaseKeeper", "gc_lease_name"]
