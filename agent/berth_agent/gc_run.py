@@ -115,7 +115,8 @@ class GcRunner:
 
     def __init__(self, status: GcStatusApi, lease: ReloadLease, command: GcCommandLike, reporter: Any, pod: str,
                  data_dir: Path, *, try_seconds: float = TRY_SECONDS, ack_poll_seconds: float = ACK_POLL_SECONDS,
-                 renew_seconds: float = RENEW_SECONDS, wall: Callable[[], float] = time.time) -> None:
+                 renew_seconds: float = RENEW_SECONDS, wall: Callable[[], float] = time.time,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.status, self.lease, self.command, self.reporter = status, lease, command, reporter
         self.pod, self.data_dir = pod, data_dir
         self.try_seconds, self.ack_poll_seconds, self.renew_seconds = try_seconds, ack_poll_seconds, renew_seconds
@@ -123,7 +124,7 @@ class GcRunner:
         self.registry: dict | None = None  # the latest Registry object read
         self.stopping = threading.Event()  # the agent stops: a running command is stopped, the run recorded
         self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = loop  # where the reporter's Events run (run() sets it)
         self._unrecorded: dict | None = None  # a result whose status patch failed: written again first
         self._run_stop: threading.Event | None = None  # the running command's stop
 
@@ -150,9 +151,13 @@ class GcRunner:
                 except TimeoutError:
                     pass
         finally:
-            self.stopping.set()
-            if self._run_stop is not None:
-                self._run_stop.set()  # the agent stops: so does a running command (recorded Interrupted)
+            self.stop()
+
+    def stop(self) -> None:
+        """The agent stops: so does a running command (its run recorded Interrupted)."""
+        self.stopping.set()
+        if self._run_stop is not None:
+            self._run_stop.set()
 
     # ---- one attempt, in a worker thread ------------------------------------------------------------------
 
