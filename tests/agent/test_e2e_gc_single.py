@@ -81,7 +81,8 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(tmp_path,
         assert read_only(pod) and pod.registry_starts() == starts + 1
         refused = http_get(f"{pod.url}/v2/demo/app/blobs/uploads/", method="POST")
         assert refused.status == 405, refused  # writes refused, from the registry serving read-only
-        assert http_get(f"{pod.url}/v2/demo/app/manifests/a", method="HEAD").status == 200  # pulls go on
+        layer = f"{pod.url}/v2/demo/app/blobs/{a.layer_digests[0]}"
+        assert http_get(layer, method="HEAD").status == 200  # pulls go on
         assert pod.metric("gc_read_only") == 1
         assert status(kube_api).get("garbageCollection", {}).get("lastRun") is None
 
