@@ -28,7 +28,7 @@ from berth_api import GROUP, PLURAL, VERSION
 from . import gc_report, metrics
 from .gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
     result_of, time_bound
-from .gc_mode import read_only_for, standing_request
+from .gc_mode import read_only_for
 from .report import MERGE_PATCH, rfc3339
 from .sources.registry_api import describe_api_error
 from .turns import LeaseError, ReloadLease
@@ -41,6 +41,7 @@ RENEW_RETRY_SECONDS = 1.0  # after a failed renewal
 LOST_MARGIN_SECONDS = 3.0  # give up this long before the Lease would expire: a taker's clock may run ahead
 TRY_SECONDS = 2.0  # how often a standing request's Lease is tried (jittered)
 ACK_POLL_SECONDS = 0.5
+IDLE_SECONDS = 30.0  # with no request standing
 RECORD_ATTEMPTS = 5  # the final status patch: what returns every replica to writable
 
 
@@ -144,8 +145,7 @@ class GcRunner:
                     await asyncio.shield(asyncio.to_thread(self.attempt))
                     timeout = self.try_seconds * random.uniform(0.5, 1.5)
                 else:
-                    hold = standing_request(self.registry)  # past its deadline, or none: look again later
-                    timeout = 30.0 if hold is None else max(1.0, hold.deadline - self.wall())
+                    timeout = IDLE_SECONDS  # the next Registry read wakes it; this bounds a missed one
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 except TimeoutError:
