@@ -25,7 +25,10 @@ from typing import Any, Protocol
 
 from berth_api import GROUP, PLURAL, VERSION
 
+import yaml
+
 from . import gc_report, metrics
+from .gc_cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
 from .gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
     result_of, time_bound
 from .gc_mode import read_only_for
@@ -115,11 +118,12 @@ class GcRunner:
     name = "gc-runner"
 
     def __init__(self, status: GcStatusApi, lease: ReloadLease, command: GcCommandLike, reporter: Any, pod: str,
-                 data_dir: Path, *, try_seconds: float = TRY_SECONDS, ack_poll_seconds: float = ACK_POLL_SECONDS,
+                 data_dir: Path, config_path: Path, *, try_seconds: float = TRY_SECONDS, ack_poll_seconds: float = ACK_POLL_SECONDS,
                  renew_seconds: float = RENEW_SECONDS, wall: Callable[[], float] = time.time,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.status, self.lease, self.command, self.reporter = status, lease, command, reporter
-        self.pod, self.data_dir = pod, data_dir
+        self.pod, self.data_dir = pod, data_dir  # the data path: bytes freed on filesystem storage
+        self.config_path = config_path  # the rendered config: its redis cache is cleared after a run
         self.try_seconds, self.ack_poll_seconds, self.renew_seconds = try_seconds, ack_poll_seconds, renew_seconds
         self.wall = wall
         self.registry: dict | None = None  # the latest Registry object read
@@ -269,6 +273,10 @@ class GcRunner:
             self.status.patch({"active": {"phase": "Recording"}})
         except Exception as exc:  # noqa: BLE001 - the result matters more than the phase
             log.warning("cannot write the gc phase", extra={"fields": {"error": describe_api_error(exc)}})
+        if not hold.dry_run and report is not None:
+            purged, problem = self._purge_cache()
+            if problem is not None:  # a cached descriptor of a deleted blob would make pushes skip that layer
+                result, message = "Failed", f"{message}; but {problem}"
         freed = None
         if before is not None:
             freed = gc_report.bytes_freed(before, gc_report.blob_bytes(self.data_dir))
@@ -279,6 +287,22 @@ class GcRunner:
         self._record(record)
         self._count(record, seconds)
         return False
+
+    def _purge_cache(self) -> tuple[int, str | None]:
+        """With a redis blob descriptor cache, forget the descriptors (gc_cache.py): (keys deleted, problem)."""
+        try:
+            config = yaml.safe_load(self.config_path.read_bytes()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            return 0, f"the rendered config could not be read to clear the blob descriptor cache ({type(exc).__name__})"
+        if not isinstance(config, dict) or not uses_redis_cache(config):
+            return 0, None
+        try:
+            purged = purge_blob_descriptors(config)
+        except CachePurgeError as exc:
+            log.error("gc cache not cleared", extra={"fields": {"error": str(exc)}})
+            return 0, str(exc)
+        log.info("gc cache cleared", extra={"fields": {"keys_deleted": purged}})
+        return purged, None
 
     def _interrupted(self, step: Interrupt) -> None:
         orphan = self.command.stop_orphan()

@@ -172,7 +172,7 @@ def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: 
     command = GcCommand(state_dir, args.config_dir)
     return GcRunner(GcStatusApi(api_client, namespace, name),
                     ReloadLease(api_client, namespace, gc_lease_name(name), args.pod_name),
-                    command, reporter, args.pod_name, args.data_dir)
+                    command, reporter, args.pod_name, args.data_dir, args.config_dir / "config.yml")
 
 
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:

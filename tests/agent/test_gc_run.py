@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+import yaml
 
 from berth_agent import gc_report
 from berth_agent.gc_run import GcRunner, GcStatusApi, LeaseKeeper, gc_lease_name
@@ -21,6 +22,7 @@ from berth_agent.turns import ReloadLease
 from berth_api import GarbageCollectionRun
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
+from support.redisserver import redis_server  # noqa: F401  (fixture)
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 LEASES = "coordination.k8s.io/v1/leases"
@@ -112,11 +114,13 @@ def ack(kube_api, pod, request_id="r1"):  # noqa: F811
 @pytest.fixture
 def runner(reg, loop, tmp_path):
     """runner(command, reporter, pod=..., clock=..., **options): an agent's GcRunner on the test API server."""
-    def make(command, reporter, pod="pod-a", clock=None, **options):
+    def make(command, reporter, pod="pod-a", clock=None, config=None, **options):
         client = reg.client()
+        storage = {"filesystem": {"rootdirectory": str(tmp_path)}, **(config or {})}
+        (tmp_path / "config.yml").write_text(yaml.safe_dump({"version": 0.1, "storage": storage}))
         lease = ReloadLease(client, "default", gc_lease_name("reg"), pod, **({"clock": clock} if clock else {}))
         return GcRunner(GcStatusApi(client, "default", "reg"), lease, command, reporter, pod, tmp_path,
-                        ack_poll_seconds=0.05, loop=loop, **options)
+                        tmp_path / "config.yml", ack_poll_seconds=0.05, loop=loop, **options)
 
     return make
 
@@ -241,3 +245,27 @@ def test_the_lease_keeper_gives_up_before_the_lease_would_expire_when_renewals_f
     keeper.start()
     assert stop.wait(10) and keeper.lost.is_set()
     assert time.monotonic() - started >= 3.2 - 3.0 - 0.05
+
+
+def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared_before_writable(reg, runner, redis_server):  # noqa: F811
+    """A descriptor of a deleted blob left in redis makes the registry answer HEAD 200 for it (gc_cache.py)."""
+    redis_server.command("HSET", "blobs::sha256:" + "b" * 64, "size", "3", db=2)
+    redis_server.command("SET", "unrelated", "kept", db=2)
+    request(reg)
+    ack(reg, "pod-a")
+    cache = {"cache": {"blobdescriptor": "redis"}}
+    redis = {"addr": f"127.0.0.1:{redis_server.port}", "password": redis_server.password, "db": 2}
+    worker = runner(Command(reg), Reporter(), config=cache)
+    config = yaml.safe_load((worker.config_path).read_text())
+    worker.config_path.write_text(yaml.safe_dump({**config, "redis": redis}))
+    worker.attempt()
+    assert gc(reg)["lastRun"]["result"] == "Succeeded"
+    assert redis_server.command("KEYS", "*", db=2) == [b"unrelated"]
+
+    redis_server.stop()  # unreachable: the run is reported Failed, saying why
+    request(reg, id="r2")
+    ack(reg, "pod-a", "r2")
+    worker.attempt()
+    last = gc(reg)["lastRun"]
+    assert (last["id"], last["result"]) == ("r2", "Failed")
+    assert "blob descriptor cache" in last["message"] and redis_server.password not in last["message"]
