@@ -259,6 +259,9 @@ class GcRunner:
         before = gc_report.blob_bytes(self.data_dir) if measure else None
         report, seconds = None, None
         try:
+            # With the Lease held, a command running in this pod is nobody's: an earlier agent process's.
+            if (orphan := self.command.stop_orphan()) is not None:
+                log.warning("gc orphan stopped", extra={"fields": {"request_id": orphan}})
             outcome = self.command.run(hold.request_id, dry_run=hold.dry_run, delete_untagged=hold.delete_untagged,
                                        stop=stop, timeout_seconds=max(1.0, bound - self.wall()))
         except Exception as exc:  # noqa: BLE001 - GcCommandError: no supervisor, an old one, a refused request
