@@ -112,6 +112,13 @@ class LeaseKeeper(threading.Thread):
             wait = RENEW_RETRY_SECONDS
 
 
+def _describe(exc: BaseException) -> str:
+    """GcCommandError messages are ours and secret-free; anything else is described by type and status only."""
+    if type(exc).__module__.endswith(".gc_command"):
+        return str(exc)
+    return describe_api_error(exc)
+
+
 class GcRunner:
     """A source-like loop (`name`, `run(emit)`): it emits nothing; the pipeline hands it every Registry read."""
 
@@ -185,7 +192,7 @@ class GcRunner:
             elif isinstance(step, Run):
                 lost = self._run(step, registry)
         except Exception as exc:  # noqa: BLE001 - an API failure: tried again on the next attempt
-            log.warning("gc attempt failed", extra={"fields": {"error": describe_api_error(exc)}})
+            log.warning("gc attempt failed", extra={"fields": {"error": _describe(exc)}})
         finally:
             if not lost:
                 try:
@@ -225,6 +232,7 @@ class GcRunner:
             return self._collect(hold, registry, started_at, bound, stop, keeper, acks)
         finally:
             keeper.done.set()
+            keeper.join(30)  # a renewal in flight must not take the Lease back after the release
             self._run_stop = None
 
     def _wait_for_acks(self, hold, stop: threading.Event, bound: float):
