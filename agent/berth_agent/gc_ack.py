@@ -56,12 +56,15 @@ class GcAck:
         if self.written is _UNKNOWN:  # a record left by an earlier agent process in this pod
             record = (((registry or {}).get("status") or {}).get("agents") or {}).get(self.pod) or {}
             self.written = record.get("readOnlyFor") if isinstance(record, dict) else None
-        if request_id is None and self._since is not None:
-            seconds = self._clock() - self._since
+            self._read_only_id = self.written if isinstance(self.written, str) else None
+        if request_id is None and self._read_only_id is not None:
+            # Its window's start is known only if this process saw it (not after an agent restart).
+            seconds = round(self._clock() - self._since, 3) if self._since is not None else None
             metrics.gc_read_only.set(0)
-            metrics.gc_read_only_seconds.set(round(seconds, 3))
+            if seconds is not None:
+                metrics.gc_read_only_seconds.set(seconds)
             log.info("gc writable", extra={"fields": {"request_id": self._read_only_id,
-                                                      "read_only_seconds": round(seconds, 3)}})
+                                                      "read_only_seconds": seconds}})
             self._since, self._read_only_id = None, None
         elif request_id is not None:
             if self._since is None:

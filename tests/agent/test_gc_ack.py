@@ -4,6 +4,7 @@ process still runs (a draining writable registry could finish an upload during t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from berth_agent import metrics
@@ -52,7 +53,7 @@ def test_no_acknowledgement_while_an_older_registry_still_runs(tmp_path):
         older.stop()
 
 
-def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(tmp_path):
+def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(tmp_path, caplog):
     config = tmp_path / "config.yml"
     config.write_bytes(b"x")
     answers = [False, True]
@@ -64,7 +65,9 @@ def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(
 
     async def scenario():
         ack = GcAck(write, "pod-a", config, lambda: b"x")
-        ack.observe({"status": {"agents": {"pod-a": {"readOnlyFor": "r0"}}}}, None, b"x")
+        with caplog.at_level(logging.INFO, logger="berth_agent.gc_ack"):
+            ack.observe({"status": {"agents": {"pod-a": {"readOnlyFor": "r0"}}}}, None, b"x")
+        assert [(r.msg, r.fields["request_id"]) for r in caplog.records] == [("gc writable", "r0")]
         await until(lambda: len(writes) == 2, timeout=5)
         assert writes == [None, None] and ack.written is None
         ack.observe(None, None, b"x")  # nothing to change: no write
