@@ -23,25 +23,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from berth_api import GROUP, PLURAL, VERSION
-
 import yaml
 
 from . import gc_report, metrics
+from .gc_api import LEASE_SECONDS, RENEW_SECONDS, GcStatusApi, LeaseKeeper
 from .gc_cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
 from .gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
     result_of, time_bound
 from .gc_mode import read_only_for
-from .report import MERGE_PATCH, rfc3339
+from .report import rfc3339
 from .sources.registry_api import describe_api_error
 from .turns import LeaseError, ReloadLease
 
 log = logging.getLogger(__name__)
 
-LEASE_SECONDS = 15  # leaseDurationSeconds of the gc Lease
-RENEW_SECONDS = 5.0
-RENEW_RETRY_SECONDS = 1.0  # after a failed renewal
-LOST_MARGIN_SECONDS = 3.0  # give up this long before the Lease would expire: a taker's clock may run ahead
 TRY_SECONDS = 2.0  # how often a standing request's Lease is tried (jittered)
 ACK_POLL_SECONDS = 0.5
 IDLE_SECONDS = 30.0  # with no request standing
@@ -60,58 +55,6 @@ class GcCommandLike(Protocol):  # berth_agent.gc_command.GcCommand (gc-sup)
     def stop_orphan(self, timeout: float = 15.0) -> str | None: ...
 
 
-class GcStatusApi:
-    """Reads the Registry and merge-patches status.garbageCollection (status subresource). Raises on failure."""
-
-    def __init__(self, api_client: Any, namespace: str, name: str, *, request_timeout: float = 10.0) -> None:
-        from kubernetes import client
-
-        self._custom = client.CustomObjectsApi(api_client)
-        self.namespace, self.name, self.request_timeout = namespace, name, request_timeout
-
-    def read(self) -> dict:
-        return self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                         _request_timeout=self.request_timeout)
-
-    def patch(self, gc: dict) -> None:
-        response = self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": {"garbageCollection": gc}},
-            _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False)
-        response.drain_conn()
-        response.release_conn()
-
-
-class LeaseKeeper(threading.Thread):
-    """Renews the gc Lease every RENEW_SECONDS while the run lasts; sets `lost` (and the run's stop) when
-    another holder took it or no renewal worked for (nearly) its duration."""
-
-    def __init__(self, lease: ReloadLease, stop: threading.Event, *, renew_seconds: float = RENEW_SECONDS,
-                 lease_seconds: float = LEASE_SECONDS) -> None:
-        super().__init__(name="gc-lease", daemon=True)
-        self.lease, self.stop_run = lease, stop
-        self.renew_seconds, self.lease_seconds = renew_seconds, lease_seconds
-        self.lost = threading.Event()
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        renewed = time.monotonic()
-        wait = self.renew_seconds
-        while not self.done.wait(wait):
-            try:
-                taken, holder = self.lease.try_acquire(self.lease_seconds)
-            except LeaseError:
-                taken, holder = False, None
-            if taken:
-                renewed, wait = time.monotonic(), self.renew_seconds
-                continue
-            if holder is not None or time.monotonic() - renewed >= self.lease_seconds - LOST_MARGIN_SECONDS:
-                log.error("gc lease lost", extra={"fields": {"lease": self.lease.name, "holder": holder}})
-                self.lost.set()
-                self.stop_run.set()
-                return
-            wait = RENEW_RETRY_SECONDS
-
-
 def _describe(exc: BaseException) -> str:
     """GcCommandError messages are ours and secret-free; anything else is described by type and status only."""
     if type(exc).__module__.endswith(".gc_command"):
@@ -125,8 +68,9 @@ class GcRunner:
     name = "gc-runner"
 
     def __init__(self, status: GcStatusApi, lease: ReloadLease, command: GcCommandLike, reporter: Any, pod: str,
-                 data_dir: Path, config_path: Path, *, try_seconds: float = TRY_SECONDS, ack_poll_seconds: float = ACK_POLL_SECONDS,
-                 renew_seconds: float = RENEW_SECONDS, wall: Callable[[], float] = time.time,
+                 data_dir: Path, config_path: Path, *, try_seconds: float = TRY_SECONDS,
+                 ack_poll_seconds: float = ACK_POLL_SECONDS, renew_seconds: float = RENEW_SECONDS,
+                 wall: Callable[[], float] = time.time,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.status, self.lease, self.command, self.reporter = status, lease, command, reporter
         self.pod, self.data_dir = pod, data_dir  # the data path: bytes freed on filesystem storage
@@ -158,7 +102,8 @@ class GcRunner:
                 else:
                     timeout = IDLE_SECONDS  # the next Registry read wakes it; this bounds a missed one
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: see sources/mounts.py
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
         finally:
@@ -360,4 +305,4 @@ class GcRunner:
             log.warning("cannot post a gc event", extra={"fields": {"reason": reason, "error": type(exc).__name__}})
 
 
-__all__ = ["GcRunner", "GcStatusApi", "LeaseKeeper", "gc_lease_name"]
+__all__ = ["GcRunner", "gc_lease_name"]

@@ -160,7 +160,8 @@ def _kube_api_client(args: argparse.Namespace) -> Any:
 def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
     """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
     in the registry container through the supervisor (gc_command.py)."""
-    from .gc_run import GcRunner, GcStatusApi, gc_lease_name
+    from .gc_api import GcStatusApi
+    from .gc_run import GcRunner, gc_lease_name
     from .turns import ReloadLease
 
     try:

@@ -110,7 +110,8 @@ class Outcome:
     seconds: float = 1.0
 
 
-SUMMARY = "demo/a: marking manifest sha256:" + "a" * 64 + "\n7 blobs marked, 3 blobs and 1 manifests eligible for deletion\n"
+SUMMARY = ("demo/a: marking manifest sha256:" + "a" * 64
+           + "\n7 blobs marked, 3 blobs and 1 manifests eligible for deletion\n")
 
 
 def test_outcomes_become_results_and_a_complete_last_run():

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from berth_agent import gc_report
-from berth_agent.gc_run import GcRunner, GcStatusApi, LeaseKeeper, gc_lease_name
+from berth_agent.gc_api import GcStatusApi, LeaseKeeper
+from berth_agent.gc_run import GcRunner, gc_lease_name
 from berth_agent.turns import ReloadLease
 from berth_api import GarbageCollectionRun
 from support.kube import kube_api  # noqa: F401  (fixture)
@@ -247,7 +248,7 @@ def test_the_lease_keeper_gives_up_before_the_lease_would_expire_when_renewals_f
     assert time.monotonic() - started >= 3.2 - 3.0 - 0.05
 
 
-def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared_before_writable(reg, runner, redis_server):  # noqa: F811
+def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared(reg, runner, redis_server):  # noqa: F811
     """A descriptor of a deleted blob left in redis makes the registry answer HEAD 200 for it (gc_cache.py)."""
     redis_server.command("HSET", "blobs::sha256:" + "b" * 64, "size", "3", db=2)
     redis_server.command("SET", "unrelated", "kept", db=2)
