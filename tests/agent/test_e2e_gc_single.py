@@ -1,5 +1,5 @@
 """Garbage collection end to end in one pod (issue 12, the agent's half): the real agent (API mode, the test API
-server), the real supervise.sh and docker-registry, the real `registry garbage-collect`.
+server), the real supervise.sh and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
 
 The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would, and creates the
 `<registry>-gc` Lease. While the test itself holds that Lease, the pod turns read-only and acknowledges (a push
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import yaml
 
 from berth_agent import gc_report
@@ -19,7 +20,7 @@ from berth_agent.gc_run import gc_lease_name
 from berth_agent.turns import ReloadLease
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image
+from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
 from support.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -48,9 +49,11 @@ def read_only(pod: RegistryPod) -> bool:
     return config["storage"]["maintenance"]["readonly"]["enabled"]
 
 
-def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(tmp_path, kube_api):  # noqa: F811
-    pod = RegistryPod(tmp_path / "pod")
-    spec = filesystem_spec(pod.port)
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp_path, kube_api):  # noqa: F811
+    major, binary = dist
+    pod = RegistryPod(tmp_path / "pod", binary=binary)
+    spec = filesystem_spec(pod.port, major=major)
     spec["config"]["storage"]["delete"] = {"enabled": True}
     kube_api.create(registry_object(spec))
     kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
