@@ -55,6 +55,12 @@ class GcCommandLike(Protocol):  # berth_agent.gc_command.GcCommand (gc-sup)
     def stop_orphan(self, timeout: float = 15.0) -> str | None: ...
 
 
+def nothing_stored(data_dir: Path) -> bool:
+    """A filesystem store nothing was ever pushed to: no repositories or no blobs directory under it."""
+    root = Path(data_dir) / gc_report.BLOBS_DIR.parent
+    return not (root / "repositories").is_dir() or not (root / "blobs").is_dir()
+
+
 def _describe(exc: BaseException) -> str:
     """GcCommandError messages are ours and secret-free; anything else is described by type and status only."""
     if type(exc).__module__.endswith(".gc_command"):
@@ -210,21 +216,17 @@ class GcRunner:
                                                  "dry_run": hold.dry_run, "delete_untagged": hold.delete_untagged}})
         measure = measures_bytes(registry, hold.dry_run)
         before = gc_report.blob_bytes(self.data_dir) if measure else None
-        report, seconds = None, None
-        try:
-            # With the Lease held, a command running in this pod is nobody's: an earlier agent process's.
-            if (orphan := self.command.stop_orphan()) is not None:
-                log.warning("gc orphan stopped", extra={"fields": {"request_id": orphan}})
-            outcome = self.command.run(hold.request_id, dry_run=hold.dry_run, delete_untagged=hold.delete_untagged,
-                                       stop=stop, timeout_seconds=max(1.0, bound - self.wall()))
-        except Exception as exc:  # noqa: BLE001 - GcCommandError: no supervisor, an old one, a refused request
-            result, message = "Failed", f"cannot run registry garbage-collect: {exc}"
+        if measures_bytes(registry, False) and nothing_stored(self.data_dir):
+            # Both majors fail on a store never pushed to ("Path not found: .../repositories"): a new registry
+            # with a schedule would report Failed until its first push. There is nothing to collect.
+            report = gc_report.GcReport(dry_run=hold.dry_run, succeeded=True, blobs_marked=0, manifests_marked=0,
+                                        blobs_deleted=0, manifests_deleted=0)
+            result, message, seconds = "Succeeded", "nothing to collect: the storage holds no repository yet", None
         else:
-            if keeper.lost.is_set():
-                return True
-            report, seconds = outcome.report, outcome.seconds
-            result, message = result_of(outcome, stopped_by_agent=self.stopping.is_set(), pod=self.pod)
-            metrics.gc_duration_seconds.observe(outcome.seconds)
+            ran = self._execute(hold, stop, bound, keeper)
+            if ran is None:
+                return True  # the Lease was lost: the taker records
+            result, message, report, seconds = ran
         try:
             self.status.patch({"active": {"phase": "Recording"}})
         except Exception as exc:  # noqa: BLE001 - the result matters more than the phase
@@ -243,6 +245,22 @@ class GcRunner:
         self._record(record)
         self._count(record, seconds)
         return False
+
+    def _execute(self, hold, stop: threading.Event, bound: float, keeper: LeaseKeeper):
+        """Run the command: (result, message, report, seconds), or None when the Lease was lost meanwhile."""
+        try:
+            # With the Lease held, a command running in this pod is nobody's: an earlier agent process's.
+            if (orphan := self.command.stop_orphan()) is not None:
+                log.warning("gc orphan stopped", extra={"fields": {"request_id": orphan}})
+            outcome = self.command.run(hold.request_id, dry_run=hold.dry_run, delete_untagged=hold.delete_untagged,
+                                       stop=stop, timeout_seconds=max(1.0, bound - self.wall()))
+        except Exception as exc:  # noqa: BLE001 - GcCommandError: no supervisor, an old one, a refused request
+            return "Failed", f"cannot run registry garbage-collect: {_describe(exc)}", None, None
+        if keeper.lost.is_set():
+            return None
+        metrics.gc_duration_seconds.observe(outcome.seconds)
+        result, message = result_of(outcome, stopped_by_agent=self.stopping.is_set(), pod=self.pod)
+        return result, message, outcome.report, outcome.seconds
 
     def _purge_cache(self) -> tuple[int, str | None]:
         """With a redis blob descriptor cache, forget the descriptors (gc_cache.py): (keys deleted, problem)."""

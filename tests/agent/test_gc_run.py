@@ -9,6 +9,7 @@ the status said when it was started.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,6 +119,8 @@ def runner(reg, loop, tmp_path):
     def make(command, reporter, pod="pod-a", clock=None, config=None, **options):
         client = reg.client()
         storage = {"filesystem": {"rootdirectory": str(tmp_path)}, **(config or {})}
+        for name in ("repositories", "blobs"):  # something was pushed (nothing at all: see the test below)
+            (tmp_path / "docker/registry/v2" / name).mkdir(parents=True, exist_ok=True)
         (tmp_path / "config.yml").write_text(yaml.safe_dump({"version": 0.1, "storage": storage}))
         lease = ReloadLease(client, "default", gc_lease_name("reg"), pod, **({"clock": clock} if clock else {}))
         return GcRunner(GcStatusApi(client, "default", "reg"), lease, command, reporter, pod, tmp_path,
@@ -270,3 +273,17 @@ def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared(reg, runner, red
     last = gc(reg)["lastRun"]
     assert (last["id"], last["result"]) == ("r2", "Failed")
     assert "blob descriptor cache" in last["message"] and redis_server.password not in last["message"]
+
+
+def test_a_store_never_pushed_to_is_collected_without_running_the_command(reg, runner, tmp_path):
+    """Both majors' garbage-collect fail on it ("Path not found: /docker/registry/v2/repositories")."""
+    request(reg)
+    ack(reg, "pod-a")
+    command = Command(reg)
+    worker = runner(command, Reporter())
+    shutil.rmtree(tmp_path / "docker")
+    worker.attempt()
+    last = gc(reg)["lastRun"]
+    assert command.calls == [] and last["result"] == "Succeeded", last
+    assert (last["blobsMarked"], last["blobsDeleted"], last["bytesFreed"]) == (0, 0, 0)
+    assert last["message"] == "nothing to collect: the storage holds no repository yet"
