@@ -18,9 +18,9 @@ import dataclasses
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import yaml
