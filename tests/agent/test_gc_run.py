@@ -287,3 +287,31 @@ def test_a_store_never_pushed_to_is_collected_without_running_the_command(reg, r
     assert command.calls == [] and last["result"] == "Succeeded", last
     assert (last["blobsMarked"], last["blobsDeleted"], last["bytesFreed"]) == (0, 0, 0)
     assert last["message"] == "nothing to collect: the storage holds no repository yet"
+
+
+def test_the_loop_runs_a_request_it_is_offered_and_a_cancel_stops_a_running_command(reg, runner):
+    """run(): woken by the pipeline's Registry reads; cancelled (the agent stops), a running command is stopped
+    and its run recorded Interrupted."""
+    request(reg)
+    ack(reg, "pod-a")
+    command = Command(reg, wait_for_stop=True)
+    worker = runner(command, Reporter(), try_seconds=0.1)
+
+    async def scenario():
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.2)
+        assert command.calls == []  # nothing offered yet: the runner idles
+        worker.offer(reg.get(REGISTRIES, "default", "reg"))
+        deadline = time.monotonic() + 10
+        while not command.calls:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 10
+    while (gc(reg).get("lastRun") or {}).get("result") != "Interrupted":  # the worker thread finishes the run
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert gc(reg).get("active") is None
