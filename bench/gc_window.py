@@ -15,12 +15,13 @@ times each on a fresh copy of the 2.8 store: registry pods as in the end-to-end 
 subprocess + supervise.sh + Debian's 2.8 on 127.0.0.2, 127.0.0.3, sharing the data directory), a Registry on the
 test API server, and a run asked for as the operator asks (its own `gc_schedule.decide` on the run-now
 annotation writes status.garbageCollection.request). Measured:
-- the read-only window, twice: from the agents' own log lines (`gc read-only`, logged once that pod's registry
-  serves read-only; `gc writable`, once it serves writable again: first of any pod to last of every pod), and
-  as a client sees it (a probe per pod POSTs an upload every 20 ms: first 405 of any pod to the first 202 after
+- the read-only window, twice: from the agents' own log lines (`gc writable`, logged once that pod serves
+  writable again, with `read_only_seconds` since it first served read-only: first of any pod to last of every
+  pod), and as a client sees it (a probe per pod POSTs an upload every 20 ms: first 405 of any pod to the first 202 after
   the last 405 of every pod);
 - the GC duration (`gc finished`'s seconds: the command, from the runner's start to its exit) and where the
-  rest of the window goes (request -> every pod read-only, command, result -> every pod writable);
+  rest of the window goes (request -> every pod read-only and acknowledged (`gc read-only`), last
+  acknowledgement -> `gc started`, command, `gc finished` -> every pod writable);
 - pulls of a kept blob through a readiness-aware balancer all along (0 failed is the target).
 Each run is checked: lastRun Succeeded, 504 blobs deleted on disk.
 
@@ -200,7 +201,10 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     layer_bytes = (store_dir / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data").read_bytes()
     with KubeApi() as api, running_replicas(root, api, spec, count=replicas) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
-        puller = PullLoop(f"{balancer.url}/v2/{kept.repo}/blobs/{layer}", layer_bytes, retry_seconds=0.0)
+        # One pod: straight to it, a connection refused in a handover's few milliseconds retried (and counted),
+        # as bench/agent_inflight.py does. Several: through the balancer, never retried.
+        url = next(iter(pods.values())).url if replicas == 1 else balancer.url
+        puller = PullLoop(f"{url}/v2/{kept.repo}/blobs/{layer}", layer_bytes, retry_seconds=5.0 if replicas == 1 else 0.0)
         probes = {name: UploadProbe(pod.listen_host, pod.port) for name, pod in pods.items()}
         try:
             for probe in probes.values():
@@ -232,8 +236,13 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
             balancer_stats = balancer.stop()
         runner = next(pod for pod in pods.values() if line(pod, "gc started"))
         started, finished = line(runner, "gc started"), line(runner, "gc finished")
-        read_only = [log_time(line(pod, "gc read-only")) for pod in pods.values()]
+        read_only = [log_time(line(pod, "gc read-only")) for pod in pods.values()]  # acknowledged
         writable = [log_time(line(pod, "gc writable")) for pod in pods.values()]
+        # Each pod's first read-only serve: `gc writable` carries that pod's read-only seconds (its
+        # berth_agent_gc_read_only_seconds), which start at the serve, before the acknowledgement.
+        serving_read_only = [log_time(line(pod, "gc writable")) - float(line(pod, "gc writable").get(
+            "read_only_seconds", log_time(line(pod, "gc writable")) - log_time(line(pod, "gc read-only"))))
+            for pod in pods.values()]
         probed = [probe.read_only_window() for probe in probes.values()]
         remaining = gc_store.blob_files(root / "data")
     if run.get("result") != "Succeeded" or run.get("blobsDeleted") != len(store.eligible_blobs) or \
@@ -242,7 +251,7 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     if any(window is None for window in probed):
         raise AssertionError("a pod never refused an upload during the run")
     return {
-        "window_logs": max(writable) - min(read_only),
+        "window_logs": max(writable) - min(serving_read_only),
         "window_client": max(end for _, end in probed) - min(start for start, _ in probed),
         "to_read_only": max(read_only) - requested_at,
         "acks_to_start": log_time(started) - max(read_only),
@@ -262,17 +271,21 @@ def flow(args, base: Path) -> None:
                   for n in range(args.rounds)]
         label = f"flow, {replicas} replica{'s' if replicas > 1 else ''}"
         for key, what in (("window_client", "read-only window, as a client sees it (first 405 -> last 202 back)"),
-                          ("window_logs", "read-only window, agents' logs (first gc read-only -> last gc writable)"),
-                          ("to_read_only", "request written -> every pod serving read-only"),
+                          ("window_logs", "read-only window, agents' logs (first read-only serve -> last gc writable)"),
+                          ("to_read_only", "request written -> every pod read-only and acknowledged"),
                           ("acks_to_start", "last pod read-only -> the command starts"),
                           ("command", "GC duration (the command, gc finished seconds)"),
                           ("to_writable", "command done -> every pod writable again"),
                           ("to_recorded", "request written -> lastRun recorded")):
             print(f"{label}: {what}: {summary_ms([r[key] for r in rounds])}")
         pulls = [r["pulls"] for r in rounds]
-        print(f"{label}: pulls through the balancer during the runs: {sum(p.requests for p in pulls)}, "
-              f"failed {sum(len(p.failures) for p in pulls)} (target 0), refused by a backend "
-              f"{sum(r['balancer'].refused for r in rounds)}")
+        failures = [failure for p in pulls for failure in p.failures]
+        print(f"{label}: pulls of a kept blob during the runs ({'through the balancer' if replicas > 1 else 'one client'}"
+              f"): {sum(p.requests for p in pulls)}, failed {len(failures)} (target 0)"
+              + (f": {'; '.join(failures[:3])}" if failures else "")
+              + (f"; retried, never reached a registry: {sum(p.refused_retries for p in pulls)} refused, "
+                 f"{sum(p.reset_retries for p in pulls)} reset" if replicas == 1 else
+                 f"; refused by a backend (the balancer's count) {sum(r['balancer'].refused for r in rounds)}"))
 
 
 def distributions(args) -> list[tuple[str, str]]:
