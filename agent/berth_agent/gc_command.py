@@ -85,6 +85,9 @@ class GcCommand:
         if not ID_PATTERN.fullmatch(run_id):
             raise GcCommandError("the request id must be 1 to 64 of A-Z a-z 0-9 . _ -")
         supervisor = self._supervisor()
+        if stop.is_set():
+            return GcOutcome(exit_status=None, timed_out=False, stopped=True, report=None,
+                             error="garbage-collect was stopped before it started", seconds=0.0)
         running = self._running()
         if running is not None:
             raise GcCommandError(f"a garbage-collect (request {running.run_id}) still runs in the registry "

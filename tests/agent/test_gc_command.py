@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from berth_agent import gc_command
+from berth_agent import gc_command, gc_report
 from berth_agent.gc_command import GcCommand, GcCommandError
 from berth_agent.restart import Endpoint, answers
 from berth_agent.write import supervisor_script, write_atomic
 from support.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
+from support.stuck_store import make_stuck_store
 from support.supervisor import Supervisor, children_of, wait_for
 
 BLOBS = Path("docker/registry/v2/blobs/sha256")
@@ -55,16 +56,6 @@ def _image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:
 def _blob(root: Path, digest: str) -> Path:
     hex_digest = digest.split(":", 1)[1]
     return root / BLOBS / hex_digest[:2] / hex_digest / "data"
-
-
-def _stuck_store(root: Path) -> None:
-    """A repository whose one manifest link is a named pipe: garbage-collect blocks opening it (2.8 and 3.x)."""
-    repository = root / "docker/registry/v2/repositories/stuck"
-    revision = repository / "_manifests/revisions/sha256" / ("a" * 64)
-    revision.mkdir(parents=True)
-    (repository / "_layers").mkdir()
-    (root / "docker/registry/v2/blobs").mkdir(parents=True)
-    os.mkfifo(revision / "link")
 
 
 def _gc_processes(supervisor: Supervisor) -> list[int]:
@@ -150,6 +141,13 @@ def test_a_failing_run_reports_its_status_and_the_registrys_words(supervisor_fac
     assert outcome.report is not None and not outcome.report.succeeded
     assert outcome.error.startswith("garbage-collect exited with status 1: failed to garbage collect"), outcome
     assert str(tmp_path) not in outcome.error  # a path could name anything: long runs are scrubbed
+    # Asked to stop before it started (the Lease lost meanwhile): nothing starts.
+    stopped = threading.Event()
+    stopped.set()
+    before = GcCommand(supervisor.config_dir, supervisor.config_dir).run(
+        "r2", dry_run=False, delete_untagged=False, stop=stopped, timeout_seconds=60)
+    assert (before.exit_status, before.stopped, before.report) == (None, True, None)
+    assert supervisor.log().count("started garbage-collect") == 1
     _no_registry_exit(supervisor, registry)
 
 
@@ -198,7 +196,7 @@ def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_o
 ):
     _major, binary = dist
     root = tmp_path / "data"
-    _stuck_store(root)
+    make_stuck_store(root)
     supervisor = supervisor_factory(shell, binary=binary)
     registry = _serving(supervisor, root, registry_port)
     # 12 s: longer than the supervisor's 10 s watchdog, which the agent's heartbeat keeps off.
@@ -217,7 +215,7 @@ def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_o
 
 def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_port, tmp_path):
     root = tmp_path / "data"
-    _stuck_store(root)
+    make_stuck_store(root)
     supervisor = supervisor_factory(shell)
     registry = _serving(supervisor, root, registry_port)
     stop = threading.Event()
@@ -236,7 +234,7 @@ def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_po
 
 def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory, shell, registry_port, tmp_path):
     root = tmp_path / "data"
-    _stuck_store(root)
+    make_stuck_store(root)
     supervisor = supervisor_factory(shell)
     registry = _serving(supervisor, root, registry_port)
     state = supervisor.config_dir
@@ -253,7 +251,7 @@ def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory,
 
 def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, registry_port, tmp_path):
     root = tmp_path / "data"
-    _stuck_store(root)
+    make_stuck_store(root)
     supervisor = supervisor_factory(shell)
     _serving(supervisor, root, registry_port)
     state = supervisor.config_dir
@@ -273,7 +271,7 @@ def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, 
 
 def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, shell, registry_port, tmp_path):
     root = tmp_path / "data"
-    _stuck_store(root)
+    make_stuck_store(root)
     supervisor = supervisor_factory(shell)
     registry = _serving(supervisor, root, registry_port)
     state = supervisor.config_dir
@@ -355,3 +353,25 @@ def test_a_big_output_is_followed_and_freed_without_losing_a_line(supervisor_fac
     assert output.st_size > 20 * 1024 * 1024  # what the command wrote
     assert output.st_blocks * 512 <= gc_command.FREE_AFTER + 64 * 1024  # what still occupies the volume
     _no_registry_exit(supervisor, registry)
+
+
+def test_the_follower_joins_lines_split_across_reads_and_cuts_overlong_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc_command, "READ_CHUNK", 7)
+    path = tmp_path / "gc-output"
+    path.write_bytes(b"")
+    parser = gc_report.GcReportParser(dry_run=True)
+    follower = gc_command._OutputFollower(path, parser)
+    digest = "sha256:" + "a" * 64
+    with open(path, "ab") as out:
+        out.write(f"demo/app: marking manifest {digest} \n3 blobs ".encode())
+        out.flush()
+        follower.read()  # the summary line is half written
+        out.write(b"marked, 1 blobs and 0 manifests eligible for deletion\n")
+        out.write(b"x" * (gc_command.MAX_LINE + 100) + b" level=error msg=beyond the cut\n")
+        out.write(b"last, without a newline")
+    follower.read()
+    follower.close()
+    assert parser.lines == 4
+    report = parser.finish(0)
+    assert (report.manifests_marked, report.blobs_marked, report.blobs_deleted) == (1, 3, 1)
+    assert follower.first_error is None  # the error words were in the cut part of the long line
