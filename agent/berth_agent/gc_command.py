@@ -41,6 +41,7 @@ POLL_SECONDS = 0.05
 RESULT_GRACE = 2.0  # the command is gone: the supervisor writes gc-result right after reaping it
 FREE_AFTER = 1 << 20  # bytes of output read and not yet freed
 READ_CHUNK = 256 * 1024
+READ_BUDGET = 4 << 20  # per look: the heartbeat must not wait for a fast writer's output to be parsed
 MAX_LINE = 64 * 1024  # a longer line is cut (the lines the parser knows are ~100 bytes)
 KEEP_DIGESTS = 10_000  # eligible digests kept in the report; the counts are exact beyond that
 _ERROR_LINE = re.compile(r"level=(fatal|panic|error)|^panic:|failed to garbage collect|\berror\b", re.I)
@@ -147,10 +148,10 @@ class GcCommand:
             if now >= next_beat:
                 self._beat()
                 next_beat = now + self.heartbeat_seconds
-            follower.read()
+            pending = follower.read()
             result = self._result(run_id)
             if result is not None:
-                follower.read()  # written before the result: the rest of the output
+                follower.read_all()  # written before the result: the rest of the output
                 return result[0], timed_out, stopped
             if process is not None and process.alive():
                 if term_at is None:
@@ -165,9 +166,10 @@ class GcCommand:
             elif gone_at is None:
                 gone_at = now
             elif now - gone_at >= RESULT_GRACE:
-                follower.read()
+                follower.read_all()
                 return None, timed_out, stopped  # nobody recorded its status: the supervisor is gone
-            time.sleep(POLL_SECONDS)
+            if not pending:
+                time.sleep(POLL_SECONDS)
 
     def _outcome(self, status: int | None, timed_out: bool, stopped: bool, parser: gc_report.GcReportParser,
                  follower: _OutputFollower, timeout_seconds: float, seconds: float) -> GcOutcome:
@@ -289,16 +291,21 @@ class _OutputFollower:
         self.first_error: str | None = None
         self.bytes_read = 0
 
-    def read(self) -> None:
+    def read(self) -> bool:
+        """Read what was appended, up to READ_BUDGET bytes; whether more is waiting."""
         if self.fd is None:
             try:
                 self.fd = os.open(self.path, os.O_RDWR)
             except FileNotFoundError:
-                return
+                return False
+        budget = READ_BUDGET
         while True:
+            if budget <= 0:
+                return True
             chunk = os.pread(self.fd, READ_CHUNK, self.offset)
             if not chunk:
-                return
+                return False
+            budget -= len(chunk)
             self.offset += len(chunk)
             self.bytes_read += len(chunk)
             lines = (self.partial + chunk).split(b"\n")
@@ -314,6 +321,10 @@ class _OutputFollower:
                 self.partial, self.cutting = b"", True
             if self.offset - self.freed > FREE_AFTER:
                 self._free()
+
+    def read_all(self) -> None:
+        while self.read():
+            pass
 
     def _line(self, raw: bytes) -> None:
         line = raw.decode(errors="replace")

@@ -207,7 +207,7 @@ gc_watchdog() {
             empty "$gc_seen"
             seen=$now
         elif [ $((now - seen)) -ge 10 ]; then
-            log "no heartbeat from the agent for $((now - seen))s: stopping garbage-collect (pid $1)"
+            log "no heartbeat from the agent within 10s: stopping garbage-collect (pid $1)"
             kill -TERM "$1" 2>/dev/null
             sleep 5
             kill -KILL "$1" 2>/dev/null
@@ -225,8 +225,8 @@ stop_gc() {
     fi
 }
 
-# The wrapper (a subshell): starts the command, writes gc.pid, waits for it, writes gc-result "ID STATUS"
-# (STATUS as the shell reports it: 128+N when signal N ended it), removes gc.pid. SIGTERM (the supervisor is
+# The wrapper (a subshell): starts the command, writes gc.pid, waits for it, removes gc.pid and writes
+# gc-result "ID STATUS" (STATUS as the shell reports it: 128+N when signal N ended it). SIGTERM (the supervisor is
 # stopping) stops the command: TERM, then KILL 5 s later.
 run_gc() {
     gc_id=$1
@@ -255,9 +255,9 @@ run_gc() {
         gc_code=$again
     fi
     kill -TERM $gc_watch $gc_killer 2>/dev/null
-    put "$gc_result" "$gc_id $gc_code"
-    rm -f "$gc_pidfile"
     log "garbage-collect (pid $gc, request $gc_id) exited with status $gc_code"
+    rm -f "$gc_pidfile"  # first: whoever sees the result finds no gc.pid left
+    put "$gc_result" "$gc_id $gc_code"
 }
 
 # SIGUSR2: take gc-request (removed once read, so a repeated signal starts nothing) and start the command,

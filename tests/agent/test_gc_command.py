@@ -244,7 +244,7 @@ def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory,
     result = wait_for(lambda: (state / "gc-result").exists() and (state / "gc-result").read_text(), timeout=40,
                       what="the watchdog to stop the command")
     assert result == "orphan 143\n"
-    assert f"no heartbeat from the agent for 10s: stopping garbage-collect (pid {pid})" in supervisor.log()
+    assert f"no heartbeat from the agent within 10s: stopping garbage-collect (pid {pid})" in supervisor.log()
     assert _gc_processes(supervisor) == []
     _no_registry_exit(supervisor, registry)
 
