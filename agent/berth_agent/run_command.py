@@ -161,14 +161,10 @@ def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: 
     """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
     in the registry container through the supervisor (gc_command.py)."""
     from .gc_api import GcStatusApi
+    from .gc_command import GcCommand
     from .gc_run import GcRunner, gc_lease_name
     from .turns import ReloadLease
 
-    try:
-        from .gc_command import GcCommand
-    except ImportError:  # until gc_command.py is merged (gc-sup)
-        log.warning("garbage collection cannot run in this build: no gc_command module")
-        return None
     state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
     command = GcCommand(state_dir, args.config_dir)
     return GcRunner(GcStatusApi(api_client, namespace, name),
@@ -239,9 +235,8 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn, gc_ack=gc_ack)
     if args.registry is not None:
         runner = _gc_runner(args, api_client, namespace, name, reporter)
-        if runner is not None:
-            pipeline.on_registry = runner.offer
-            sources.append(runner)
+        pipeline.on_registry = runner.offer
+        sources.append(runner)
     from .registry_watch import RegistryWatch
 
     watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor

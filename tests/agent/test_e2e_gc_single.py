@@ -1,10 +1,11 @@
 """Garbage collection end to end in one pod (issue 12, the agent's half): the real agent (API mode, the test API
 server), the real supervise.sh and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
 
-The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would, and creates the
-`<registry>-gc` Lease. While the test itself holds that Lease, the pod turns read-only and acknowledges (a push
-is refused with 405); released, the agent takes it, runs the command and records lastRun; the pod returns to
-writable and a push works again. B's unique blobs are gone from the disk, A pulls back byte-identical.
+The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would (the Leases come
+from the operator's own builders, support.replicas.create_registry). While the test itself holds the
+`<registry>-gc` Lease, the pod turns read-only and acknowledges (a push is refused with 405); released, the agent
+takes it, runs the command and records lastRun; the pod returns to writable and a push works again. B's unique
+blobs are gone from the disk, A pulls back byte-identical.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from berth_agent import gc_report
 from berth_agent.gc_run import gc_lease_name
 from berth_agent.turns import ReloadLease
 from support.kube import kube_api  # noqa: F401  (fixture)
-from support.pod import RegistryPod, filesystem_spec, registry_object
+from support.pod import RegistryPod, filesystem_spec
 from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
+from support.replicas import create_registry
 from support.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -55,9 +57,7 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp
     pod = RegistryPod(tmp_path / "pod", binary=binary)
     spec = filesystem_spec(pod.port, major=major)
     spec["config"]["storage"]["delete"] = {"enabled": True}
-    kube_api.create(registry_object(spec))
-    kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": gc_lease_name("reg"), "namespace": "default"}, "spec": {}})
+    create_registry(kube_api, spec)  # and its Leases, as the operator creates them
     try:
         pod.start_agent(registry="default/reg", kube_host=kube_api.url, pod_name="pod-a")
         pod.start_supervisor()

@@ -23,8 +23,9 @@ from berth_agent.gc_run import GcRunner, gc_lease_name
 from berth_agent.turns import ReloadLease
 from berth_api import GarbageCollectionRun
 from support.kube import kube_api  # noqa: F401  (fixture)
-from support.pod import filesystem_spec, registry_object
+from support.pod import filesystem_spec
 from support.redisserver import redis_server  # noqa: F401  (fixture)
+from support.replicas import create_registry
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 LEASES = "coordination.k8s.io/v1/leases"
@@ -95,9 +96,7 @@ def loop():
 
 @pytest.fixture
 def reg(kube_api):  # noqa: F811
-    kube_api.create(registry_object(filesystem_spec(5000)))
-    kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": gc_lease_name("reg"), "namespace": "default"}, "spec": {}})
+    create_registry(kube_api, filesystem_spec(5000))  # and its Leases, from the operator's builders
     return kube_api
 
 
