@@ -114,7 +114,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert counts(dry) == (4, 1, 3, 0), dry
         assert dry.get("bytesFreed") in (None, 0), dry  # nothing was freed
         assert stored() == before
-        (_pid, dry_args), = gated.invocations()
+        (_pid, _started, dry_args), = gated.invocations()
         assert "--dry-run" in dry_args and "--delete-untagged" not in dry_args, dry_args
         wait_until(lambda: blob_upload_status(pod.url) == 202, 60, lambda: f"writable after the dry run\n{logs()}")
 
@@ -123,7 +123,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         request = request_gc(kube_api)
         assert request["id"] != dry_request["id"] and request["dryRun"] is False
         wait_until(lambda: len(gated.invocations()) == 2, 60, lambda: f"the garbage-collect command\n{logs()}")
-        gc_pid, args = gated.invocations()[1]
+        gc_pid, _started, args = gated.invocations()[1]
         assert "--dry-run" not in args and "--delete-untagged" not in args, args
         assert blob_upload_status(pod.url) == 405  # read-only while it runs
         assert agent_records(kube_api)[POD].get("readOnlyFor") == request["id"]

@@ -178,7 +178,7 @@ def wait_until(predicate, timeout: float, what) -> Any:
     try:
         return wait_for(predicate, timeout, interval=0.1, what="")
     except AssertionError:
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}") from None
 
 
 # ---- a GC exactly as slow as the test needs ------------------------------------------------------------------
@@ -198,7 +198,7 @@ class GatedRegistry:
             "#!/bin/sh\n"
             "# Test binary: `garbage-collect` waits while the hold file exists, then runs the real command.\n"
             'if [ "$1" = garbage-collect ]; then\n'
-            f'    echo "$$ $*" >> {invocations}\n'
+            f'    echo "$$ $(date +%s.%N) $*" >> {invocations}\n'
             f"    while [ -e {hold} ]; do sleep 0.05; done\n"
             "fi\n"
             f'exec {shlex.quote(real_binary)} "$@"\n'
@@ -211,14 +211,14 @@ class GatedRegistry:
     def release(self) -> None:
         self.hold_file.unlink(missing_ok=True)
 
-    def invocations(self) -> list[tuple[int, list[str]]]:
-        """(pid, arguments) of every garbage-collect started, in order."""
+    def invocations(self) -> list[tuple[int, datetime.datetime, list[str]]]:
+        """(pid, wall-clock start, arguments) of every garbage-collect started, in order."""
         if not self.invocations_file.exists():
             return []
         found = []
         for line in self.invocations_file.read_text().splitlines():
-            pid, _, args = line.partition(" ")
-            found.append((int(pid), args.split()))
+            pid, started, *args = line.split()
+            found.append((int(pid), datetime.datetime.fromtimestamp(float(started), datetime.timezone.utc), args))
         return found
 
 
