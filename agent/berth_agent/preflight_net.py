@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import PreflightError
+from .redis_wire import encode as _encode
+from .redis_wire import read_line as _read_line
+from .redis_wire import tls_context
 
 REDIS_TIMEOUT_SECONDS = 3.0
 
@@ -150,13 +153,7 @@ def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,
 
 
 def _tls_context(target: RedisTarget) -> ssl.SSLContext:
-    """Trust what the registry trusts: exactly the rootcas files when given (as 3.1 does), else system roots."""
-    if not target.rootcas:
-        return ssl.create_default_context()
-    context = ssl.create_default_context(cafile=target.rootcas[0])
-    for path in target.rootcas[1:]:
-        context.load_verify_locations(cafile=path)
-    return context
+    return tls_context(target.rootcas)
 
 
 def _refusal(command: str, reply: bytes) -> str:
@@ -169,18 +166,3 @@ def _refusal(command: str, reply: bytes) -> str:
     if command == "SELECT":
         return f"the database number is not one this redis has (redis answered {code} to SELECT)"
     return f"redis answered {code} to {command}"
-
-
-def _encode(*args: str) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-def _read_line(stream) -> bytes:
-    line = stream.readline(4096)
-    if not line:
-        raise ConnectionResetError(errno.ECONNRESET, "closed")
-    return line.rstrip(b"\r\n")

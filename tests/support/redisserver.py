@@ -22,39 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from berth_agent.redis_wire import encode as _encode
+from berth_agent.redis_wire import read_reply as _read_reply
+
 from .certs import self_signed_pair
 from .ports import free_port, wait_for_port
 from .processes import stop_process
 
 REDIS_BINARY = "/usr/bin/redis-server"
-
-
-def _encode(*args: str) -> bytes:
-    out = [f"*{len(args)}\r\n".encode()]
-    for arg in args:
-        data = arg.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-def _read_reply(stream) -> object:
-    line = stream.readline().rstrip(b"\r\n")
-    kind, rest = line[:1], line[1:]
-    if kind == b"+":
-        return rest.decode()
-    if kind == b"-":
-        raise RuntimeError(f"redis error: {rest.decode()}")
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        size = int(rest)
-        if size < 0:
-            return None
-        data = stream.read(size + 2)[:-2]
-        return data
-    if kind == b"*":
-        return [_read_reply(stream) for _ in range(int(rest))]
-    raise RuntimeError(f"unexpected redis reply {line[:20]!r}")
 
 
 @dataclass(repr=False)
