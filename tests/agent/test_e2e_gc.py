@@ -32,6 +32,7 @@ from support.gc import (
     running_gc_pods,
     wait_last_run,
     wait_until,
+    writable,
 )
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, on_distribution
@@ -116,7 +117,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert stored() == before
         (_pid, _started, dry_args), = gated.invocations()
         assert "--dry-run" in dry_args and "--delete-untagged" not in dry_args, dry_args
-        wait_until(lambda: blob_upload_status(pod.url) == 202, 60, lambda: f"writable after the dry run\n{logs()}")
+        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the dry run\n{logs()}")
 
         # The real run, its command held at its start: the registry serves read-only, status says Collecting.
         gated.hold()
@@ -147,8 +148,9 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert not gc_processes(pod.config_dir / "config.yml")
 
         # Writable again; A pulls back byte-identical, B's manifest is gone, a push works.
-        wait_until(lambda: blob_upload_status(pod.url) == 202, 60, lambda: f"writable after the run\n{logs()}")
-        assert agent_records(kube_api)[POD].get("readOnlyFor") is None
+        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the run\n{logs()}")
+        wait_until(lambda: agent_records(kube_api)[POD].get("readOnlyFor") is None, 30,
+                   lambda: f"readOnlyFor cleared\n{agent_records(kube_api)}")  # written just after the reload
         assert gc_status(kube_api).get("active") is None
         assert pull_image(pod.host, "demo/app:a", tmp_path / "pulled").blobs == a.blobs
         assert http_get(f"{pod.url}/v2/demo/app/manifests/{b.manifest_digest}", method="HEAD").status == 404

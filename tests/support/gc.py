@@ -267,6 +267,15 @@ def blob_upload_status(base_url: str, repo: str = "demo/push") -> int:
     return http_get(f"{base_url}/v2/{repo}/blobs/uploads/", method="POST", timeout=30).status
 
 
+def writable(base_url: str) -> bool:
+    """For waits: a push would start (202). A connection refused in the few milliseconds one pod's registry
+    hands over to its successor (docs/design.md §4.2) is "not yet", not an answer."""
+    try:
+        return blob_upload_status(base_url) == 202
+    except OSError:  # urllib's URLError included
+        return False
+
+
 def blob_path(root: Path, digest: str) -> Path:
     hex_digest = digest.split(":", 1)[1]
     return Path(root) / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data"
