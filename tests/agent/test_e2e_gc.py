@@ -80,6 +80,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
     gated = GatedRegistry(tmp_path / "bin", binary)
     port = free_port()
     with contextlib.ExitStack() as stack:
+        stack.callback(gated.release)  # nothing stays held if the test fails midway
         if storage == "s3":
             moto = stack.enter_context(running_moto(tmp_path / "moto"))
             key = moto.create_s3_user("registry", bucket=BUCKET)
