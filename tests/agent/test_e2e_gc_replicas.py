@@ -39,6 +39,7 @@ from support.gc import (
     gc_processes,
     gc_status,
     images_a_b,
+    read_only_served_at,
     request_gc,
     running_gc_pods,
     start_agent_again,
@@ -139,17 +140,19 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
     assert balancer.stats.refused == 0 and balancer.stats.no_backend == 0, balancer.stats
     assert balancer.stats.min_ready >= 1, balancer.stats  # never both out of the Service
 
-    # The ordering, from the agents' logs: each pod went read-only once, both before the runner started the
-    # command, and that before the command itself began; both went writable after the runner finished.
+    # The ordering, from the agents' logs: each pod acknowledged once; both served read-only before the runner
+    # started the command, and that before the command itself began (its wall-clock start, from the binary);
+    # both went writable after the result was recorded.
     lines = {name: pod.agent_lines() for name, pod in pods.items()}
-    read_only = {name: agent_line_times(lines[name], "gc read-only", run_id) for name in pods}
-    assert all(len(times) == 1 for times in read_only.values()), read_only
+    acked = {name: agent_line_times(lines[name], "gc read-only", run_id) for name in pods}
+    assert all(len(times) == 1 for times in acked.values()), acked
+    read_only = {name: read_only_served_at(lines[name], run_id) for name in pods}
+    assert None not in read_only.values(), read_only
     started = agent_line_times(lines[runner], "gc started", run_id)
     finished = agent_line_times(lines[runner], "gc finished", run_id)
     assert len(started) == 1 and len(finished) == 1, (started, finished)
     (_pid, command_started, _args), = gated.invocations()
-    assert max(times[0] for times in read_only.values()) <= started[0] <= command_started, (read_only, started,
-                                                                                           command_started)
+    assert max(read_only.values()) <= started[0] <= command_started, (read_only, started, command_started)
     recorded = datetime.datetime.fromisoformat(run["finishedAt"].replace("Z", "+00:00"))  # whole seconds
     for name in pods:
         went_writable = agent_line_times(lines[name], "gc writable", run_id)

@@ -296,3 +296,17 @@ def agent_line_times(lines: list[dict[str, Any]], msg: str, request_id: str) -> 
     """The `time` of each agent log line `msg` about `request_id` (JSON logs, fields flattened)."""
     return [datetime.datetime.fromisoformat(line["time"]) for line in lines
             if line.get("msg") == msg and line.get("request_id") == request_id]
+
+
+def read_only_served_at(lines: list[dict[str, Any]], request_id: str) -> datetime.datetime | None:
+    """When this pod's registry began serving read-only for `request_id`: the `restarted` line just before its
+    `gc read-only` line. That line is logged before the acknowledgement is even written (the pipeline logs the
+    restart, then the ack task runs), so it is causally before any runner can see the ack; `gc read-only`
+    itself is logged once the write returned, which a fast runner could beat by a few milliseconds."""
+    served = None
+    for line in lines:
+        if line.get("msg") == "restarted":
+            served = line
+        elif line.get("msg") == "gc read-only" and line.get("request_id") == request_id:
+            return datetime.datetime.fromisoformat(served["time"]) if served else None
+    return None
