@@ -13,6 +13,9 @@ and, when it deletes, logs `Deleting blob: PATH` and `deleting manifest: PATH` a
 summary line is the count: the sweep stops at the first failed deletion and the command exits non-zero, so a
 run that exits 0 deleted every eligible item (a dry run: would have). For a run that failed, the deletions are
 counted from the log lines, which a log level above info hides: then they are unknown (None).
+
+`GcReportParser` reads the output line by line (the agent follows the command's output file with it);
+`parse` is the same on a whole text.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_SUMMARY = re.compile(r"^(\d+) blobs marked, (\d+) blobs and (\d+) manifests eligible for deletion\s*$", re.M)
-_MARKED_MANIFEST = re.compile(r"^(\S+): marking manifest (sha256:[0-9a-f]{64})", re.M)
-_ELIGIBLE_BLOB = re.compile(r"^blob eligible for deletion: (sha256:[0-9a-f]{64})", re.M)
-_ELIGIBLE_MANIFEST = re.compile(r"^manifest eligible for deletion: .*?(sha256:[0-9a-f]{64})", re.M)
+_SUMMARY = re.compile(r"(\d+) blobs marked, (\d+) blobs and (\d+) manifests eligible for deletion\s*$")
+_MARKED_MANIFEST = re.compile(r"(\S+): marking manifest (sha256:[0-9a-f]{64})")
+_ELIGIBLE_BLOB = re.compile(r"blob eligible for deletion: (sha256:[0-9a-f]{64})")
+_ELIGIBLE_MANIFEST = re.compile(r"manifest eligible for deletion: .*?(sha256:[0-9a-f]{64})")
 _DELETED_BLOB = re.compile(r"Deleting blob: \S+")
 _DELETED_MANIFEST = re.compile(r"deleting manifest: \S+")
 _LOGGED_AT_INFO = re.compile(r'level=info msg=')
@@ -65,36 +68,79 @@ class GcReport:
                 f"{self.blobs_deleted} blobs and {self.manifests_deleted} manifests")
 
 
+class GcReportParser:
+    """The report built line by line, so an output of millions of lines is never held in memory.
+
+    `feed(line)` each line (stdout and stderr together, in order), then `finish(exit_code)`. The eligible digests
+    are kept up to `keep_digests` (None: all); the counts are exact either way.
+    """
+
+    def __init__(self, *, dry_run: bool, keep_digests: int | None = None):
+        self.dry_run = dry_run
+        self.keep_digests = keep_digests
+        self.lines = 0
+        self._summary: re.Match[str] | None = None
+        self._marked_manifests: set[tuple[str, str]] = set()
+        self._eligible_blobs: dict[str, None] = {}
+        self._eligible_manifests: dict[str, None] = {}
+        self._deleted_blobs = 0
+        self._deleted_manifests = 0
+        self._logged_at_info = False
+
+    def feed(self, line: str) -> None:
+        self.lines += 1
+        if self._summary is None:
+            self._summary = _SUMMARY.match(line)
+        marked = _MARKED_MANIFEST.match(line)
+        if marked:
+            self._marked_manifests.add((marked.group(1), marked.group(2)))
+        for found, kept in ((_ELIGIBLE_BLOB.match(line), self._eligible_blobs),
+                            (_ELIGIBLE_MANIFEST.match(line), self._eligible_manifests)):
+            if found and (self.keep_digests is None or len(kept) < self.keep_digests):
+                kept[found.group(1)] = None
+        self._deleted_blobs += len(_DELETED_BLOB.findall(line))
+        self._deleted_manifests += len(_DELETED_MANIFEST.findall(line))
+        if not self._logged_at_info and _LOGGED_AT_INFO.search(line):
+            self._logged_at_info = True
+
+    def feed_text(self, text: str) -> None:
+        for line in text.split("\n"):
+            self.feed(line)
+
+    def finish(self, exit_code: int) -> GcReport:
+        """The report of the run, given its exit status; GcReportError for an exit 0 without the summary line."""
+        summary = self._summary
+        succeeded = exit_code == 0
+        if summary is None and succeeded:
+            raise GcReportError("garbage-collect exited 0 without its summary line "
+                                "(N blobs marked, M blobs and K manifests eligible for deletion)")
+        if succeeded:
+            assert summary is not None
+            blobs_deleted: int | None = int(summary.group(2))
+            manifests_deleted: int | None = int(summary.group(3))
+        elif self.dry_run:
+            blobs_deleted = manifests_deleted = None
+        elif self._logged_at_info or self._deleted_blobs:
+            blobs_deleted, manifests_deleted = self._deleted_blobs, self._deleted_manifests
+        else:
+            blobs_deleted = manifests_deleted = None  # info lines hidden by the log level: unknown
+        return GcReport(
+            dry_run=self.dry_run,
+            succeeded=succeeded,
+            blobs_marked=int(summary.group(1)) if summary else None,
+            manifests_marked=len(self._marked_manifests) if summary else None,
+            blobs_deleted=blobs_deleted,
+            manifests_deleted=manifests_deleted,
+            blobs_eligible=tuple(self._eligible_blobs),
+            manifests_eligible=tuple(self._eligible_manifests),
+        )
+
+
 def parse(output: str, *, dry_run: bool, exit_code: int) -> GcReport:
     """The report of one run from its output (stdout and stderr together) and exit status."""
-    summary = _SUMMARY.search(output)
-    succeeded = exit_code == 0
-    if summary is None and succeeded:
-        raise GcReportError("garbage-collect exited 0 without its summary line "
-                            "(N blobs marked, M blobs and K manifests eligible for deletion)")
-    marked_manifests = {(repo, digest) for repo, digest in _MARKED_MANIFEST.findall(output)}
-    eligible_blobs = tuple(dict.fromkeys(_ELIGIBLE_BLOB.findall(output)))
-    eligible_manifests = tuple(dict.fromkeys(_ELIGIBLE_MANIFEST.findall(output)))
-    blobs_marked = int(summary.group(1)) if summary else None
-    if succeeded:
-        blobs_deleted, manifests_deleted = int(summary.group(2)), int(summary.group(3))
-    elif dry_run:
-        blobs_deleted = manifests_deleted = None
-    elif _LOGGED_AT_INFO.search(output) or _DELETED_BLOB.search(output):
-        blobs_deleted = len(_DELETED_BLOB.findall(output))
-        manifests_deleted = len(_DELETED_MANIFEST.findall(output))
-    else:
-        blobs_deleted = manifests_deleted = None  # info lines hidden by the log level: unknown
-    return GcReport(
-        dry_run=dry_run,
-        succeeded=succeeded,
-        blobs_marked=blobs_marked,
-        manifests_marked=len(marked_manifests) if summary else None,
-        blobs_deleted=blobs_deleted,
-        manifests_deleted=manifests_deleted,
-        blobs_eligible=eligible_blobs,
-        manifests_eligible=eligible_manifests,
-    )
+    parser = GcReportParser(dry_run=dry_run)
+    parser.feed_text(output)
+    return parser.finish(exit_code)
 
 
 def blob_bytes(rootdirectory: Path | str) -> int:

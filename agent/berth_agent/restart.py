@@ -38,6 +38,7 @@ CRASHES_AFTER_HANDOVER = 7
 STOPPED = "the agent is stopping"
 HANDOVER_NAME = "handover"  # beside config.yml; supervise.sh reads it on SIGUSR1
 HANDOVER_MARKER = b"BERTH_SUPERVISE_HANDOVER=1"
+GC_MARKER = b"BERTH_SUPERVISE_GC=1"  # the supervisor runs garbage-collect on SIGUSR2 (an older one dies of it)
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 # The listening socket inodes of the registry serving now, found after the last restart (agent-wide, one
 # registry per agent): the next restart watches the old process's fds for them without a /proc/net/tcp read.
@@ -313,13 +314,23 @@ def parent_pid(process: RegistryProcess, proc: Path = PROC) -> int | None:
 def takes_handover(process: RegistryProcess, proc: Path = PROC) -> bool:
     """Whether the supervisor that started this registry understands SIGUSR1 (it marks its children) and still
     is its parent (an orphan, its supervisor killed, has init or a subreaper as parent: never signal that)."""
+    return supervised_with(process, HANDOVER_MARKER, proc)
+
+
+def runs_gc(process: RegistryProcess, proc: Path = PROC) -> bool:
+    """Whether the supervisor that started this registry runs garbage-collect on SIGUSR2 (gc_command.py)."""
+    return supervised_with(process, GC_MARKER, proc)
+
+
+def supervised_with(process: RegistryProcess, marker: bytes, proc: Path = PROC) -> bool:
+    """Whether the registry's environment carries `marker` and its parent still is supervise.sh."""
     try:
         environ = (proc / str(process.pid) / "environ").read_bytes().split(b"\0")
         parent = parent_pid(process, proc)
         cmdline = (proc / str(parent) / "cmdline").read_bytes() if parent else b""
     except OSError:
         return False
-    return HANDOVER_MARKER in environ and b"supervise" in cmdline
+    return marker in environ and b"supervise" in cmdline
 
 
 def started_after(process: RegistryProcess, path: Path) -> bool:

@@ -18,6 +18,14 @@
 # emptied for the next start, which bounds it per start; the agent empties it when a long run makes it large.
 # The script's pid goes to supervisor.pid, so the agent can tell a missing supervisor from a quiet one.
 #
+# Garbage collection (docs/design.md §4.5 A5): on SIGUSR2 the script reads gc-request in the state dir, one line
+# "ID [--dry-run] [--delete-untagged]" (validated word by word, never evaluated), and runs `$registry_bin
+# garbage-collect FLAGS $config` in the background, beside the registry it supervises (never touched), its output
+# appended to gc-output and "PID ID" in gc.pid; when it ends, "ID STATUS" goes to gc-result. While it runs the
+# agent touches gc-heartbeat; 10 s without a touch (a dead agent) and the command is stopped (TERM, KILL 5 s later).
+# A wrapper subshell owns the command (starts, watches, reaps it, writes the result), so a GC exit never
+# reaches the registry bookkeeping below.
+#
 # Environment: BERTH_CONFIG (default /etc/berth/config.yml), BERTH_REGISTRY_BIN (default registry),
 # BERTH_HANDOVER (default handover beside the config), BERTH_STATE_DIR (default the config's directory).
 
@@ -38,6 +46,14 @@ handed_over=""  # the current registry was started by a handover (a lost bind ra
 retries=0
 status=0
 last=0
+gc_request="$state/gc-request"
+gc_pidfile="$state/gc.pid"
+gc_output="$state/gc-output"
+gc_result="$state/gc-result"
+gc_heartbeat="$state/gc-heartbeat"
+gc_seen="$state/.gc-heartbeat-seen"  # the watchdog's marker: touched whenever it saw a newer heartbeat
+gc_wrapper=""   # the subshell running a garbage-collect
+gc_wanted=""    # set by SIGUSR2: the agent wrote gc-request
 
 log() {
     echo "berth-supervise: $*" >&2
@@ -53,10 +69,14 @@ stop() {
         log "received SIG$1, stopping registry (pid $pid)"
         kill -TERM "$pid" 2>/dev/null
     done
+    if [ -n "$gc_wrapper" ]; then
+        kill -TERM "$gc_wrapper" 2>/dev/null  # it stops the garbage-collect and records its status
+    fi
 }
 trap 'stop TERM' TERM
 trap 'stop INT' INT
 trap 'handover=1' USR1
+trap 'gc_wanted=1' USR2
 # A draining registry that exits interrupts the wait for the current one, so its status is logged when it ends.
 trap ':' CHLD
 
@@ -79,8 +99,9 @@ start_registry() {
     if [ -n "$tee_pid" ] && ! kill -0 "$tee_pid" 2>/dev/null; then
         start_tee  # someone killed it: registries writing to a full FIFO would block
     fi
-    # The marker tells the agent this supervisor takes handovers (an older one would die of SIGUSR1).
-    BERTH_SUPERVISE_HANDOVER=1 "$registry_bin" serve "$config" >&3 2>&3 &
+    # The markers tell the agent this supervisor takes handovers and runs garbage-collect (an older one would
+    # die of SIGUSR1 or SIGUSR2).
+    BERTH_SUPERVISE_HANDOVER=1 BERTH_SUPERVISE_GC=1 "$registry_bin" serve "$config" >&3 2>&3 &
     current=$!
     started=$(date +%s)  # after the start: forking date first would add to the time without a listener
     log "started registry (pid $current)"
@@ -141,6 +162,167 @@ take_handover() {
     start_registry
 }
 
+# ---- garbage collection ------------------------------------------------------------------------------------
+
+# Write a one-line file atomically (temp file + rename): the agent never reads half of it.
+put() {
+    printf '%s\n' "$2" >"$1.tmp" && mv -f "$1.tmp" "$1"
+}
+
+# Empty (or create) file $1. `true`, not `:`: a failed redirection on a special builtin ends the script.
+empty() {
+    true 2>/dev/null >"$1"
+}
+
+# Whether process $1 has ended: gone, or a zombie not yet reaped (kill -0 succeeds on a zombie).
+ended() {
+    if ! kill -0 "$1" 2>/dev/null; then
+        return 0
+    fi
+    proc_stat=""
+    { read -r proc_stat <"/proc/$1/stat"; } 2>/dev/null
+    case $proc_stat in
+        *") Z "* | *") X "*) return 0 ;;
+    esac
+    return 1
+}
+
+# A request id: 1 to 64 of A-Z a-z 0-9 . _ - (spelled out: a range could mean more in another locale).
+valid_gc_id() {
+    case $1 in
+        '' | *[!ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-]*) return 1 ;;
+    esac
+    [ "${#1}" -le 64 ]
+}
+
+# Runs in the background while the command runs: no touch of gc-heartbeat for 10 s (the agent died or was
+# restarted) and the command is stopped, so it never outlives the Lease (15 s) of the agent that asked for it.
+# `test -nt` compares mtimes (busybox: whole seconds), so a heartbeat counts once it is newer than the marker.
+gc_watchdog() {
+    empty "$gc_seen"
+    seen=$(date +%s)
+    while sleep 1; do
+        now=$(date +%s)
+        if [ "$gc_heartbeat" -nt "$gc_seen" ]; then
+            empty "$gc_seen"
+            seen=$now
+        elif [ $((now - seen)) -ge 10 ]; then
+            log "no heartbeat from the agent within 10s: stopping garbage-collect (pid $1)"
+            kill -TERM "$1" 2>/dev/null
+            sleep 5
+            kill -KILL "$1" 2>/dev/null
+            return
+        fi
+    done
+}
+
+# In the wrapper, on SIGTERM: TERM to the command, KILL 5 s later if it is still there.
+stop_gc() {
+    if [ -n "$gc" ] && [ -z "$gc_killer" ]; then
+        kill -TERM "$gc" 2>/dev/null
+        (sleep 5; kill -KILL "$gc" 2>/dev/null) &
+        gc_killer=$!
+    fi
+}
+
+# The wrapper (a subshell): starts the command, writes gc.pid, waits for it, removes gc.pid and writes
+# gc-result "ID STATUS" (STATUS as the shell reports it: 128+N when signal N ended it). SIGTERM (the supervisor is
+# stopping) stops the command: TERM, then KILL 5 s later.
+run_gc() {
+    gc_id=$1
+    gc=""
+    gc_stop=""
+    gc_killer=""
+    trap 'gc_stop=1; stop_gc' TERM
+    "$registry_bin" garbage-collect ${gc_dry:+--dry-run} ${gc_untagged:+--delete-untagged} "$config" \
+        >>"$gc_output" 2>&1 </dev/null &
+    gc=$!
+    if [ -n "$gc_stop" ]; then
+        stop_gc  # the TERM came before $gc was known
+    fi
+    put "$gc_pidfile" "$gc $gc_id"
+    log "started garbage-collect ${gc_dry:+--dry-run }${gc_untagged:+--delete-untagged }(pid $gc, request $gc_id)"
+    gc_watchdog "$gc" &
+    gc_watch=$!
+    gc_code=0
+    while kill -0 "$gc" 2>/dev/null; do  # a trapped TERM interrupts wait: wait again for its own status
+        wait "$gc"
+        gc_code=$?
+    done
+    wait "$gc" 2>/dev/null
+    again=$?
+    if [ "$again" -ne 127 ]; then
+        gc_code=$again
+    fi
+    kill -TERM $gc_watch $gc_killer 2>/dev/null
+    log "garbage-collect (pid $gc, request $gc_id) exited with status $gc_code"
+    rm -f "$gc_pidfile"  # first: whoever sees the result finds no gc.pid left
+    put "$gc_result" "$gc_id $gc_code"
+}
+
+# SIGUSR2: take gc-request (removed once read, so a repeated signal starts nothing) and start the command,
+# unless one still runs. Nothing in the file is evaluated: its one line is split on spaces with globbing off,
+# and each word is compared with the few allowed. A bad request is answered "ID 2 refused" ("?" for a bad ID).
+take_gc_request() {
+    gc_wanted=""
+    if [ ! -f "$gc_request" ]; then
+        return
+    fi
+    if [ -n "$gc_wrapper" ] && ! ended "$gc_wrapper"; then
+        log "a garbage-collect still runs: request ignored"
+        return
+    fi
+    line=""
+    IFS= read -r line 2>/dev/null <"$gc_request"
+    size=$(wc -c 2>/dev/null <"$gc_request")
+    rm -f "$gc_request"
+    set -f
+    saved_ifs=$IFS
+    IFS=' '
+    # shellcheck disable=SC2086 # split on spaces, globbing off: nothing is expanded
+    set -- $line
+    IFS=$saved_ifs
+    set +f
+    gc_dry=""
+    gc_untagged=""
+    refused=""
+    id=${1-}
+    if [ $# -eq 0 ] || ! valid_gc_id "$id"; then
+        id="?"
+        refused="a bad request id"
+    else
+        shift
+    fi
+    if [ "${size:-0}" -gt $((${#line} + 1)) ]; then
+        refused="more than one line"
+    fi
+    for word in "$@"; do
+        case $word in
+            --dry-run) if [ -n "$gc_dry" ]; then refused="a repeated flag"; fi; gc_dry=1 ;;
+            --delete-untagged) if [ -n "$gc_untagged" ]; then refused="a repeated flag"; fi; gc_untagged=1 ;;
+            *) refused="an unknown word" ;;
+        esac
+    done
+    if [ -n "$refused" ]; then
+        log "garbage-collect request $id refused: $refused"
+        rm -f "$gc_result"
+        put "$gc_result" "$id 2 refused"
+        return
+    fi
+    rm -f "$gc_result"
+    empty "$gc_output"
+    run_gc "$id" 3>&- &
+    gc_wrapper=$!
+}
+
+# Collect the wrapper once it has ended (it wrote gc-result itself).
+reap_gc() {
+    if [ -n "$gc_wrapper" ] && ended "$gc_wrapper"; then
+        wait "$gc_wrapper" 2>/dev/null
+        gc_wrapper=""
+    fi
+}
+
 # The agent writes the config before the registry may start: a registry started without its htpasswd file
 # would create one with a random password (field-notes §1).
 if [ ! -f "$config" ]; then
@@ -166,6 +348,10 @@ else
 fi
 start_registry
 while [ -z "$stopping" ]; do
+    reap_gc
+    if [ -n "$gc_wanted" ]; then
+        take_gc_request
+    fi
     # wait returns early when a trapped signal arrives.
     wait "$current"
     code=$?
@@ -225,6 +411,9 @@ for pid in $draining; do
     log "registry (pid $pid) exited with status $code after draining"
     note "$code"
 done
+if [ -n "$gc_wrapper" ]; then
+    collect "$gc_wrapper"  # it stopped the garbage-collect and wrote its status; not the script's status
+fi
 if [ -z "$current" ]; then
     note "$last"  # stopped while pausing after a failed start: that failure is the status
 fi

@@ -67,6 +67,14 @@ PRINTER_COLUMNS = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
     },
     {
+        # Why the registry is on its way, or Available: shows GarbageCollecting while a GC run keeps it read-only
+        # (issue 12), WaitingForPods during a rollout.
+        "name": "Progress",
+        "type": "string",
+        "description": "Reason of the Progressing condition (Available when idle; GarbageCollecting while read-only for GC).",
+        "jsonPath": '.status.conditions[?(@.type=="Progressing")].reason',
+    },
+    {
         "name": "Available",
         "type": "integer",
         "description": "Registry pods that are ready.",

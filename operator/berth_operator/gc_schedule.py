@@ -44,6 +44,13 @@ class GcDecision:
     pending: GarbageCollectionRequest | None = None
     wake_at: datetime.datetime | None = None
 
+    @property
+    def records_result(self) -> bool:
+        """The patch writes lastRun (Interrupted, the operator's only result): it must be written only over the
+        status it was decided from (a resourceVersion-guarded patch), or it could overwrite a result the runner
+        recorded meanwhile, at the deadline. On a conflict the caller reads again and decides again."""
+        return self.status_patch is not None and "lastRun" in self.status_patch
+
 
 def timestamp(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -20,6 +20,7 @@ from .clock import UtcClock, WallClock
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
+STATUS_CONFLICT_RETRIES = 5
 
 
 @dataclass
@@ -113,7 +114,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
     namespace, name = meta.get("namespace"), meta.get("name")
     generation = meta.get("generation")
     live_status = _usable_status(body.get("status"))
-    outcome = Outcome(previous_conditions=list(live_status.get("conditions") or []))
+    outcome = Outcome()
     findings: list[Finding] = []
     deployment = None
     live_pods: list[str] | None = None
@@ -140,6 +141,41 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
 
+    for _attempt in range(STATUS_CONFLICT_RETRIES):
+        if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,
+                   deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage):
+            return outcome
+        # The status moved since body was read, and this write records a result (Interrupted): read it
+        # again and decide again (the runner may have recorded its own result just before).
+        fresh = kube.get(*REGISTRY, namespace, name)
+        if fresh is None:
+            outcome.gone = True
+            return outcome
+        body = fresh
+    raise apply.Conflict(f"Registry {name} status kept changing while recording a garbage collection result; "
+                         "the next reconcile retries")
+
+
+def _report(
+    kube: Kube,
+    body: Mapping[str, Any],
+    reg: Registry | None,
+    findings: list[Finding],
+    outcome: Outcome,
+    *,
+    generation: Any,
+    moment: datetime.datetime,
+    deployment: dict[str, Any] | None,
+    live_pods: list[str] | None,
+    url: str | None,
+    selector: str | None,
+    storage: str | None,
+) -> bool:
+    """Decide garbage collection, compute the status and write what differs; fills outcome. False: not written
+    because the status changed since body was read (only a result-recording write is guarded so)."""
+    meta = body.get("metadata") or {}
+    live_status = _usable_status(body.get("status"))
+    outcome.previous_conditions = list(live_status.get("conditions") or [])
     gc = gc_schedule.decide(
         reg.spec.garbage_collection if reg is not None else None,
         annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=moment,
@@ -169,12 +205,19 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
     if raw_agents is not None and not isinstance(raw_agents, Mapping):  # not a map of records: drop it whole
         patch = patch or {"status": {}}
         patch["status"]["agents"] = None
-    if patch is not None:
-        try:
-            kube.patch(*REGISTRY, namespace, name, patch, subresource="status")
-            outcome.status_written = True
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            outcome.gone = True
-    return outcome
+    if patch is None:
+        return True
+    guarded = gc.records_result and meta.get("resourceVersion") is not None
+    if guarded:  # a merge patch carrying resourceVersion is refused (409) unless the object is still that version
+        patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+    try:
+        kube.patch(*REGISTRY, meta.get("namespace"), meta.get("name"), patch, subresource="status")
+        outcome.status_written = True
+    except KubeError as exc:
+        if guarded and exc.status == 409:
+            outcome.events = []  # nothing of this decision was written: its Events are not true
+            return False
+        if exc.status != 404:
+            raise
+        outcome.gone = True
+    return True

@@ -22,3 +22,12 @@ def test_api_secret_benchmark_runs_and_applies_every_rotation_from_the_api():
                             capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "restarts 2, applied via the API path 2 of 2" in result.stdout
+
+
+def test_gc_window_benchmark_times_the_command_and_checks_what_it_deleted():
+    result = subprocess.run([sys.executable, str(BENCH / "gc_window.py"), "--mode", "command", "--images", "4",
+                             "--layers", "1", "--rounds", "1", "--no-v3"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "registry 2.8: store of 12 blobs in 4 images (6 blobs unreferenced" in result.stdout
+    assert "registry 2.8: garbage-collect: median " in result.stdout and "deleted 6 blobs" in result.stdout

@@ -172,3 +172,38 @@ def test_output_without_the_summary_is_refused():
 def test_blob_bytes_of_an_empty_or_missing_root_is_zero(tmp_path):
     assert gc_report.blob_bytes(tmp_path / "never-pushed") == 0
     assert gc_report.bytes_freed(10, 12) == 0
+
+
+REAL_LOOKING_OUTPUT = (
+    "demo/app: marking manifest sha256:" + "a" * 64 + " \n"
+    "demo/app: marking blob sha256:" + "b" * 64 + "\n"
+    "demo/app: marking manifest sha256:" + "a" * 64 + " \n"  # the same manifest again counts once
+    "other/app: marking manifest sha256:" + "a" * 64 + " \n"
+    "manifest eligible for deletion: {demo/app sha256:" + "d" * 64 + " [old]}\n"
+    "9 blobs marked, 3 blobs and 1 manifests eligible for deletion\n"
+    + "".join(f"blob eligible for deletion: sha256:{digit * 64}\n" for digit in "123")
+    + 'time="t" level=info msg="Deleting blob: /docker/registry/v2/blobs/sha256/11/' + "1" * 64 + '"\n'
+)
+
+
+def test_the_incremental_parser_reads_line_by_line_what_parse_reads_whole():
+    whole = gc_report.parse(REAL_LOOKING_OUTPUT, dry_run=False, exit_code=0)
+    parser = gc_report.GcReportParser(dry_run=False)
+    for line in REAL_LOOKING_OUTPUT.splitlines():
+        parser.feed(line)
+    assert parser.finish(0) == whole
+    assert (whole.blobs_marked, whole.manifests_marked, whole.blobs_deleted, whole.manifests_deleted) == (9, 2, 3, 1)
+    assert whole.manifests_eligible == ("sha256:" + "d" * 64,)
+    failed = gc_report.GcReportParser(dry_run=False)
+    failed.feed_text(REAL_LOOKING_OUTPUT)
+    assert failed.finish(1).blobs_deleted == 1  # from the log lines
+
+
+def test_the_incremental_parser_keeps_a_bounded_number_of_digests_but_exact_counts():
+    parser = gc_report.GcReportParser(dry_run=True, keep_digests=2)
+    parser.feed_text(REAL_LOOKING_OUTPUT)
+    report = parser.finish(0)
+    assert report.blobs_eligible == ("sha256:" + "1" * 64, "sha256:" + "2" * 64)
+    assert report.blobs_deleted == 3
+    with pytest.raises(gc_report.GcReportError, match="summary line"):
+        gc_report.GcReportParser(dry_run=True).finish(0)

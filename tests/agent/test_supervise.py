@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
 
+from berth_agent.gc_command import GcCommand
 from berth_agent.restart import Endpoint, answers, hand_over, listening, restart_registry, wait_until_serving
 from berth_agent.write import write_atomic
 from support.registry import registry_binaries
+from support.stuck_store import make_stuck_store
 from support.supervisor import children_of, minimal_config, wait_for
 from support.upload import ConnectProbe, SlowUpload
 
@@ -217,3 +220,51 @@ def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, shell, registry
     assert first.alive()
     upload.join(30)
     assert upload.error is None, upload.error
+
+
+# ---- garbage-collect beside the registry (issue 12): never counted as, nor confused with, a registry --------
+
+
+def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_factory, shell, registry_port,
+                                                                  tmp_path):
+    root = tmp_path / "data"
+    make_stuck_store(root)  # the command runs until it is stopped
+    supervisor = supervisor_factory(shell)
+    state = supervisor.config_dir
+    write_atomic(supervisor.config_path, minimal_config(root, registry_port, drain="30s", extra=SHARED_SECRET))
+    first = supervisor.registry()
+    endpoint = Endpoint("127.0.0.1", registry_port)
+    wait_for(lambda: _serving(registry_port), what="the registry to answer")
+    stop = threading.Event()
+    outcomes = []
+    runner = threading.Thread(target=lambda: outcomes.append(GcCommand(state, state).run(
+        "beside", dry_run=True, delete_untagged=False, stop=stop, timeout_seconds=120)))
+    runner.start()
+    try:
+        gc_pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+
+        # A handover while it runs: the successor starts as usual, the command runs on.
+        upload = _slow_upload(registry_port, seconds=2.0)
+        result = restart_registry(supervisor.config_path, endpoint, timeout=15, draining=set())
+        assert result.ok and result.handed_over, result.detail
+        upload.join(30)
+        assert upload.error is None, upload.error
+        wait_for(lambda: f"registry (pid {first.pid}) exited with status 0 after draining" in supervisor.log(),
+                 what="the drained registry to be collected")
+        # A registry that dies is restarted and recorded; the command is not touched.
+        os.kill(result.new.pid, signal.SIGKILL)
+        third = wait_for(lambda: [p for p in supervisor.registries() if p != result.new])[0]
+        wait_for(lambda: _serving(registry_port), what="the restarted registry to answer")
+        assert (state / "registry-exit").read_text().split()[:2] == [str(result.new.pid), "137"]
+        assert b"garbage-collect" in _cmdline(gc_pid)
+        assert (state / "gc.pid").read_text() == f"{gc_pid} beside\n"
+    finally:
+        stop.set()
+        runner.join(30)
+    # Its end is its own: no registry exit recorded, no registry started, the registry serving unchanged.
+    assert outcomes and outcomes[0].exit_status == 143 and outcomes[0].stopped, outcomes
+    assert (state / "registry-exit").read_text().split()[:2] == [str(result.new.pid), "137"]
+    assert supervisor.registries() == [third]
+    assert supervisor.log().count("started registry") == 3
+    assert _serving(registry_port)
+    assert supervisor.alive()

@@ -265,7 +265,7 @@ def test_scale_subresource() -> None:
 def test_printer_columns() -> None:
     columns = committed_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     shown = [c["name"] for c in columns if c.get("priority", 0) == 0]
-    assert shown == ["Storage", "Replicas", "Ready", "URL", "Age"]
+    assert shown == ["Storage", "Replicas", "Ready", "Progress", "URL", "Age"]
     for column in columns:
         if column["jsonPath"] == ".metadata.creationTimestamp":
             assert column["type"] == "date"

@@ -186,7 +186,7 @@ def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factor
     # Not known yet: no Deployment rather than a pod that cannot configure itself.
     assert deployment.build(reg, facts_factory()) is None
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Lease"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Lease", "Lease"]
 
 
 def test_created_bucket_access_mounts_the_deterministic_secret(registry_factory, facts_factory):

@@ -28,6 +28,7 @@ def test_filesystem_class_gets_every_object(registry_factory, facts_factory):
         ("Service", "demo"),
         ("Deployment", "demo"),
         ("Lease", "demo-reload"),
+        ("Lease", "demo-gc"),
     ]
     secret = objects[3]
     assert base64.b64decode(secret["data"][names.HTTP_SECRET_KEY]).decode() == "s3cr3t-value"
@@ -79,6 +80,8 @@ def test_agent_rbac_is_its_own_registry_events_and_mounted_secrets(registry_fact
          "verbs": ["patch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["demo-reload"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["demo-gc"],
          "verbs": ["get", "update"]},
         # The one Secret an inmemory registry's pod mounts: the generated http secret (test_builders_role_secrets).
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["demo-http-secret"],
@@ -153,6 +156,7 @@ def test_names_are_deterministic(registry_factory, facts_factory):
         ("ServiceAccount", "team-a-agent"), ("Role", "team-a-agent"), ("RoleBinding", "team-a-agent"),
         ("Secret", "team-a-http-secret"), ("BucketClaim", "team-a-bucket"), ("BucketAccess", "team-a-bucket-access"),
         ("Service", "team-a"), ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"), ("Lease", "team-a-reload"),
+        ("Lease", "team-a-gc"),
     ]
     assert names.selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"
     assert names.cosi_secret_name(reg) == "team-a-cosi-credentials"
@@ -169,11 +173,41 @@ def test_the_reload_lease_is_created_empty_under_the_name_the_agent_uses(registr
     from berth_agent.turns import lease_name
 
     reg = registry_factory({"replicas": 3, "config": {"storage": {"inmemory": {}}}})
-    lease = by_kind(build_all(reg, facts_factory(), http_secret_value=None))["Lease"]
+    lease = leases(reg, facts_factory())["demo-reload"]
     assert lease["apiVersion"] == "coordination.k8s.io/v1"
     assert lease["metadata"]["name"] == names.lease_name(reg) == lease_name("demo")
     assert lease["spec"] == {}  # the agents own holderIdentity and the rest; the apply layer never patches it
-    role = by_kind(build_all(reg, facts_factory(), http_secret_value=None))["Role"]
-    lease_rules = [rule for rule in role["rules"] if "leases" in rule["resources"]]
-    assert lease_rules == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                            "resourceNames": [lease["metadata"]["name"]], "verbs": ["get", "update"]}]
+    assert lease_rule(reg, facts_factory(), lease["metadata"]["name"]) == {
+        "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+        "resourceNames": [lease["metadata"]["name"]], "verbs": ["get", "update"]}
+
+
+def leases(reg, facts) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in build_all(reg, facts, http_secret_value=None) if o["kind"] == "Lease"}
+
+
+def lease_rule(reg, facts, name: str) -> dict:
+    """The agent Role's one rule on Leases naming name."""
+    role = by_kind(build_all(reg, facts, http_secret_value=None))["Role"]
+    [rule] = [rule for rule in role["rules"] if "leases" in rule["resources"] and name in rule["resourceNames"]]
+    return rule
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_the_gc_lease_is_created_empty_at_any_replica_count(registry_factory, facts_factory, replicas):
+    """Every Registry has its <name>-gc Lease (a first GC request needs no new object), the agent Role may get
+    and update that one Lease by name, nothing more (no create, delete, list: the operator creates it)."""
+    reg = registry_factory({"replicas": replicas, "config": {"storage": {"inmemory": {}}}})
+    lease = leases(reg, facts_factory())["demo-gc"]
+    assert lease["metadata"]["name"] == names.gc_lease_name(reg) == "demo-gc"
+    assert lease["spec"] == {}
+    assert lease["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
+    assert lease_rule(reg, facts_factory(), "demo-gc") == {
+        "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["demo-gc"],
+        "verbs": ["get", "update"]}
+
+
+def test_the_gc_lease_has_the_name_the_agent_uses(registry_factory):
+    gc_run = pytest.importorskip("berth_agent.gc_run", reason="the agent's GC runner is the gc-agent stream's")
+    reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
+    assert names.gc_lease_name(reg) == gc_run.gc_lease_name("demo")

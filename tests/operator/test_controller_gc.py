@@ -192,3 +192,81 @@ def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, 
     time.sleep(1.0)  # something that must not happen: give a spinning timer time to show
     assert harness.ctx.reconciles == before
     assert "request" not in gc_status(harness, "spin")
+
+
+# The operator's Interrupted write races the runner's result at the deadline. The reconcile decides from the body
+# it was handed (kopf's copy, or the sweep's), which can be older than what the API server holds.
+RACE_REQUEST = {"id": "20261130T025930Z-manual", "trigger": "manual", "requestedAt": "2026-11-30T02:59:30Z",
+                "dryRun": False, "deleteUntagged": False, "readOnlyTimeout": "1m", "deadline": "2026-11-30T03:02:30Z"}
+PAST_DEADLINE = datetime.datetime(2026, 11, 30, 3, 2, 31, tzinfo=datetime.timezone.utc)
+
+
+def running_request(kube_api, name: str) -> dict[str, Any]:
+    """A Registry whose run's deadline has passed on PAST_DEADLINE, with a runner that took it; returned as
+    read now (what the operator would reconcile from)."""
+    kube_api.create(registry(name, {"readOnlyTimeout": "1m"}))
+    kube_api.patch(REGISTRIES_PATH, NS, name, {"status": {"garbageCollection": {"request": RACE_REQUEST, "active": {
+        "id": RACE_REQUEST["id"], "runner": f"{name}-pod-1", "startedAt": "2026-11-30T02:59:31Z",
+        "phase": "Recording"}}}}, subresource="status")
+    return kube_api.get(REGISTRIES_PATH, NS, name)
+
+
+def reconcile_directly(kube_api, body: dict[str, Any]):
+    """One reconcile in this thread, as a handler runs it, on the set clock."""
+    import kubernetes.client
+    from berth_operator.client import Kube
+    from berth_operator.reconcile import reconcile
+    from support.operator_harness import AGENT_IMAGE
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = kube_api.url
+    kube = Kube(configuration)
+    try:
+        return reconcile(kube, body, agent_image=AGENT_IMAGE, clock=SetClock(PAST_DEADLINE))
+    finally:
+        kube.close()
+
+
+def status_patches(kube_api, name: str, mark: int) -> int:
+    return sum(1 for method, path in kube_api.requests()[mark:]
+               if method == "PATCH" and path.split("?")[0].endswith(f"/registries/{name}/status"))
+
+
+def test_interrupted_never_overwrites_a_result_the_runner_recorded_just_before(kube_api):
+    stale = running_request(kube_api, "race")
+    # The runner records its result at the deadline, after the operator's read and before its write.
+    record_result(kube_api, "race", RACE_REQUEST, "Succeeded", blobsDeleted=12, manifestsDeleted=1, bytesFreed=4096)
+    mark = len(kube_api.requests())
+
+    outcome = reconcile_directly(kube_api, stale)
+
+    gc = (kube_api.get(REGISTRIES_PATH, NS, "race")["status"])["garbageCollection"]
+    assert gc["lastRun"]["result"] == "Succeeded" and gc["lastRun"]["blobsDeleted"] == 12  # the facts stay
+    assert gc["lastRun"]["runner"] == "race-pod-1" and gc["lastRun"]["bytesFreed"] == 4096
+    assert "request" not in gc and "active" not in gc  # then decided again: finished, the request cleared
+    assert [event.reason for event in outcome.events] == ["GarbageCollectionSucceeded"]
+    assert status_patches(kube_api, "race", mark) == 2  # the guarded one refused (409), then the re-decided one
+
+
+def test_interrupted_is_still_written_when_only_something_else_changed(kube_api):
+    stale = running_request(kube_api, "other")
+    # An agent's record changes after the operator's read: the guard refuses, the new decision is the same.
+    kube_api.patch(REGISTRIES_PATH, NS, "other", {"status": {"agents": {"other-pod-2": {"observedGeneration": 1}}}},
+                   subresource="status")
+
+    outcome = reconcile_directly(kube_api, stale)
+
+    status = kube_api.get(REGISTRIES_PATH, NS, "other")["status"]
+    last = status["garbageCollection"]["lastRun"]
+    assert last["id"] == RACE_REQUEST["id"] and last["result"] == "Interrupted" and last["runner"] == "other-pod-1"
+    assert "request" not in status["garbageCollection"] and "active" not in status["garbageCollection"]
+    assert [event.reason for event in outcome.events] == ["GarbageCollectionInterrupted"]
+
+
+def test_interrupted_from_a_current_read_is_written_at_once(kube_api):
+    current = running_request(kube_api, "fresh")
+    mark = len(kube_api.requests())
+    reconcile_directly(kube_api, current)
+    assert kube_api.get(REGISTRIES_PATH, NS, "fresh")["status"]["garbageCollection"]["lastRun"]["result"] == \
+        "Interrupted"
+    assert status_patches(kube_api, "fresh", mark) == 1

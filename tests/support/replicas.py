@@ -3,7 +3,8 @@
 Each pod (support.pod.RegistryPod: agent subprocess + supervise.sh + registry) listens on its own loopback
 address (127.0.0.2, 127.0.0.3, ...: no setup needed) on the same port, as pods on their own IPs do; they share
 the data directory (a ReadWriteMany claim) and the http secret (the operator's generated Secret) and watch
-one Registry (replicas: N) on the test API server. The Lease comes from the operator's own builder.
+one Registry (replicas: N) on the test API server. The reload and GC Leases come from the operator's own
+builder (`create_registry`, also for a single pod that takes part in garbage collection).
 
     with running_replicas(root, kube_api, spec) as pods:     # {"pod-a": RegistryPod, "pod-b": ...}
         balancer = Balancer(backends(pods)).start()
@@ -26,12 +27,22 @@ from .secretdir import write_secret_dir
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
+def create_registry(kube_api: Any, spec: dict[str, Any], *, count: int = 1, name: str = "reg",
+                    namespace: str = "default") -> dict[str, Any]:
+    """Create the Registry (replicas: count) and what the operator creates for its agents to take: the reload
+    Lease and the GC Lease (builders.lease). Returns the Registry as created."""
+    created = kube_api.create(registry_object({**spec, "replicas": count}, name=name, namespace=namespace))
+    reg = Registry.model_validate(created)
+    for build in (lease_builder.build, lease_builder.build_gc):
+        kube_api.create(build(reg, None))
+    return created
+
+
 @contextlib.contextmanager
 def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 2,
                      leave_seconds: float = 0.3, extra: list[str] = ()) -> Iterator[dict[str, RegistryPod]]:
     port = int(str(spec["http"]["addr"]).rpartition(":")[2])
-    created = kube_api.create(registry_object({**spec, "replicas": count}))
-    kube_api.create(lease_builder.build(Registry.model_validate(created), None))
+    create_registry(kube_api, spec, count=count)
     pods: dict[str, RegistryPod] = {}
     for index in range(count):
         pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data")

@@ -31,7 +31,7 @@ from .problems import problems
 __all__ = ["ClusterFacts", "build_all", "problems", "names", "storage"]
 
 # Creation order: identity and RBAC, then what the pod mounts (the HTTP secret goes between these two
-# groups), then the pods, then their budget and the reload Lease their agents take in turn.
+# groups), then the pods, then their budget and the two Leases their agents take (reload turns, the GC run).
 _IDENTITY_BUILDERS = (service_account.build, role.build, role_binding.build)
 _WORKLOAD_BUILDERS = (
     pvc.build,
@@ -41,6 +41,7 @@ _WORKLOAD_BUILDERS = (
     deployment.build,
     pod_disruption_budget.build,
     lease.build,  # every Registry has one (scaling up then needs no new object before the agents use it)
+    lease.build_gc,  # likewise: a first GC request needs no new object before an agent takes it
 )
 
 

@@ -54,6 +54,12 @@ def lease_name(reg: Registry) -> str:
     return f"{registry_name(reg)}-reload"
 
 
+def gc_lease_name(reg: Registry) -> str:
+    """The garbage collection Lease: its holder runs the Registry's GC (docs/design.md §4.5, A3); the agent
+    derives the same name (berth_agent.gc_run.gc_lease_name)."""
+    return f"{registry_name(reg)}-gc"
+
+
 def service_name(reg: Registry) -> str:
     return registry_name(reg)
 

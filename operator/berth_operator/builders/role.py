@@ -1,5 +1,5 @@
-"""The agent's Role: its own Registry (read, and patch status), Events, its Registry's reload Lease (get and
-update, that one object by name), and read access to exactly the Secrets its pod mounts (by name), which it
+"""The agent's Role: its own Registry (read, and patch status), Events, its Registry's reload and garbage
+collection Leases (get and update, those two objects by name), and read access to exactly the Secrets its pod mounts (by name), which it
 also watches over the API so a rotation applies before the kubelet updates the volume."""
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             # guarded by resourceVersion). The operator creates it; no agent may create, delete or list Leases.
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "resourceNames": [names.lease_name(reg)], "verbs": ["get", "update"]},
+            # One agent runs a garbage collection: the holder of the GC Lease (same read-then-guarded-update,
+            # renewed for the whole run; docs/design.md §4.5, A3). Created by the operator too.
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": [names.gc_lease_name(reg)], "verbs": ["get", "update"]},
             secrets_rule(reg, facts),
         ],
     }
