@@ -31,18 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from berth_agent import gc_report
-from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, Registry
+from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection
 from berth_operator import gc_schedule
-from berth_operator.builders import lease as lease_builder
 
-from .pod import RegistryPod, registry_object
+from .pod import RegistryPod
 from .registry import OciImage, http_get, oci_image_example
-from .replicas import HOSTS
+from .replicas import HOSTS, create_registry
 from .secretdir import write_secret_dir
 from .supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
-LEASES = "coordination.k8s.io/v1/leases"
 BLOB_KEY = re.compile(r"(?:^|/)docker/registry/v2/blobs/sha256/[0-9a-f]{2}/([0-9a-f]{64})/data$")
 
 
@@ -60,38 +58,14 @@ def agent_records(kube_api: Any, name: str = "reg", namespace: str = "default") 
     return (registry(kube_api, name, namespace).get("status") or {}).get("agents") or {}
 
 
-def gc_lease_name(name: str) -> str:
-    return f"{name}-gc"  # the contract's name; the agent's gc_run.gc_lease_name and the operator's agree
-
-
-def ensure_gc_lease(kube_api: Any, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
-    """The `<registry>-gc` Lease as the operator creates it (empty), unless it exists already."""
-    existing = kube_api.get(LEASES, namespace, gc_lease_name(name))
-    if existing:
-        return existing
-    reg = Registry.model_validate(registry(kube_api, name, namespace))
-    try:  # the operator's builder, once it has one (gc-op)
-        from berth_operator.builders import gc_lease as gc_lease_builder  # type: ignore[attr-defined]
-
-        lease = gc_lease_builder.build(reg, None)
-    except ImportError:
-        build_gc = getattr(lease_builder, "build_gc", None)
-        lease = build_gc(reg, None) if build_gc else lease_builder.build(reg, None)
-        lease["metadata"]["name"] = gc_lease_name(name)
-    assert lease["metadata"]["name"] == gc_lease_name(name), lease["metadata"]
-    return kube_api.create(lease)
-
-
 @contextlib.contextmanager
 def running_gc_pods(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 1, binary: str,
                     mounts: Mapping[str, Mapping[str, str]] = {}, leave_seconds: float = 0.3) -> Iterator[dict[str, RegistryPod]]:
     """support.replicas.running_replicas with the pods' registry binary (e.g. a GatedRegistry) and Secret
-    volumes (e.g. a COSI `cosi/` dir) chosen, and the Registry's gc Lease. Pods "pod-a", "pod-b", ... on
+    volumes (e.g. a COSI `cosi/` dir) chosen. Pods "pod-a", "pod-b", ... on
     127.0.0.2, 127.0.0.3, ..., one data directory (a ReadWriteMany claim for filesystem storage)."""
     port = int(str(spec["http"]["addr"]).rpartition(":")[2])
-    created = kube_api.create(registry_object({**spec, "replicas": count}))
-    kube_api.create(lease_builder.build(Registry.model_validate(created), None))
-    ensure_gc_lease(kube_api)
+    create_registry(kube_api, spec, count=count)  # with its reload and gc Leases, from the operator's builders
     pods: dict[str, RegistryPod] = {}
     for index in range(count):
         pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data",
