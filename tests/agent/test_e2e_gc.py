@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 
 import pytest
 
@@ -30,6 +31,7 @@ from support.gc import (
     images_a_b,
     request_gc,
     running_gc_pods,
+    start_agent_again,
     wait_last_run,
     wait_until,
     writable,
@@ -37,7 +39,7 @@ from support.gc import (
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, on_distribution
 from support.ports import free_port
-from support.registry import http_get, pull_image, push_image, registry_binaries
+from support.registry import REGISTRY_BINARY, http_get, pull_image, push_image, registry_binaries
 from support.s3 import REGION, running_moto
 
 BUCKET = "registry-data"
@@ -169,3 +171,37 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert reasons.count("GarbageCollectionStarted") == 2, reasons
         print(json.dumps({"storage": storage, "dist": major, "dry": counts(dry), "run": counts(run),
                           "bytesFreed": run.get("bytesFreed"), "gc_pid": gc_pid}))
+
+
+def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_path, kube_api):  # noqa: F811
+    """One replica (the common case): kill -9 of the agent while its command runs, restarted at once as the
+    kubelet does. The restarted agent is the next taker of its own gc Lease: the orphaned command in its pod is
+    stopped, the run recorded Interrupted, the registry writable again, and no new run starts."""
+    gated = GatedRegistry(tmp_path / "bin", REGISTRY_BINARY)
+    port = free_port()
+    with running_gc_pods(tmp_path / "pods", kube_api, filesystem_gc_spec(port, "2"), binary=str(gated.path)) as pods:
+        pod = pods[POD]
+        try:
+            a, b = images_a_b(tmp_path / "images")
+            push_image(a, pod.host, "demo/app:a")
+            push_image(b, pod.host, "demo/app:b")
+            delete_manifest(pod.url, "demo/app", b.manifest_digest)
+            before = blobs_on_disk(tmp_path / "pods" / "data")
+            gated.hold()
+            request = request_gc(kube_api)
+            wait_until(gated.invocations, 60, lambda: f"the garbage-collect command\n{pod.agent_log_text()[-4000:]}")
+            pod.agent.send_signal(signal.SIGKILL)
+            pod.agent.wait(10)
+            assert gc_processes(pod.config_dir / "config.yml"), "the command outlives its agent for now"
+            start_agent_again(pod, POD, kube_api)
+
+            run = wait_last_run(kube_api, request["id"], timeout=60, context=lambda: pod.agent_log_text()[-6000:])
+            assert (run["result"], run["runner"]) == ("Interrupted", POD), run
+            # A7: the orphan is stopped first, then the run recorded (not left to the supervisor's watchdog).
+            assert not gc_processes(pod.config_dir / "config.yml")
+            wait_until(lambda: writable(pod.url), 60, lambda: f"writable again\n{pod.agent_log_text()[-4000:]}")
+            assert len(gated.invocations()) == 1, gated.invocations()  # no second run
+            assert blobs_on_disk(tmp_path / "pods" / "data") == before  # it never got past its start
+            assert gc_status(kube_api).get("active") is None
+        finally:
+            gated.release()
