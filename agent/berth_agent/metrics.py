@@ -70,6 +70,22 @@ secret_mount_lag_seconds = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 20, 30, 45, 60, 75, 90, 120, 180, 300, 600),
 )
 
+# Garbage collection (docs/design.md §4.5): runs by result (Succeeded, Failed, TimedOut, Interrupted) and what
+# they deleted, counted by the runner; this pod's read-only window, by every agent.
+gc_runs_total = Counter(_P + "gc_runs", "Garbage-collection runs this agent ran or recorded, by result.", ["result"])
+gc_duration_seconds = Histogram(
+    _P + "gc_duration_seconds", "Run time of registry garbage-collect (from its start to its exit).",
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 86400),
+)
+gc_blobs_deleted_total = Counter(_P + "gc_blobs_deleted", "Blobs deleted by garbage collection (not dry runs).")
+gc_manifests_deleted_total = Counter(_P + "gc_manifests_deleted",
+                                     "Manifests deleted by garbage collection (not dry runs).")
+gc_bytes_freed_total = Counter(_P + "gc_bytes_freed", "Bytes freed by garbage collection (filesystem storage).")
+gc_read_only_seconds = Gauge(_P + "gc_read_only_seconds",
+                             "This pod's last read-only window for garbage collection, first read-only serve to "
+                             "writable serve.")
+gc_read_only = Gauge(_P + "gc_read_only", "1 while this pod serves read-only for garbage collection, else 0.")
+
 
 def expose_pvc() -> None:
     """Add the pvc_* series to /metrics (idempotent)."""
@@ -89,6 +105,13 @@ def set_config_hash(config_hash: str) -> None:
 __all__ = [
     "config_info",
     "expose_pvc",
+    "gc_blobs_deleted_total",
+    "gc_bytes_freed_total",
+    "gc_duration_seconds",
+    "gc_manifests_deleted_total",
+    "gc_read_only",
+    "gc_read_only_seconds",
+    "gc_runs_total",
     "htpasswd_updates_total",
     "last_reload_no_listener_seconds",
     "last_reload_success_timestamp_seconds",

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from .apply import Applier, Outcome
 from .restart import STOPPED
 from .clock import Clock, LoopClock
 from .errors import InputError, describe_internal_error
+from .gc_mode import GcHold, read_only_for, with_read_only
 from .health import Health
 from .mounts import SOURCES, read_inputs
 from .render import Rendered, RenderPaths, render
@@ -44,6 +46,7 @@ from .write import local_http_secret
 
 if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
     from .api_secrets import ApiSecrets
+    from .gc_ack import GcAck
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,8 @@ class PipelineSettings:
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
                  *, pvc: PvcProbe | None = None, clock: Clock | None = None,
-                 api_secrets: ApiSecrets | None = None, turn: ReplicaTurn | None = None) -> None:
+                 api_secrets: ApiSecrets | None = None, turn: ReplicaTurn | None = None,
+                 gc_ack: GcAck | None = None) -> None:
         self.settings = settings
         self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
@@ -105,6 +109,13 @@ class Pipeline:
         self._pending_reported = False  # "waiting for the registry container" is on status
         self._forced = False  # this round was asked for by a retry, a resync or the registry watch
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
+        # Garbage collection (API mode, docs/design.md §4.5): read-only while a GC request stands (gc_mode.py),
+        # acknowledged on status once served (gc_ack.py); the runner (gc_run.py) hears of every Registry read.
+        self.gc_ack = gc_ack
+        self.on_registry: Callable[[dict], None] | None = None
+        self.wall: Callable[[], float] = time.time  # the GC deadline's clock (a test sets it)
+        self._gc_hold: GcHold | None = None  # the hold the latest render was made under
+        self._gc_timer: tuple[float, asyncio.TimerHandle] | None = None  # (deadline, timer) back to writable
         self._retry: asyncio.TimerHandle | None = None
         self._queue: asyncio.Queue[Change] | None = None
 
@@ -132,6 +143,10 @@ class Pipeline:
             self.health.unregister("pipeline")
             if self._retry is not None:
                 self._retry.cancel()
+            if self._gc_timer is not None:
+                self._gc_timer[1].cancel()
+            if self.gc_ack is not None:
+                self.gc_ack.close()
 
     async def _debounce(self, queue: asyncio.Queue[Change]) -> None:
         clock = self.clock
@@ -158,6 +173,8 @@ class Pipeline:
                 self.registry_error = change.error  # keep the last object read: its config keeps serving
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
+                if self.on_registry is not None:
+                    self.on_registry(change.registry)
 
     def _schedule_retry(self, delay: float | None = None) -> None:
         if self._queue is None or (self._retry is not None and not self._retry.cancelled()):
@@ -192,6 +209,7 @@ class Pipeline:
                 await self._fail(error)
             # else: no Registry read yet (a mount event came first); its source will emit it shortly
             return
+        self._arm_gc_deadline(self._gc_hold)
         fingerprint = render_fingerprint(rendered)
         forced, self._forced = self._forced, False
         if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None \
@@ -212,6 +230,8 @@ class Pipeline:
         fields = {"config_hash": rendered.config_hash, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
+        if outcome.ok:
+            self._gc_served(rendered)
         if outcome.action == "unchanged":
             self.refused, self.backoff = None, self.settings.retry_seconds
             await self._settle(error)
@@ -263,6 +283,26 @@ class Pipeline:
         self.backoff = min(self.backoff * 2, MAX_BACKOFF_SECONDS)
         await self._fail(message)
 
+    def _gc_served(self, rendered: Rendered) -> None:
+        """The registry serves `rendered`: acknowledge the GC request it is read-only for, or clear it."""
+        if self.gc_ack is not None:
+            hold = self._gc_hold
+            self.gc_ack.observe(self.registry, hold.request_id if hold else None, rendered.config)
+
+    def _arm_gc_deadline(self, hold: GcHold | None) -> None:
+        """A timer at the hold's deadline: the pod renders writable again by itself, even with the operator
+        and the runner gone (a Change like any other; the render then finds the hold over)."""
+        if hold is None or self._queue is None:
+            return
+        if self._gc_timer is not None:
+            if self._gc_timer[0] == hold.deadline:
+                return
+            self._gc_timer[1].cancel()
+        queue = self._queue
+        delay = max(0.0, hold.deadline - self.wall()) + 0.01
+        handle = asyncio.get_running_loop().call_later(delay, lambda: queue.put_nowait(Change("gc-deadline")))
+        self._gc_timer = (hold.deadline, handle)
+
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
         metrics.reload_failures_total.labels(reason="internal").inc()
@@ -304,6 +344,10 @@ class Pipeline:
             # A newer file that could not be read at all is the problem to show, not the older object's.
             return None, self.registry_error or describe_validation_error(exc, "spec")
         self.replicas = spec.replicas
+        # Read-only while a GC request stands (A1): the same hot reload as an edit of the spec's readonly.
+        self._gc_hold = read_only_for(self.registry, self.wall()) if self.gc_ack is not None else None
+        if self._gc_hold is not None:
+            spec = with_read_only(spec)
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:
             # Object and in-memory storage have no data path: probing one would report a missing PVC.

@@ -152,6 +152,15 @@ class ApiReporter:
         """status.agents.<pod>.waiting while another pod holds the reload Lease (null removes it)."""
         await asyncio.to_thread(self._write_waiting, message)
 
+    async def read_only_for(self, request_id: str | None) -> bool:
+        """status.agents.<pod>.readOnlyFor: the GC request this pod's registry serves read-only for (null: it
+        serves the spec's readonly again). True when written; the caller retries otherwise."""
+        return await asyncio.to_thread(self._write_read_only_for, request_id)
+
+    def _write_read_only_for(self, request_id: str | None) -> bool:
+        with self._lock:
+            return self._patch_status({"readOnlyFor": request_id}, "status")
+
     def _write_waiting(self, message: str | None) -> None:
         with self._lock:
             self._patch_status({"waiting": message}, "status")

@@ -157,6 +157,21 @@ def _kube_api_client(args: argparse.Namespace) -> Any:
     return client.ApiClient()
 
 
+def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
+    """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
+    in the registry container through the supervisor (gc_command.py)."""
+    from .gc_api import GcStatusApi
+    from .gc_command import GcCommand
+    from .gc_run import GcRunner, gc_lease_name
+    from .turns import ReloadLease
+
+    state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
+    command = GcCommand(state_dir, args.config_dir)
+    return GcRunner(GcStatusApi(api_client, namespace, name),
+                    ReloadLease(api_client, namespace, gc_lease_name(name), args.pod_name),
+                    command, reporter, args.pod_name, args.data_dir, args.config_dir / "config.yml")
+
+
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from .health import Health, start_health_server
     from .pipeline import Pipeline, PipelineSettings
@@ -210,7 +225,18 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         state_dir=args.state_dir.absolute() if args.state_dir else None,
     )
     pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn)
+    gc_ack = None
+    if args.registry is not None:
+        # Garbage collection (docs/design.md §4.5): read-only while a request stands, acknowledged on status.
+        from .gc_ack import GcAck
+
+        gc_ack = GcAck(reporter.read_only_for, args.pod_name, args.config_dir / "config.yml",
+                       lambda: pipeline.applier.current.config if pipeline.applier.current else None)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn, gc_ack=gc_ack)
+    if args.registry is not None:
+        runner = _gc_runner(args, api_client, namespace, name, reporter)
+        pipeline.on_registry = runner.offer
+        sources.append(runner)
     from .registry_watch import RegistryWatch
 
     watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor

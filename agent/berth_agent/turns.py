@@ -101,7 +101,7 @@ class ReloadLease:
             "leaseTransitions": transitions + (1 if holder != self.holder else 0),
         }
         if holder not in (None, self.holder):
-            log.warning("taking over the reload lease from a holder that let it expire",
+            log.warning("taking over a lease from a holder that let it expire",
                         extra={"fields": {"lease": self.name, "holder": holder}})
         try:
             self._call("PUT", lease)

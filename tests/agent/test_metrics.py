@@ -21,6 +21,13 @@ EXPOSED = {
     "pvc_free_bytes": "berth_agent_pvc_free_bytes",
     "pvc_ok": "berth_agent_pvc_ok",
     "report_errors_total": "berth_agent_report_errors_total",
+    "gc_runs_total": "berth_agent_gc_runs_total",
+    "gc_duration_seconds": "berth_agent_gc_duration_seconds",
+    "gc_blobs_deleted_total": "berth_agent_gc_blobs_deleted_total",
+    "gc_manifests_deleted_total": "berth_agent_gc_manifests_deleted_total",
+    "gc_bytes_freed_total": "berth_agent_gc_bytes_freed_total",
+    "gc_read_only_seconds": "berth_agent_gc_read_only_seconds",
+    "gc_read_only": "berth_agent_gc_read_only",
 }
 
 
@@ -33,6 +40,7 @@ def test_every_metric_is_exposed_under_its_name():
         metrics.watch_restarts_total.labels(source=label).inc()
     metrics.report_errors_total.labels(kind="status").inc()
     metrics.set_config_hash("h")
+    metrics.gc_runs_total.labels(result="Succeeded").inc()
     metrics.expose_pvc()
     text = generate_latest(REGISTRY).decode()
     for attribute, exposed in EXPOSED.items():

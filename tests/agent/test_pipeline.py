@@ -191,3 +191,49 @@ def test_the_data_path_is_probed_only_for_filesystem_storage(tmp_path, superviso
         assert pipeline.reported_error is not None and str(missing) in pipeline.reported_error
 
     asyncio.run(scenario())
+
+
+def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pipelines_own_timer(
+        tmp_path, supervisor_factory, registry_port):
+    """A1/A2 in process: a standing request renders readonly (the hot reload) and is acknowledged; at its deadline
+    the pipeline's own timer renders the spec's readonly again, with no other Change (operator and runner gone)."""
+    from berth_agent.gc_ack import GcAck
+
+    config_dir, data = tmp_path / "config", tmp_path / "data"
+    config_dir.mkdir()
+    data.mkdir()
+    write_secret_dir(tmp_path / "mounts" / "http-secret", {"secret": "s"})
+    supervisor = supervisor_factory(config_dir=config_dir)
+    writes: list[str | None] = []
+
+    async def write(request_id):
+        writes.append(request_id)
+        return True
+
+    settings = PipelineSettings(config_dir=config_dir, data_dir=data, mount_root=tmp_path / "mounts")
+    ack = GcAck(write, "pod-a", config_dir / "config.yml",
+                lambda: pipeline.applier.current.config if pipeline.applier.current else None, poll_seconds=0.05)
+    pipeline = Pipeline(settings, LogReporter("test"), Health(), gc_ack=ack)
+    registry = _registry(registry_port)
+    deadline_at = int(time.time()) + 5
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline_at))
+    registry["status"] = {"garbageCollection": {"request": {
+        "id": "r1", "trigger": "manual", "readOnlyTimeout": "1m", "deadline": deadline}}}
+
+    def read_only() -> bool:
+        return yaml.safe_load((config_dir / "config.yml").read_text())["storage"]["maintenance"]["readonly"]["enabled"]
+
+    async def scenario() -> None:
+        queue: asyncio.Queue[Change] = asyncio.Queue()
+        task = asyncio.create_task(pipeline.run(queue))
+        queue.put_nowait(Change("registry", registry=registry))
+        await asyncio.to_thread(wait_for, lambda: writes == ["r1"], 20, what="the acknowledgement")
+        assert read_only() and answers(Endpoint("127.0.0.1", registry_port)) == 200
+        await asyncio.to_thread(wait_for, lambda: writes == ["r1", None], 30, what="writable at the deadline")
+        assert not read_only() and time.time() >= deadline_at
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    # The first config was read-only already (a pod starting while a request stands), then one restart.
+    assert supervisor.log().count("started registry") == 2

@@ -69,6 +69,20 @@ async def test_list_then_watch_spec_changes(kube_api, health, changes):
         await changes.wait_for(lambda c: _level(c) == "warn")
         assert [_level(c) for c in changes.snapshot()] == ["info", "debug", "warn"]
 
+        # ...except the garbage-collection keys an agent acts on (gc_mode.status_digest): a request turns it
+        # read-only, the runner's result (lastRun.id) back to writable.
+        request = {"id": "r1", "deadline": "2026-11-30T10:11:00Z"}
+        kube_api.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": {"request": request}}},
+                       subresource="status")
+        seen = await changes.wait_for(lambda c: c.registry is not None and (c.registry.get("status") or {}).get(
+            "garbageCollection", {}).get("request", {}).get("id") == "r1")
+        assert _level(seen) == "warn"
+        kube_api.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": {"lastRun": {"id": "r1"}}}},
+                       subresource="status")
+        await changes.wait_for(lambda c: c.registry is not None and (c.registry.get("status") or {}).get(
+            "garbageCollection", {}).get("lastRun", {}).get("id") == "r1")
+        assert len(changes.snapshot()) == 5
+
         # The single object only: another Registry in the namespace is not ours.
         other = copy.deepcopy(REGISTRY)
         other["metadata"]["name"] = "other"

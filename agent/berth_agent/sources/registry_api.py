@@ -11,7 +11,9 @@ The list/watch loop is SingleObjectWatcher, which secret_api.SecretApiWatcher sh
 
 Emits Change("registry", registry=obj) when the object's content changes. Changes to `status` alone (every
 agent's own status patch, the operator's conditions) and to resourceVersion/managedFields are not emitted:
-they cannot change the rendered config, and emitting them would make N agents wake each other N times.
+they cannot change the rendered config, and emitting them would make N agents wake each other N times. The
+exception is the garbage-collection keys an agent acts on (gc_mode.status_digest: the request, the runner's
+`active`, the last result's id): they turn the registry read-only and back (docs/design.md §4.5).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from berth_api import GROUP, PLURAL, VERSION
 
 from .. import metrics
+from ..gc_mode import status_digest
 from ..health import Health
 from . import Change, Emit
 
@@ -292,6 +295,9 @@ class RegistryApiWatcher(SingleObjectWatcher):
         if watch:
             params["watch"] = True
         return self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **params)
+
+    def _offer(self, emit: Emit, obj: dict) -> None:
+        self._offer_state(emit, ("ok", content_digest(obj) + status_digest(obj)), obj)
 
     def _offer_state(self, emit: Emit, state: tuple[str, str], obj: dict | None) -> None:
         if state == self._last:
