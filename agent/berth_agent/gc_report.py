@@ -32,6 +32,10 @@ _ELIGIBLE_MANIFEST = re.compile(r"manifest eligible for deletion: .*?(sha256:[0-
 _DELETED_BLOB = re.compile(r"Deleting blob: \S+")
 _DELETED_MANIFEST = re.compile(r"deleting manifest: \S+")
 _LOGGED_AT_INFO = re.compile(r'level=info msg=')
+# A store nothing was ever pushed to: the mark phase finds no repositories directory and the command exits 1
+# (2.8 on every driver, 3.1.1 on filesystem; 3.1.1 on S3 reports zeros). Nothing to collect, not a failure.
+_EMPTY_STORE = re.compile(r"failed to mark: [\w.-]+: Path not found: /docker/registry/v2/repositories\s*$")
+NOTHING_TO_COLLECT = "nothing to collect: the storage holds no repository yet"
 
 # Where Distribution's filesystem driver keeps blob data, under storage.filesystem.rootdirectory.
 BLOBS_DIR = Path("docker/registry/v2/blobs")
@@ -51,6 +55,7 @@ class GcReport:
     manifests_deleted: int | None
     blobs_eligible: tuple[str, ...] = ()
     manifests_eligible: tuple[str, ...] = ()
+    empty_store: bool = False  # the command found no repository at all (see _EMPTY_STORE)
 
     def status_fields(self, bytes_freed: int | None = None) -> dict[str, int | None]:
         """The counts as status.garbageCollection.lastRun spells them (berth_api.GarbageCollectionRun)."""
@@ -63,6 +68,8 @@ class GcReport:
         }
 
     def summary(self) -> str:
+        if self.empty_store:
+            return NOTHING_TO_COLLECT
         verb = "would delete" if self.dry_run else "deleted"
         return (f"{self.blobs_marked} blobs and {self.manifests_marked} manifests in use; {verb} "
                 f"{self.blobs_deleted} blobs and {self.manifests_deleted} manifests")
@@ -86,6 +93,7 @@ class GcReportParser:
         self._deleted_blobs = 0
         self._deleted_manifests = 0
         self._logged_at_info = False
+        self._empty_store = False
 
     def feed(self, line: str) -> None:
         self.lines += 1
@@ -100,6 +108,8 @@ class GcReportParser:
                 kept[found.group(1)] = None
         self._deleted_blobs += len(_DELETED_BLOB.findall(line))
         self._deleted_manifests += len(_DELETED_MANIFEST.findall(line))
+        if not self._empty_store and _EMPTY_STORE.search(line):
+            self._empty_store = True
         if not self._logged_at_info and _LOGGED_AT_INFO.search(line):
             self._logged_at_info = True
 
@@ -111,6 +121,9 @@ class GcReportParser:
         """The report of the run, given its exit status; GcReportError for an exit 0 without the summary line."""
         summary = self._summary
         succeeded = exit_code == 0
+        if not succeeded and summary is None and self._empty_store:
+            return GcReport(dry_run=self.dry_run, succeeded=True, blobs_marked=0, manifests_marked=0,
+                            blobs_deleted=0, manifests_deleted=0, empty_store=True)
         if summary is None and succeeded:
             raise GcReportError("garbage-collect exited 0 without its summary line "
                                 "(N blobs marked, M blobs and K manifests eligible for deletion)")

@@ -221,7 +221,7 @@ class GcRunner:
             # with a schedule would report Failed until its first push. There is nothing to collect.
             report = gc_report.GcReport(dry_run=hold.dry_run, succeeded=True, blobs_marked=0, manifests_marked=0,
                                         blobs_deleted=0, manifests_deleted=0)
-            result, message, seconds = "Succeeded", "nothing to collect: the storage holds no repository yet", None
+            result, message, seconds = "Succeeded", gc_report.NOTHING_TO_COLLECT, None
         else:
             ran = self._execute(hold, stop, bound, keeper)
             if ran is None:

@@ -138,7 +138,8 @@ def test_a_failing_run_reports_its_status_and_the_registrys_words(supervisor_fac
     outcome = GcCommand(supervisor.config_dir, supervisor.config_dir).run(
         "r1", dry_run=False, delete_untagged=True, stop=threading.Event(), timeout_seconds=60)
     assert outcome.exit_status == 1 and not outcome.timed_out and not outcome.stopped
-    assert outcome.report is not None and not outcome.report.succeeded
+    # The command's own failure; gc_report reads this one as an empty store (the runner records it Succeeded).
+    assert outcome.report is not None and outcome.report.empty_store
     assert outcome.error.startswith("garbage-collect exited with status 1: failed to garbage collect"), outcome
     assert str(tmp_path) not in outcome.error  # a path could name anything: long runs are scrubbed
     # Asked to stop before it started (the Lease lost meanwhile): nothing starts.

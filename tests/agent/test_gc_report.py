@@ -9,6 +9,7 @@ measured on the blobs directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import urllib.request
@@ -31,6 +32,7 @@ from support.registry import (
     registry_env,
     running_registry,
 )
+from support.s3 import REGION, running_moto
 
 
 def image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:
@@ -148,6 +150,43 @@ def test_a_failed_run_reports_failure_and_no_counts_it_cannot_know(dist, tmp_pat
     report = garbage_collect(binary, bad)
     assert not report.succeeded
     assert (report.blobs_marked, report.blobs_deleted) == (None, None)
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+@pytest.mark.parametrize("storage", ["filesystem", "s3"])
+def test_a_store_never_pushed_to_is_nothing_to_collect_not_a_failure(dist, storage, tmp_path):
+    """2.8 exits 1 on an empty store ("failed to mark: <driver>: Path not found: .../repositories") whatever the
+    driver, 3.1.1 on filesystem; a new Registry with a schedule must not report Failed until its first push."""
+    major, binary = dist
+    document = yaml.safe_load(config(tmp_path / "never-pushed", readonly=True))
+    with contextlib.ExitStack() as stack:
+        if storage == "s3":
+            moto = stack.enter_context(running_moto(tmp_path / "moto"))
+            key = moto.create_s3_user("registry", bucket="empty-bucket")
+            moto.enforce_iam()
+            document["storage"] = {**{k: v for k, v in document["storage"].items() if k != "filesystem"},
+                                   "s3": {"region": REGION, "bucket": "empty-bucket", "regionendpoint": moto.endpoint,
+                                          "accesskey": key.access_key_id, "secretkey": key.secret_access_key,
+                                          **({"forcepathstyle": True} if major == "3" else {})}}
+        path = tmp_path / "config.yml"
+        path.write_text(yaml.safe_dump(document))
+        for flags in ((), ("--dry-run",)):
+            report = garbage_collect(binary, path, *flags)
+            assert report.succeeded, report
+            assert (report.blobs_marked, report.manifests_marked, report.blobs_deleted,
+                    report.manifests_deleted) == (0, 0, 0, 0)
+            assert report.summary() in (gc_report.NOTHING_TO_COLLECT, f"0 blobs and 0 manifests in use; "
+                                        f"{'would delete' if flags else 'deleted'} 0 blobs and 0 manifests")
+
+
+def test_only_the_missing_repositories_root_is_nothing_to_collect():
+    missing_repo = "failed to garbage collect: failed to mark: s3aws: Path not found: /docker/registry/v2/repositories/x/y"
+    assert not gc_report.parse(missing_repo, dry_run=False, exit_code=1).succeeded
+    denied = "failed to garbage collect: failed to mark: s3aws: AccessDenied: Access Denied"
+    assert not gc_report.parse(denied, dry_run=False, exit_code=1).succeeded
+    empty = "failed to garbage collect: failed to mark: s3aws: Path not found: /docker/registry/v2/repositories\n"
+    report = gc_report.parse(empty, dry_run=False, exit_code=1)
+    assert report.succeeded and report.empty_store and report.summary() == gc_report.NOTHING_TO_COLLECT
 
 
 def test_parse_counts_deletions_from_logs_when_a_run_fails_half_way():
