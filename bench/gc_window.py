@@ -25,8 +25,8 @@ annotation writes status.garbageCollection.request). Measured:
 - pulls of a kept blob through a readiness-aware balancer all along (0 failed is the target).
 Each run is checked: lastRun Succeeded, 504 blobs deleted on disk.
 
-    python bench/gc_window.py [--mode command|flow|both] [--rounds 3] [--replicas 1 2] [--images 125]
-                              [--layers 6] [--layer-size 4096] [--no-v3]
+    python bench/gc_window.py [--mode command|flow|both] [--rounds 3] [--replicas 1 2] [--leave-seconds 0.3]
+                              [--images 125] [--layers 6] [--layer-size 4096] [--no-v3]
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     layer = next(digest for digest, size in kept.blobs.items() if size == args.layer_size)
     hex_digest = layer.split(":", 1)[1]
     layer_bytes = (store_dir / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data").read_bytes()
-    with KubeApi() as api, running_replicas(root, api, spec, count=replicas) as pods:
+    with KubeApi() as api, running_replicas(root, api, spec, count=replicas, leave_seconds=args.leave_seconds) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         # One pod: straight to it, a connection refused in a handover's few milliseconds retried (and counted),
         # as bench/agent_inflight.py does. Several: through the balancer, never retried.
@@ -297,8 +297,11 @@ def distributions(args) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=["command", "flow", "both"], default="command")
+    parser.add_argument("--mode", choices=["command", "flow", "both"], default="both")
     parser.add_argument("--replicas", type=int, nargs="+", choices=(1, 2), default=[1, 2])
+    parser.add_argument("--leave-seconds", type=float, default=0.3,
+                        help="the agents' --leave-seconds (out of the Service before each restart, with replicas); "
+                             "the tests' 0.3 by default, the pod's is 5")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--images", type=int, default=125)
     parser.add_argument("--layers", type=int, default=6)

@@ -31,3 +31,13 @@ def test_gc_window_benchmark_times_the_command_and_checks_what_it_deleted():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "registry 2.8: store of 12 blobs in 4 images (6 blobs unreferenced" in result.stdout
     assert "registry 2.8: garbage-collect: median " in result.stdout and "deleted 6 blobs" in result.stdout
+
+
+def test_gc_window_benchmark_runs_the_agent_flow_and_pulls_never_fail():
+    result = subprocess.run([sys.executable, str(BENCH / "gc_window.py"), "--mode", "flow", "--replicas", "1",
+                             "--images", "4", "--layers", "1", "--rounds", "1"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "flow, 1 replica: read-only window, as a client sees it" in result.stdout
+    assert "flow, 1 replica: GC duration" in result.stdout
+    assert "failed 0 (target 0)" in result.stdout
