@@ -9,14 +9,13 @@ goes writable even when the operator and the runner are both gone.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from berth_api import RegistrySpec
-from berth_api.gc import parse_gc_duration
+from berth_api.gc import parse_gc_duration, parse_rfc3339
 
 
 @dataclass(frozen=True)
@@ -31,13 +30,8 @@ class GcHold:
 
 def parse_time(text: Any) -> float | None:
     """An RFC 3339 timestamp with its offset as epoch seconds, else None."""
-    if not isinstance(text, str) or "T" not in text.upper():
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        return None
-    return moment.timestamp() if moment.tzinfo is not None else None
+    moment = parse_rfc3339(text)
+    return moment.timestamp() if moment is not None else None
 
 
 def gc_status(registry: dict | None) -> dict:

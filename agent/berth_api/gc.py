@@ -34,6 +34,18 @@ GcResult = Literal["Succeeded", "Failed", "Interrupted", "TimedOut"]
 GcPhase = Literal["SwitchingReadOnly", "Collecting", "Recording"]
 
 
+def parse_rfc3339(text: object) -> datetime.datetime | None:
+    """A status timestamp (RFC 3339 with its offset, Z or +hh:mm) as an aware datetime, else None. The operator
+    and the agents read each other's `requestedAt`, `deadline`, `nextRun` and `startedAt` with it."""
+    if not isinstance(text, str) or "T" not in text.upper():
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def parse_gc_duration(text: str) -> datetime.timedelta:
     match = re.fullmatch(GC_DURATION_PATTERN, text)
     if not match or not text:

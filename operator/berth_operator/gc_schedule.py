@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, cron
-from berth_api.gc import parse_gc_duration
+from berth_api.gc import parse_gc_duration, parse_rfc3339
 from pydantic import ValidationError
 
 # Time the runner has, beyond the read-only window, to take the Lease before it starts and to record the
@@ -56,15 +56,7 @@ def timestamp(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(text: Any) -> datetime.datetime | None:
-    """An RFC 3339 timestamp with its offset (Z or +hh:mm), else None."""
-    if not isinstance(text, str) or "T" not in text.upper():
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
+parse_time = parse_rfc3339  # an RFC 3339 timestamp with its offset, else None
 
 
 def request_id(now: datetime.datetime, trigger: str, taken: set[str]) -> str:

@@ -20,13 +20,12 @@ and the supervisor see a real command running (its pid in gc.pid) that has not f
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import re
 import shlex
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,7 @@ from berth_operator import gc_schedule
 
 from .pod import RegistryPod
 from .registry import OciImage, http_get, oci_image_example
-from .replicas import HOSTS, create_registry
-from .secretdir import write_secret_dir
+from .replicas import running_replicas
 from .supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -58,33 +56,12 @@ def agent_records(kube_api: Any, name: str = "reg", namespace: str = "default") 
     return (registry(kube_api, name, namespace).get("status") or {}).get("agents") or {}
 
 
-@contextlib.contextmanager
 def running_gc_pods(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 1, binary: str,
-                    mounts: Mapping[str, Mapping[str, str]] = {}, leave_seconds: float = 0.3) -> Iterator[dict[str, RegistryPod]]:
-    """support.replicas.running_replicas with the pods' registry binary (e.g. a GatedRegistry) and Secret
-    volumes (e.g. a COSI `cosi/` dir) chosen. Pods "pod-a", "pod-b", ... on
-    127.0.0.2, 127.0.0.3, ..., one data directory (a ReadWriteMany claim for filesystem storage)."""
-    port = int(str(spec["http"]["addr"]).rpartition(":")[2])
-    create_registry(kube_api, spec, count=count)  # with its reload and gc Leases, from the operator's builders
-    pods: dict[str, RegistryPod] = {}
-    for index in range(count):
-        pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data",
-                          binary=binary)
-        write_secret_dir(pod.mounts / "http-secret", {"secret": "generated-by-the-operator"})
-        for directory, data in mounts.items():
-            write_secret_dir(pod.mounts / directory, dict(data))
-        pods[f"pod-{'abc'[index]}"] = pod
-    try:
-        for name, pod in pods.items():
-            pod.start_agent(registry="default/reg", kube_host=kube_api.url, pod_name=name,
-                            extra=["--listen-host", pod.listen_host, "--leave-seconds", str(leave_seconds)])
-            pod.start_supervisor()
-        for pod in pods.values():
-            pod.wait_serving()
-        yield pods
-    finally:
-        for pod in pods.values():
-            pod.stop()
+                    mounts: Mapping[str, Mapping[str, str]] = {}, leave_seconds: float = 0.3):
+    """support.replicas.running_replicas with one pod by default and the pods' registry binary (e.g. a
+    GatedRegistry) chosen; the Registry comes with its reload and gc Leases, from the operator's builders."""
+    return running_replicas(root, kube_api, spec, count=count, leave_seconds=leave_seconds, binary=binary,
+                            mounts=mounts)
 
 
 def start_agent_again(pod: RegistryPod, name: str, kube_api: Any, *, leave_seconds: float = 0.3) -> None:
