@@ -48,6 +48,10 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Beyond the drain: how long a fresh registry may take to answer (cold start is ~30 ms, field-notes §6).
 START_ALLOWANCE_SECONDS = 10.0
+# With no supervisor.pid at all the registry container has not started (an image pull, the startup probe):
+# waiting the whole restart bound for it would hold the pipeline ~40 s with nothing on status. A supervisor that
+# starts meanwhile writes its pid within ~0.1 s of config.yml appearing; then the full bound applies.
+NO_SUPERVISOR_WAIT_SECONDS = 3.0
 
 
 def go_duration_seconds(text: str | None) -> float:
@@ -213,6 +217,13 @@ class Applier:
     def _bound(self, previous: Rendered | None, rendered: Rendered) -> float:
         return self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
 
+    def _supervisor_started(self) -> bool:
+        return (self.state_dir / SUPERVISOR_PID_NAME).exists()
+
+    def _start_wait(self, bound: float) -> float:
+        """How long to wait for a first registry: the bound, or a short look when no supervisor ever started."""
+        return bound if self._supervisor_started() else min(bound, NO_SUPERVISOR_WAIT_SECONDS)
+
     def _verified(self, rendered: Rendered) -> None:
         """A registry was seen answering on `rendered`: it is the config to return to from now on."""
         self.current = rendered
@@ -241,7 +252,10 @@ class Applier:
                           "so it runs an older config")
             else:
                 # Perhaps starting (the supervisor pauses a second between failed starts): wait for it to answer.
-                detail = self._wait_served(disk, self._bound(None, disk))
+                bound = self._bound(None, disk)
+                detail = self._wait_served(disk, self._start_wait(bound))
+                if detail and detail != STOPPED and self._supervisor_started():
+                    detail = self._wait_served(disk, bound)
                 if not detail:
                     self._verified(disk)
                     log.info("config on disk is current", extra={"fields": {"config_hash": disk.config_hash,
@@ -249,7 +263,7 @@ class Applier:
                     return None
                 if detail == STOPPED:
                     return Outcome("failed", False, detail=STOPPED)
-                if not (self.state_dir / SUPERVISOR_PID_NAME).exists():
+                if not self._supervisor_started():
                     return Outcome("pending", False, detail="waiting for the registry container to start")
                 detail = with_registry_error(detail, self.state_dir)
         message = f"the config on disk ({disk.config_hash[:12]}) is not served: {detail}"
@@ -303,8 +317,13 @@ class Applier:
             if self.on_written is not None:
                 self.on_written()
             began = time.monotonic()
-            new, detail = wait_until_serving(self.config_path, endpoint_of(rendered.config), timeout=bound,
-                                             exclude=self.draining, stop=self.stopping)
+            new, detail = wait_until_serving(self.config_path, endpoint_of(rendered.config),
+                                             timeout=self._start_wait(bound), exclude=self.draining,
+                                             stop=self.stopping)
+            if new is None and detail != STOPPED and self._supervisor_started():
+                new, detail = wait_until_serving(self.config_path, endpoint_of(rendered.config),
+                                                 timeout=max(0.0, bound - (time.monotonic() - began)),
+                                                 exclude=self.draining, stop=self.stopping)
             result = RestartResult(ok=new is not None, old=[], new=new, seconds=time.monotonic() - began,
                                    detail=detail, started_at=time.time())
             action = "written"
@@ -318,7 +337,7 @@ class Applier:
             return Outcome(action, True, restart=result, timings=timings)
         if result.detail == STOPPED:
             return Outcome("failed", False, detail=STOPPED, restart=result, timings=timings)
-        if action == "written" and not (self.state_dir / SUPERVISOR_PID_NAME).exists():
+        if action == "written" and not self._supervisor_started():
             # No supervisor has run yet: in a pod the registry container starts after the startup probe (and
             # an image pull). Not a failure, not applied either: looked at again shortly.
             return Outcome("pending", False, detail="waiting for the registry container to start", restart=result,

@@ -202,7 +202,11 @@ def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(p
     container started yet the config is written (/startupz 200, so the kubelet may start it) but not reported
     applied, config_info shows nothing and /readyz is 503; once the supervisor starts, it is."""
     write_secret_dir(pod.mounts / "http-secret", {"secret": HTTP_SECRET})
-    pod.write_registry_file(_spec(pod))
+    spec = _spec(pod)
+    # A restart's bound is the drain timeout + 10 s: with no supervisor ever started the agent must say it waits
+    # without waiting that bound out first (it held the pipeline, and status said nothing, for ~40 s by default).
+    spec["http"]["drainTimeout"] = "10m"
+    pod.write_registry_file(spec)
     pod.start_agent()
     wait_for(lambda: pod.actions("waiting for the registry container"), timeout=60,
              what=f"the agent waiting for a registry\n{pod.agent_log_text()}")
