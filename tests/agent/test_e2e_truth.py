@@ -230,23 +230,26 @@ def test_a_crash_loop_on_the_running_config_is_reported_and_clears_when_it_serve
     so every start fails. The agent counts each start failure, reports the loop (status, Event, the registry's
     own error) and turns /readyz 503; once the port is free the supervisor's next start serves and it clears."""
     _start(pod)
-    squatter = None
-    for _ in range(20):  # the supervisor restarts within ~0.1 s: take the port in that gap
-        pid = pod.registry_pid()
+    # The supervisor restarts a killed registry within ~0.1 s: held stopped (SIGSTOP) meanwhile, it cannot win the
+    # race for the port however loaded the machine is; it resumes (SIGCONT) once the port is taken.
+    pid = pod.registry_pid()
+    os.kill(pod.supervisor.pid, signal.SIGSTOP)
+    try:
         os.kill(pid, signal.SIGKILL)
-        candidate = socket.socket()
-        candidate.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            wait_for(lambda: not os.path.exists(f"/proc/{pid}/fd/0"), timeout=5, interval=0.0005,
-                     what="the registry gone")
-            candidate.bind(("127.0.0.1", pod.port))
-            candidate.listen()
-            squatter = candidate
-            break
-        except OSError:
-            candidate.close()
-            wait_for(pod.serving, what="the registry back before the next try")
-    assert squatter is not None, "never took the port before the supervisor restarted the registry"
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+        def bound() -> bool:  # the dying registry's listener closes a moment after its /proc entry empties
+            try:
+                squatter.bind(("127.0.0.1", pod.port))
+            except OSError:
+                return False
+            return True
+
+        wait_for(bound, timeout=10, interval=0.001, what="the killed registry's port free")
+        squatter.listen()
+    finally:
+        os.kill(pod.supervisor.pid, signal.SIGCONT)
     try:
         # The message follows each exit (the count; the registry's words once its output is on the volume).
         wait_for(lambda: [l for l in pod.actions("registry problem") if "crash-looping" in l["error"]
