@@ -85,9 +85,13 @@ def test_one_leader_writes_and_the_standby_takes_over_after_kill_9(kube_api, tmp
         new_writes = standby.writes(mark)
         assert new_writes, "the new leader wrote nothing"
         assert not [w for w in new_writes if "/r2" in w[1] or "/r3" in w[1]], new_writes
-        creates = collections.Counter(
-            (e["involvedObject"]["name"], e["message"]) for e in kube_api.list("v1/events", NS)
-            if e["reason"] == "Created")
+        def created() -> collections.Counter:
+            return collections.Counter((e["involvedObject"]["name"], e["message"])
+                                       for e in kube_api.list("v1/events", NS) if e["reason"] == "Created")
+
+        # kopf posts Events from a queue of its own, after the objects and the status: wait for r4's to arrive.
+        wait_for(lambda: "r4" in {name for name, _ in created()}, "r4's Created events", 30)
+        creates = created()
         assert creates and max(creates.values()) == 1, creates
         assert {name for name, _ in creates} == {"r1", "r2", "r3", "r4"}
         assert standby.process.poll() is None
