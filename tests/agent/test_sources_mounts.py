@@ -246,7 +246,9 @@ class _ObserverAtItsLimit(Observer):
 async def test_limit_reached_after_start_falls_back_to_polling(tmp_path, health, changes):
     root = tmp_path / "mounts"
     write_secret_dir(root / "cosi", {"BucketInfo": "1"})
-    watcher = MountWatcher(root, health, resync_seconds=3600, observer_factory=_ObserverAtItsLimit,
+    # Resync every second: the root's inotify watch is added by the observer's emitter thread a moment after
+    # start, and a directory created before it is live is found by the resync (as in a pod), not by an event.
+    watcher = MountWatcher(root, health, resync_seconds=1, observer_factory=_ObserverAtItsLimit,
                            poll_seconds=0.2)
     async with running(watcher, changes):
         await _wait_watching(watcher, root / "cosi")
