@@ -110,9 +110,9 @@ start_registry() {
     fi
 }
 
-# Wait until registry $1 has ended and set $code to its exit status. A trapped signal (or a CHLD) interrupts
-# wait with a status >128; once the process is gone a last wait collects its own status (127 when an earlier
-# wait already did: then $code already holds it).
+# Wait until process $1 (a registry; in the GC wrapper, the command) has ended and set $code to its exit status.
+# A trapped signal (or a CHLD) interrupts wait with a status >128; once the process is gone a last wait collects
+# its own status (127 when an earlier wait already did: then $code already holds it).
 collect() {
     while kill -0 "$1" 2>/dev/null; do
         wait "$1"
@@ -244,16 +244,9 @@ run_gc() {
     log "started garbage-collect ${gc_dry:+--dry-run }${gc_untagged:+--delete-untagged }(pid $gc, request $gc_id)"
     gc_watchdog "$gc" &
     gc_watch=$!
-    gc_code=0
-    while kill -0 "$gc" 2>/dev/null; do  # a trapped TERM interrupts wait: wait again for its own status
-        wait "$gc"
-        gc_code=$?
-    done
-    wait "$gc" 2>/dev/null
-    again=$?
-    if [ "$again" -ne 127 ]; then
-        gc_code=$again
-    fi
+    code=0
+    collect "$gc"  # a trapped TERM interrupts wait: collect waits again for the command's own status
+    gc_code=$code
     kill -TERM $gc_watch $gc_killer 2>/dev/null
     log "garbage-collect (pid $gc, request $gc_id) exited with status $gc_code"
     rm -f "$gc_pidfile"  # first: whoever sees the result finds no gc.pid left
