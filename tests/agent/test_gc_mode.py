@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import yaml
 
 from berth_agent import gc_report
@@ -13,6 +11,7 @@ from berth_agent.gc_mode import parse_time, read_only_for, status_digest, with_r
 from berth_agent.mounts import MountedInputs
 from berth_agent.render import render
 from berth_api import GarbageCollectionRun, RegistrySpec
+from support.gc import gc_outcome
 
 NOW = parse_time("2026-11-30T10:00:00Z")
 SPEC = {"image": "docker.io/library/registry:2", "config": {"storage": {"filesystem": {"persistentVolumeClaim": "d"}}}}
@@ -100,28 +99,22 @@ def test_the_command_stops_at_the_read_only_bound_or_a_minute_before_the_deadlin
     assert time_bound(NOW - 300, hold) == NOW + 300
 
 
-@dataclass
-class Outcome:
-    exit_status: int | None = 0
-    timed_out: bool = False
-    stopped: bool = False
-    report: gc_report.GcReport | None = None
-    error: str | None = None
-    seconds: float = 1.0
-
-
 SUMMARY = ("demo/a: marking manifest sha256:" + "a" * 64
            + "\n7 blobs marked, 3 blobs and 1 manifests eligible for deletion\n")
 
 
 def test_outcomes_become_results_and_a_complete_last_run():
     report = gc_report.parse(SUMMARY, dry_run=False, exit_code=0)
-    assert result_of(Outcome(report=report), stopped_by_agent=False, pod="p") == ("Succeeded", report.summary())
-    assert result_of(Outcome(exit_status=None, timed_out=True, error="killed"), stopped_by_agent=False,
+    assert result_of(gc_outcome(report=report), stopped_by_agent=False, pod="p") == ("Succeeded", report.summary())
+    assert result_of(gc_outcome(exit_status=None, timed_out=True, error="killed"), stopped_by_agent=False,
                      pod="p")[0] == "TimedOut"
-    assert result_of(Outcome(exit_status=None, stopped=True), stopped_by_agent=True, pod="p") == (
+    assert result_of(gc_outcome(exit_status=None, stopped=True), stopped_by_agent=True, pod="p") == (
         "Interrupted", "the agent in pod p stopped during the run")
-    assert result_of(Outcome(exit_status=1, error="sweep failed"), stopped_by_agent=False, pod="p") == (
+    empty = gc_report.parse("failed to garbage collect: failed to mark: s3aws: Path not found: "
+                            "/docker/registry/v2/repositories", dry_run=False, exit_code=1)
+    assert result_of(gc_outcome(exit_status=1, error="exited with status 1", report=empty), stopped_by_agent=False,
+                     pod="p") == ("Succeeded", gc_report.NOTHING_TO_COLLECT)  # a store never pushed to
+    assert result_of(gc_outcome(exit_status=1, error="sweep failed"), stopped_by_agent=False, pod="p") == (
         "Failed", "sweep failed")
     hold = read_only_for(registry({}), NOW)
     record = last_run(hold, result="Succeeded", started_at="2026-11-30T10:00:00Z", finished_at="2026-11-30T10:00:09Z",

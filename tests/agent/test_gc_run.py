@@ -22,6 +22,7 @@ from berth_agent.gc_api import GcStatusApi, LeaseKeeper
 from berth_agent.gc_run import GcRunner, gc_lease_name
 from berth_agent.turns import ReloadLease
 from berth_api import GarbageCollectionRun
+from support.gc import gc_outcome
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec
 from support.redisserver import redis_server  # noqa: F401  (fixture)
@@ -37,16 +38,6 @@ def stamp(offset: float) -> str:
 
 
 @dataclass
-class Outcome:
-    exit_status: int | None = 0
-    timed_out: bool = False
-    stopped: bool = False
-    report: gc_report.GcReport | None = None
-    error: str | None = None
-    seconds: float = 0.5
-
-
-@dataclass
 class Command:
     kube_api: object
     wait_for_stop: bool = False
@@ -58,8 +49,8 @@ class Command:
         self.calls.append((run_id, dry_run, delete_untagged, timeout_seconds, status))
         if self.wait_for_stop:
             assert stop.wait(30)
-            return Outcome(exit_status=None, stopped=True, error="stopped")
-        return Outcome(report=gc_report.parse(SUMMARY, dry_run=dry_run, exit_code=0))
+            return gc_outcome(exit_status=None, stopped=True, error="stopped")
+        return gc_outcome(report=gc_report.parse(SUMMARY, dry_run=dry_run, exit_code=0))
 
     def stop_orphan(self, timeout=15.0):
         self.orphans_stopped += 1

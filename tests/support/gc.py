@@ -261,3 +261,11 @@ def read_only_served_at(lines: list[dict[str, Any]], request_id: str) -> datetim
         elif line.get("msg") == "gc read-only" and line.get("request_id") == request_id:
             return datetime.datetime.fromisoformat(served["time"]) if served else None
     return None
+
+
+def gc_outcome(**fields: Any) -> Any:
+    """A berth_agent.gc_command.GcOutcome of a clean run, with `fields` changed: what a stand-in command returns."""
+    from berth_agent.gc_command import GcOutcome
+
+    return GcOutcome(**{"exit_status": 0, "timed_out": False, "stopped": False, "report": None, "error": None,
+                        "seconds": 0.5, **fields})
