@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from support.ports import free_port
 from support.supervisor import Supervisor, available_shells
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging_levels():
+    """setup_json_logging sets the root level (tests pass DEBUG) and quiets library loggers: a test that calls it
+    must not change which records the next test on the same worker captures."""
+    names = ("", "urllib3", "kubernetes", "watchdog", "aiohttp.access")
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture
