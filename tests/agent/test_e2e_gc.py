@@ -39,7 +39,7 @@ from support.gc import (
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, on_distribution
 from support.ports import free_port
-from support.registry import REGISTRY_BINARY, http_get, pull_image, push_image, registry_binaries
+from support.registry import REGISTRY_BINARY, manifest_status, pull_image, push_image, registry_binaries
 from support.s3 import REGION, running_moto
 
 BUCKET = "registry-data"
@@ -156,7 +156,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
                    lambda: f"readOnlyFor cleared\n{agent_records(kube_api)}")  # written just after the reload
         assert gc_status(kube_api).get("active") is None
         assert pull_image(pod.host, "demo/app:a", tmp_path / "pulled").blobs == a.blobs
-        assert http_get(f"{pod.url}/v2/demo/app/manifests/{b.manifest_digest}", method="HEAD").status == 404
+        assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 404
         push_image(b, pod.host, "demo/app:b-again")
         assert pull_image(pod.host, "demo/app:b-again", tmp_path / "b-again").blobs == b.blobs
 
@@ -205,3 +205,45 @@ def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_p
             assert gc_status(kube_api).get("active") is None
         finally:
             gated.release()
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_delete_untagged_removes_a_manifest_whose_tag_moved_only_when_asked(dist, tmp_path, kube_api):  # noqa: F811
+    """spec.garbageCollection.deleteUntagged reaches the command: B was `latest` until A was pushed as `latest`
+    too. A run without the flag keeps B (still pullable by digest); a run with it deletes B's manifest and its
+    unique blobs, and A, tagged twice, stays whole."""
+    major, binary = dist
+    port = free_port()
+    with running_gc_pods(tmp_path / "pods", kube_api, filesystem_gc_spec(port, major), binary=binary) as pods:
+        pod = pods[POD]
+
+        def logs() -> str:
+            return pod.agent_log_text()[-6000:]
+
+        def stored() -> set[str]:
+            return blobs_on_disk(tmp_path / "pods" / "data")
+
+        a, b = images_a_b(tmp_path / "images")
+        push_image(a, pod.host, "demo/app:a")
+        push_image(b, pod.host, "demo/app:latest")
+        push_image(a, pod.host, "demo/app:latest")  # the tag moves: B's manifest stays, untagged
+        b_unique = set(b.blobs) - set(a.blobs)
+        before = stored()
+        assert set(a.blobs) | b_unique <= before, before
+
+        kept = wait_last_run(kube_api, request_gc(kube_api)["id"], context=logs)
+        assert (kept["result"], kept["deleteUntagged"]) == ("Succeeded", False), kept
+        assert (kept["blobsDeleted"], kept["manifestsDeleted"]) == (0, 0), kept
+        assert stored() == before
+        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the first run\n{logs()}")
+        assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 200
+
+        run = wait_last_run(kube_api, request_gc(kube_api, delete_untagged=True)["id"], context=logs)
+        assert (run["result"], run["deleteUntagged"]) == ("Succeeded", True), run
+        assert (run["blobsDeleted"], run["manifestsDeleted"]) == (3, 1), run
+        assert stored() == before - b_unique, (sorted(before - stored()), sorted(b_unique))
+        assert run["bytesFreed"] == sum(len(b.blobs[digest]) for digest in b_unique), run
+        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the second run\n{logs()}")
+        assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 404
+        for tag in ("a", "latest"):
+            assert pull_image(pod.host, f"demo/app:{tag}", tmp_path / f"pulled-{tag}").blobs == a.blobs

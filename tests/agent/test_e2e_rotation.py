@@ -1,7 +1,7 @@
 """Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats (issue 3, acceptance "Rotation").
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
-key 2, delete key 1. The registry restarts in place under the same supervisor, the earlier image pulls back
+key 2, delete key 1 once the old registry drained (as the README says). The registry restarts in place under the same supervisor, the earlier image pulls back
 byte-identical, a new push works, and a pull loop running through the swap sees no failed request. On
 Distribution 2.8 and on the real 3.1.1 (skipped without BERTH_REGISTRY3_BIN).
 """
@@ -71,6 +71,9 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
         key2 = moto.create_access_key("registry")
         swap_secret_dir(pod.mounts / "cosi", cosi_secret(fmt, moto.endpoint, key2))
         wait_for(lambda: pod.actions("restarted"), what=f"the agent to restart the registry\n{pod.agent_log_text()}")
+        # Revoke key 1 as the README says: once the old registry finished the pulls it had (with key 1) and
+        # exited. A pull it still streams fails mid-body when its key disappears under it.
+        wait_for(lambda: len(pod.supervisor.registries()) == 1, what="the old registry to finish draining")
         moto.delete_access_key("registry", key1.access_key_id)
         # Keep pulling on the new registry with key 1 gone: every blob read now goes through key 2.
         after = loop.stats.successes

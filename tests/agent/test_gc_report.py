@@ -25,6 +25,7 @@ from support.ports import free_port
 from support.registry import (
     OciImage,
     http_get,
+    manifest_status,
     oci_image_example,
     pull_image,
     push_image,
@@ -126,7 +127,7 @@ def test_garbage_collect_on_a_read_only_registry(dist, tmp_path):
 
         pulled = pull_image(registry, "demo/app:a", tmp_path / "pulled")
         assert pulled.blobs == a.blobs
-        assert http_get(f"{registry.url}/v2/demo/app/manifests/{b.manifest_digest}", method="HEAD").status == 404
+        assert manifest_status(registry.url, "demo/app", b.manifest_digest) == 404
 
         again = garbage_collect(binary, registry.config_path, "--delete-untagged")
         assert (again.blobs_deleted, again.manifests_deleted) == (0, 0)

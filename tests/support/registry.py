@@ -69,9 +69,9 @@ class HttpAnswer:
 
 
 def http_get(url: str, *, auth: tuple[str, str] | None = None, timeout: float = 5.0,
-             method: str = "GET") -> HttpAnswer:
+             method: str = "GET", headers: dict[str, str] | None = None) -> HttpAnswer:
     """One request; any HTTP status is an answer (no exception for 4xx/5xx). TLS is not verified."""
-    request = urllib.request.Request(url, method=method)
+    request = urllib.request.Request(url, method=method, headers=headers or {})
     if auth is not None:
         request.add_header("Authorization", "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
     context = ssl._create_unverified_context() if url.startswith("https:") else None
@@ -291,3 +291,10 @@ def push_and_pull_back(registry: RegistryProcess, workdir: Path, *, reference: s
     push_image(pushed, registry, reference, creds=creds)
     pulled = pull_image(registry, reference, workdir / "pull", creds=creds)
     return pushed, pulled
+
+
+def manifest_status(base_url: str, repo: str, digest: str) -> int:
+    """HEAD of a manifest by digest, accepting OCI manifests: without that Accept header Distribution answers
+    404 for an OCI manifest that exists, so a 404 would prove nothing."""
+    return http_get(f"{base_url}/v2/{repo}/manifests/{digest}", method="HEAD",
+                    headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).status
