@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from berth_api import GC_STORAGE_MESSAGE
+
 from .gc_mode import GcHold, gc_status, parse_time, read_only_for
 
 # The command is stopped this long before the request's deadline, so the result is recorded (and every
@@ -27,16 +29,32 @@ class Interrupt:
     started_at: str | None
 
 
-def next_step(registry: dict | None, now_wall: float) -> Run | Interrupt | None:
-    """With the Lease just taken, on a fresh read of the Registry: run the request, record a dead run, or
-    nothing (no request stands, its deadline passed, or its result is in)."""
+@dataclass(frozen=True)
+class Refuse:
+    """The request cannot run on this Registry's storage: recorded Failed at once, no command started. The
+    operator never asks for it (and the CRD refuses garbageCollection there); a request written by hand or by
+    an older operator must not report an in-memory store it never saw as empty."""
+    hold: GcHold
+    reason: str
+
+
+def next_step(registry: dict | None, now_wall: float) -> Run | Interrupt | Refuse | None:
+    """With the Lease just taken, on a fresh read of the Registry: run the request, record a dead run, refuse
+    it, or nothing (no request stands, its deadline passed, or its result is in)."""
     hold = read_only_for(registry, now_wall)
     if hold is None:
         return None
     active = gc_status(registry).get("active")
     if isinstance(active, dict) and active.get("id") == hold.request_id:
         return Interrupt(hold, active.get("runner"), active.get("startedAt"))
+    if _storage(registry).get("inmemory") is not None:
+        return Refuse(hold, GC_STORAGE_MESSAGE)
     return Run(hold)
+
+
+def _storage(registry: dict | None) -> dict:
+    storage = (((registry or {}).get("spec") or {}).get("config") or {}).get("storage") or {}
+    return storage if isinstance(storage, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -74,8 +92,7 @@ def time_bound(started_wall: float, hold: GcHold) -> float:
 
 def measures_bytes(registry: dict | None, dry_run: bool) -> bool:
     """bytesFreed is measured on filesystem storage only (the data path is the PVC); a dry run frees 0."""
-    storage = (((registry or {}).get("spec") or {}).get("config") or {}).get("storage") or {}
-    return isinstance(storage, dict) and storage.get("filesystem") is not None and not dry_run
+    return _storage(registry).get("filesystem") is not None and not dry_run
 
 
 def result_of(outcome: Any, *, stopped_by_agent: bool, pod: str) -> tuple[str, str]:
@@ -115,5 +132,5 @@ def interrupted_run(step: Interrupt, finished_at: str, taker: str) -> dict[str, 
                     runner=step.runner, message=message)
 
 
-__all__ = ["Acks", "DEADLINE_MARGIN_SECONDS", "Interrupt", "Run", "acknowledgements", "interrupted_run",
+__all__ = ["Acks", "DEADLINE_MARGIN_SECONDS", "Interrupt", "Refuse", "Run", "acknowledgements", "interrupted_run",
            "last_run", "measures_bytes", "next_step", "result_of", "time_bound"]

@@ -28,7 +28,7 @@ import yaml
 from . import gc_report, metrics
 from .gc_api import LEASE_SECONDS, RENEW_SECONDS, GcStatusApi, LeaseKeeper
 from .gc_cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
-from .gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
+from .gc_decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
     result_of, time_bound
 from .gc_mode import read_only_for
 from .report import rfc3339
@@ -140,6 +140,8 @@ class GcRunner:
             step = next_step(registry, self.wall())
             if isinstance(step, Interrupt):
                 self._interrupted(step)
+            elif isinstance(step, Refuse):
+                self._refused(step)
             elif isinstance(step, Run):
                 lost = self._run(step, registry)
         except Exception as exc:  # noqa: BLE001 - an API failure: tried again on the next attempt
@@ -287,6 +289,13 @@ class GcRunner:
         metrics.gc_runs_total.labels(result="Interrupted").inc()
         self._event("GarbageCollectionInterrupted", f"garbage collection {step.hold.request_id}: {record['message']}; "
                     f"recorded by pod {self.pod}, the registry returns to writable", warning=True)
+
+    def _refused(self, step: Refuse) -> None:
+        now = rfc3339(self.wall())
+        record = last_run(step.hold, result="Failed", started_at=now, finished_at=now, runner=self.pod,
+                          message=f"not run: {step.reason}")
+        self._record(record)
+        self._count(record, None)
 
     def _record(self, record: dict) -> None:
         """lastRun and active: null in one patch, retried: this write returns every replica to writable."""

@@ -2,6 +2,7 @@
 
 from .gc import (
     GC_REQUEST_ANNOTATION,
+    GC_STORAGE_MESSAGE,
     GarbageCollection,
     GarbageCollectionRequest,
     GarbageCollectionRun,
@@ -29,6 +30,7 @@ from .registry import (
 __all__ = [
     "API_VERSION",
     "GC_REQUEST_ANNOTATION",
+    "GC_STORAGE_MESSAGE",
     "GarbageCollection",
     "GarbageCollectionRequest",
     "GarbageCollectionRun",

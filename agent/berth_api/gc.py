@@ -26,6 +26,10 @@ GC_DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
 READ_ONLY_TIMEOUT_MIN = datetime.timedelta(minutes=1)
 READ_ONLY_TIMEOUT_MAX = datetime.timedelta(hours=24)
 READ_ONLY_TIMEOUT_MESSAGE = "readOnlyTimeout must be between 1m and 24h"
+# An in-memory store lives in the serving registry process: a `registry garbage-collect` process sees an empty
+# store of its own and (2.8 and 3.1.1 alike) fails on it as on a store never pushed to.
+GC_STORAGE_MESSAGE = ("garbageCollection needs filesystem or objectStorage storage: config.storage.inmemory keeps "
+                      "the data inside the registry process, where registry garbage-collect cannot reach it")
 # Whitespace-separated, 5 fields of cron characters; cron.parse says precisely what is wrong.
 CRON_PATTERN = r"^\s*[0-9A-Za-z*,/-]+(\s+[0-9A-Za-z*,/-]+){4}\s*$"
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .gc import GarbageCollection, GarbageCollectionStatus
+from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
 from .types import INT32_MAX, ApiModel, Quantity
@@ -46,7 +46,11 @@ class RegistrySpec(ApiModel):
                     "rule": "!has(self.config.storage.cache) || self.config.storage.cache.blobdescriptor != 'redis'"
                     " || has(self.redis)",
                     "message": "config.storage.cache.blobdescriptor redis needs spec.redis",
-                }
+                },
+                {
+                    "rule": "!has(self.garbageCollection) || !has(self.config.storage.inmemory)",
+                    "message": GC_STORAGE_MESSAGE,
+                },
             ]
         }
     }
@@ -75,6 +79,12 @@ class RegistrySpec(ApiModel):
         cache = self.config.storage.cache
         if cache is not None and cache.blobdescriptor == "redis" and self.redis is None:
             raise ValueError("config.storage.cache.blobdescriptor redis needs spec.redis")
+        return self
+
+    @model_validator(mode="after")
+    def _gc_needs_persistent_storage(self) -> RegistrySpec:
+        if self.garbage_collection is not None and self.config.storage.inmemory is not None:
+            raise ValueError(GC_STORAGE_MESSAGE)
         return self
 
     @property

@@ -94,10 +94,12 @@ def decide(
     live: Any,
     now: datetime.datetime,
     spec_valid: bool = True,
+    uncollectable: str | None = None,
 ) -> GcDecision:
     """live: status.garbageCollection as stored (not validated: anything may be there). spec_valid False: the
     spec did not validate; requests and deadlines are still handled, nothing new is started and the schedule
-    is left as it is."""
+    is left as it is. uncollectable: why this Registry's storage cannot be collected (in-memory); the run-now
+    annotation is then refused with that reason (a schedule cannot be set: the spec would not validate)."""
     live = _mapping(live)
     gc = spec or GarbageCollection()
     patch: dict[str, Any] = {}
@@ -167,6 +169,10 @@ def decide(
             events.append(GcEvent("Warning", "InvalidGarbageCollectionRequest",
                                   f"annotation {GC_REQUEST_ANNOTATION} must be an RFC 3339 timestamp "
                                   "(e.g. 2026-11-30T10:00:00Z); no run was started"))
+        elif uncollectable is not None:
+            # A run would keep the registry read-only for nothing and report an empty store it never saw.
+            events.append(GcEvent("Warning", "InvalidGarbageCollectionRequest",
+                                  f"annotation {GC_REQUEST_ANNOTATION}: no run was started: {uncollectable}"))
         else:
             manual_due = True
 

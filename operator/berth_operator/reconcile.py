@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from berth_api import API_VERSION, KIND, Registry, describe_validation_error
+from berth_api import API_VERSION, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from pydantic import ValidationError
 
 from . import apply, expansion, facts, gc_schedule, status
@@ -180,6 +180,7 @@ def _report(
         reg.spec.garbage_collection if reg is not None else None,
         annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=moment,
         spec_valid=reg is not None,
+        uncollectable=GC_STORAGE_MESSAGE if reg is not None and reg.spec.config.storage.inmemory is not None else None,
     )
     outcome.events, outcome.wake_at = gc.events, gc.wake_at
     if gc.pending is not None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import yaml
 
 from berth_agent import gc_report
-from berth_agent.gc_decide import Interrupt, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
+from berth_agent.gc_decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
     next_step, result_of, time_bound
 from berth_agent.gc_mode import parse_time, read_only_for, status_digest, with_read_only
 from berth_agent.mounts import MountedInputs
 from berth_agent.render import render
-from berth_api import GarbageCollectionRun, RegistrySpec
+from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun, RegistrySpec
 from support.gc import gc_outcome
 
 NOW = parse_time("2026-11-30T10:00:00Z")
@@ -74,6 +74,9 @@ def test_with_the_lease_taken_a_request_runs_or_a_dead_run_is_recorded():
     assert isinstance(step, Interrupt) and step.runner == "pod-a"
     assert isinstance(next_step(registry({}, active={"id": "r0", "runner": "pod-a"}), NOW), Run)  # a stale active
     assert next_step(registry({}, last_run_id="r1"), NOW) is None
+    in_memory = registry({})
+    in_memory["spec"] = {"config": {"storage": {"inmemory": {}}}}
+    assert next_step(in_memory, NOW) == Refuse(read_only_for(in_memory, NOW), GC_STORAGE_MESSAGE)
     record = interrupted_run(step, "2026-11-30T10:00:05Z", "pod-b")
     assert record["result"] == "Interrupted" and record["message"] == "the runner in pod pod-a stopped"
     assert record["startedAt"] == "2026-11-30T09:59:30Z" and record["blobsDeleted"] is None

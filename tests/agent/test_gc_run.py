@@ -21,7 +21,7 @@ from berth_agent import gc_report
 from berth_agent.gc_api import GcStatusApi, LeaseKeeper
 from berth_agent.gc_run import GcRunner, gc_lease_name
 from berth_agent.turns import ReloadLease
-from berth_api import GarbageCollectionRun
+from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun
 from support.gc import gc_outcome
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec
@@ -277,6 +277,20 @@ def test_a_store_never_pushed_to_is_collected_without_running_the_command(reg, r
     assert command.calls == [] and last["result"] == "Succeeded", last
     assert (last["blobsMarked"], last["blobsDeleted"], last["bytesFreed"]) == (0, 0, 0)
     assert last["message"] == "nothing to collect: the storage holds no repository yet"
+
+
+def test_a_request_on_in_memory_storage_is_refused_without_running_the_command(reg, runner):
+    """A hand-written request (the operator never asks, the CRD refuses garbageCollection on inmemory): a
+    garbage-collect process would see an empty store of its own and the run would claim nothing to collect."""
+    reg.patch(REGISTRIES, "default", "reg", {"spec": {"config": {"storage": {"filesystem": None, "inmemory": {}}}}})
+    request(reg)
+    ack(reg, "pod-a")
+    command = Command(reg)
+    runner(command, Reporter()).attempt()
+    last = gc(reg)["lastRun"]
+    assert command.calls == [] and last["result"] == "Failed", last
+    assert last["message"] == f"not run: {GC_STORAGE_MESSAGE}" and last.get("blobsDeleted") is None, last
+    assert gc(reg).get("active") is None
 
 
 def test_the_loop_runs_a_request_it_is_offered_and_a_cancel_stops_a_running_command(reg, runner):

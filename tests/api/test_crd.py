@@ -18,7 +18,7 @@ from packaging.version import Version
 from pydantic import BaseModel, Field
 
 from api.admission import CRD_FILE, cel_rules, committed_crd, crd_schema, join, walk
-from berth_api import crd
+from berth_api import GC_STORAGE_MESSAGE, crd
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Keywords a structural schema may not carry here: type unions, references, and what pruning replaces.
@@ -212,6 +212,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.config.storage.objectStorage", "set exactly one of bucketAccess and bucketAccessClass"),
         ("spec", "config.storage.cache.blobdescriptor redis needs spec.redis"),
         ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
+        ("spec", GC_STORAGE_MESSAGE),
     }
 
 

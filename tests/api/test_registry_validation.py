@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.admission import admit
-from berth_api import DEFAULT_IMAGE, Registry, describe_validation_error
+from berth_api import DEFAULT_IMAGE, GC_STORAGE_MESSAGE, Registry, describe_validation_error
 
 
 def registry(**spec: Any) -> dict[str, Any]:
@@ -33,6 +33,11 @@ def filesystem(**fs: Any) -> dict[str, Any]:
 
 def object_storage(**bucket: Any) -> dict[str, Any]:
     return storage(objectStorage=bucket)
+
+
+def collected(**gc: Any) -> dict[str, Any]:
+    """A Registry with garbageCollection set, on storage GC can reach (not inmemory)."""
+    return registry(config={"storage": {"filesystem": {"storageClass": "standard"}}}, garbageCollection=gc)
 
 
 BUCKET = {"bucketClass": "s3", "bucketAccessClass": "s3-rw"}
@@ -134,24 +139,26 @@ INVALID = [
      "spec.config", "Field required", True),
     ("no spec", {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": {"name": "r"}},
      "spec", "Field required", True),
-    ("gc schedule with 4 fields", registry(garbageCollection={"schedule": "0 3 * *"}),
+    ("gc schedule with 4 fields", collected(schedule="0 3 * *"),
      "spec.garbageCollection.schedule", "has 4 fields, a schedule has 5", True),
-    ("gc schedule hour 24", registry(garbageCollection={"schedule": "0 24 * * *"}),
+    ("gc schedule hour 24", collected(schedule="0 24 * * *"),
      "spec.garbageCollection.schedule", "hour field '24': 24 is outside 0-23", False),
-    ("gc schedule 30 February", registry(garbageCollection={"schedule": "0 0 30 feb *"}),
+    ("gc schedule 30 February", collected(schedule="0 0 30 feb *"),
      "spec.garbageCollection.schedule", "never fires", False),
-    ("gc schedule unknown day name", registry(garbageCollection={"schedule": "0 3 * * sunday"}),
+    ("gc schedule unknown day name", collected(schedule="0 3 * * sunday"),
      "spec.garbageCollection.schedule", "'sunday' is not a number or a name", False),
-    ("gc schedule macro", registry(garbageCollection={"schedule": "@daily"}),
+    ("gc schedule macro", collected(schedule="@daily"),
      "spec.garbageCollection.schedule", "has 1 fields, a schedule has 5", True),
-    ("gc readOnlyTimeout 30s", registry(garbageCollection={"readOnlyTimeout": "30s"}),
+    ("gc readOnlyTimeout 30s", collected(readOnlyTimeout="30s"),
      "spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h", True),
-    ("gc readOnlyTimeout 2 days", registry(garbageCollection={"readOnlyTimeout": "48h"}),
+    ("gc readOnlyTimeout 2 days", collected(readOnlyTimeout="48h"),
      "spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h", True),
-    ("gc readOnlyTimeout in days", registry(garbageCollection={"readOnlyTimeout": "1d"}),
+    ("gc readOnlyTimeout in days", collected(readOnlyTimeout="1d"),
      "spec.garbageCollection.readOnlyTimeout", "should match pattern", True),
-    ("gc typo", registry(garbageCollection={"dryrun": True}),
+    ("gc typo", collected(dryrun=True),
      "spec.garbageCollection.dryrun", "Extra inputs are not permitted", True),
+    ("gc on in-memory storage", registry(garbageCollection={}),
+     "spec", GC_STORAGE_MESSAGE, True),
     ("condition reason with spaces",
      {**registry(), "status": {"conditions": [
          {"type": "Ready", "status": "True", "reason": "All good", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
@@ -310,10 +317,10 @@ def test_distribution_is_derived_from_the_image_unless_given(image: str, distrib
         pytest.param(object_storage(**BUCKET, chunkSize=5 * 1024**3), id="chunkSize-5GiB"),
         pytest.param(registry(redis={**REDIS, "db": 15, "pool": {"maxactive": 10000, "maxidle": 10000}}),
                      id="redis-pool-at-bound"),
-        pytest.param(registry(garbageCollection={"schedule": "0 3 * * sun", "deleteUntagged": True,
-                                                 "dryRun": True, "readOnlyTimeout": "1h30m"}), id="gc"),
-        pytest.param(registry(garbageCollection={"schedule": "*/30 1-5/2 1,15 JAN-jun Mon-Fri"}), id="gc-cron"),
-        pytest.param(registry(garbageCollection={}), id="gc-defaults"),
+        pytest.param(collected(schedule="0 3 * * sun", deleteUntagged=True, dryRun=True, readOnlyTimeout="1h30m"),
+                     id="gc"),
+        pytest.param(collected(schedule="*/30 1-5/2 1,15 JAN-jun Mon-Fri"), id="gc-cron"),
+        pytest.param(collected(), id="gc-defaults"),
     ],
 )
 def test_valid_registry_is_accepted_by_model_and_crd(document: dict[str, Any]) -> None:

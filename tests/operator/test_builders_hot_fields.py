@@ -90,6 +90,8 @@ _FULL_OPTIONS = {
 def _with_storage(backend: dict[str, Any], **top: Any) -> dict[str, Any]:
     spec = copy.deepcopy(_FULL_OPTIONS)
     spec["config"]["storage"].update(backend)
+    if "inmemory" in backend:
+        del spec["garbageCollection"]  # an in-memory store cannot be collected (berth_api.GC_STORAGE_MESSAGE)
     spec.update(top)
     return spec
 

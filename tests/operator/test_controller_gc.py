@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from berth_api import GC_REQUEST_ANNOTATION
+from berth_api import GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE
 from support.clock import SetClock
 from support.operator_harness import REGISTRIES_PATH, wait_for
 
@@ -20,11 +20,23 @@ T0 = datetime.datetime(2026, 11, 30, 2, 59, 30, tzinfo=datetime.timezone.utc)
 
 
 def registry(name: str, gc: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"config": {"storage": {"inmemory": {}}}}
+    """On a claim of its own (an in-memory store cannot be collected: berth_api.GC_STORAGE_MESSAGE)."""
+    spec: dict[str, Any] = {"config": {"storage": {"filesystem": {"persistentVolumeClaim": f"{name}-claim"}}}}
     if gc is not None:
         spec["garbageCollection"] = gc
     return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "metadata": {"name": name, "namespace": NS},
             "spec": spec}
+
+
+def create(kube_api, body: dict[str, Any]) -> None:
+    """The Registry and its Bound claim (so the conditions speak of GC, not of storage)."""
+    name = body["metadata"]["name"]
+    kube_api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": f"{name}-claim", "namespace": NS},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    kube_api.patch("v1/persistentvolumeclaims", NS, f"{name}-claim", {"status": {"phase": "Bound"}},
+                   subresource="status")
+    kube_api.create(body)
 
 
 def gc_status(harness, name: str) -> dict[str, Any]:
@@ -54,7 +66,7 @@ def record_result(kube_api, name: str, request: dict[str, Any], result: str, **c
 def test_the_schedule_fires_at_its_time_on_the_set_clock(operator_harness, kube_api):
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("nightly", {"schedule": "0 3 * * *", "readOnlyTimeout": "5m"}))
+    create(kube_api, registry("nightly", {"schedule": "0 3 * * *", "readOnlyTimeout": "5m"}))
     harness.wait_reconciled(NS, "nightly")
     pods_ready(kube_api, "nightly")
     wait_for(lambda: gc_status(harness, "nightly").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
@@ -83,7 +95,7 @@ def test_the_schedule_fires_at_its_time_on_the_set_clock(operator_harness, kube_
 def test_the_annotation_runs_once_per_value(operator_harness, kube_api):
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("manual", {"dryRun": True}))
+    create(kube_api, registry("manual", {"dryRun": True}))
     harness.wait_reconciled(NS, "manual")
     assert gc_status(harness, "manual") == {}
 
@@ -114,7 +126,7 @@ def test_the_annotation_runs_once_per_value(operator_harness, kube_api):
 def test_a_schedule_missed_while_the_operator_was_down_runs_once(operator_harness, kube_api):
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("hourly", {"schedule": "0 * * * *"}))
+    create(kube_api, registry("hourly", {"schedule": "0 * * * *"}))
     wait_for(lambda: gc_status(harness, "hourly").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
     harness.stop()
 
@@ -130,10 +142,29 @@ def test_a_schedule_missed_while_the_operator_was_down_runs_once(operator_harnes
     assert len(events(harness, "hourly", "GarbageCollectionRequested")) == 1
 
 
+def test_the_annotation_on_an_in_memory_registry_starts_nothing_and_says_why(operator_harness, kube_api):
+    """An in-memory store lives in the registry process: a garbage-collect process would see an empty store of
+    its own (and the pods would turn read-only for nothing). The CRD refuses garbageCollection there; the
+    annotation gets a Warning naming the reason, once."""
+    harness = operator_harness([NS], clock=SetClock(T0))
+    body = registry("volatile")
+    body["spec"]["config"]["storage"] = {"inmemory": {}}
+    kube_api.create(body)
+    harness.wait_reconciled(NS, "volatile")
+    kube_api.patch(REGISTRIES_PATH, NS, "volatile", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T02:59:00Z"}}})
+    refused = wait_for(lambda: events(harness, "volatile", "InvalidGarbageCollectionRequest"), "the refusal")
+    assert refused[0]["type"] == "Warning" and GC_STORAGE_MESSAGE in refused[0]["message"], refused
+    wait_for(lambda: gc_status(harness, "volatile").get("handledRequest") == "2026-11-30T02:59:00Z", "handled")
+    assert "request" not in gc_status(harness, "volatile")
+    assert harness.condition(NS, "volatile", "Progressing")["reason"] != "GarbageCollecting"
+    assert not events(harness, "volatile", "GarbageCollectionRequested")
+
+
 def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_harness, kube_api):
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("dies", {"readOnlyTimeout": "1m"}))
+    create(kube_api, registry("dies", {"readOnlyTimeout": "1m"}))
     harness.wait_reconciled(NS, "dies")
     kube_api.patch(REGISTRIES_PATH, NS, "dies", {"metadata": {"annotations": {
         GC_REQUEST_ANNOTATION: "2026-11-30T02:59:30Z"}}})
@@ -162,7 +193,7 @@ def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_
 def test_garbage_collection_edits_never_touch_the_deployment(operator_harness, kube_api):
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("edits"))
+    create(kube_api, registry("edits"))
     harness.wait_reconciled(NS, "edits")
     deployment = kube_api.get("apps/v1/deployments", NS, "edits")
     for gc in ({"schedule": "0 3 * * *"}, {"schedule": "*/10 * * * sun", "deleteUntagged": True, "dryRun": True,
@@ -182,7 +213,7 @@ def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, 
 
     clock = SetClock(T0)
     harness = operator_harness([NS], clock=clock)
-    kube_api.create(registry("spin", {"schedule": "0 3 * * *"}))
+    create(kube_api, registry("spin", {"schedule": "0 3 * * *"}))
     wait_for(lambda: gc_status(harness, "spin").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
     kube_api.patch(REGISTRIES_PATH, NS, "spin", {"spec": {"replicas": -1}})
     wait_for(lambda: (harness.condition(NS, "spin", "Degraded") or {}).get("reason") == "InvalidSpec", "InvalidSpec")
@@ -204,7 +235,7 @@ PAST_DEADLINE = datetime.datetime(2026, 11, 30, 3, 2, 31, tzinfo=datetime.timezo
 def running_request(kube_api, name: str) -> dict[str, Any]:
     """A Registry whose run's deadline has passed on PAST_DEADLINE, with a runner that took it; returned as
     read now (what the operator would reconcile from)."""
-    kube_api.create(registry(name, {"readOnlyTimeout": "1m"}))
+    create(kube_api, registry(name, {"readOnlyTimeout": "1m"}))
     kube_api.patch(REGISTRIES_PATH, NS, name, {"status": {"garbageCollection": {"request": RACE_REQUEST, "active": {
         "id": RACE_REQUEST["id"], "runner": f"{name}-pod-1", "startedAt": "2026-11-30T02:59:31Z",
         "phase": "Recording"}}}}, subresource="status")

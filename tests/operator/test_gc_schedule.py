@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionStatus
+from berth_api import GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from berth_operator import gc_schedule
 
 UTC = datetime.timezone.utc
@@ -168,6 +168,16 @@ def test_an_annotation_that_is_not_rfc3339_is_refused_once(value):
     assert [(e.type, e.reason) for e in d.events] == [("Warning", "InvalidGarbageCollectionRequest")]
     again = decide(gc(), merged(None, d.status_patch), "2026-11-30T10:00:01Z", annotation=value)
     assert again.events == []
+
+
+def test_the_annotation_on_storage_that_cannot_be_collected_is_refused_once_with_the_reason():
+    d = decide(None, None, "2026-11-30T10:00:00Z", annotation="2026-11-30T10:00:00Z", uncollectable=GC_STORAGE_MESSAGE)
+    assert d.status_patch == {"handledRequest": "2026-11-30T10:00:00Z"} and d.pending is None
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "InvalidGarbageCollectionRequest")]
+    assert GC_STORAGE_MESSAGE in d.events[0].message and "no run was started" in d.events[0].message
+    again = decide(None, merged(None, d.status_patch), "2026-11-30T10:00:01Z", annotation="2026-11-30T10:00:00Z",
+                   uncollectable=GC_STORAGE_MESSAGE)
+    assert again.events == [] and again.pending is None
 
 
 def test_an_invalid_spec_starts_nothing_but_deadlines_still_hold():
