@@ -186,6 +186,8 @@ class GcCommand:
             error = "garbage-collect was stopped before it finished"
         elif status is None:
             error = "garbage-collect ended but no exit status was recorded (the supervisor is gone?)"
+        elif status > 128:  # the shell's status of a child killed by a signal
+            error = _killed(status)
         elif status != 0:
             error = f"garbage-collect exited with status {status}"
             if follower.first_error:
@@ -365,6 +367,20 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
 def _start_ticks(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
     return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def _killed(status: int) -> str:
+    """A command ended by a signal nobody in Berth sent (the agent's stops are `stopped`/`timed_out`)."""
+    try:
+        name = signal.Signals(status - 128).name
+    except ValueError:
+        name = f"signal {status - 128}"
+    message = f"garbage-collect was killed by {name} (exit status {status})"
+    if status - 128 == signal.SIGKILL:
+        # Mark and sweep keeps every referenced digest in memory, in the registry container, under its limit.
+        message += (": the kernel kills so at the container's memory limit; garbage-collect holds every "
+                    "manifest and blob digest in memory, so raise spec.resources.limits.memory for a large store")
+    return message
 
 
 def _signal(pid: int, sig: int) -> None:

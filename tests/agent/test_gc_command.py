@@ -233,6 +233,31 @@ def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_po
     _no_registry_exit(supervisor, registry)
 
 
+def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(supervisor_factory, shell,
+                                                                                registry_port, tmp_path):
+    """kill -9 of garbage-collect itself: what the kernel does at the registry container's memory limit (mark
+    and sweep holds every digest in memory). The run ends at once with the signal named, not 'status 137'."""
+    root = tmp_path / "data"
+    make_stuck_store(root)
+    supervisor = supervisor_factory(shell)
+    registry = _serving(supervisor, root, registry_port)
+    state = supervisor.config_dir
+
+    def kill_it() -> None:
+        pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_it, daemon=True).start()
+    outcome = GcCommand(state, state).run("oom", dry_run=False, delete_untagged=False, stop=threading.Event(),
+                                          timeout_seconds=120)
+    assert not outcome.stopped and not outcome.timed_out and not outcome.report.succeeded
+    assert outcome.exit_status == 128 + signal.SIGKILL
+    assert outcome.error.startswith("garbage-collect was killed by SIGKILL (exit status 137): "), outcome.error
+    assert "spec.resources.limits.memory" in outcome.error
+    assert _gc_processes(supervisor) == []
+    _no_registry_exit(supervisor, registry)
+
+
 def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory, shell, registry_port, tmp_path):
     root = tmp_path / "data"
     make_stuck_store(root)
