@@ -1,7 +1,7 @@
 """Garbage collection with two replicas coordinating through the test API server (issue 12, acceptance "Safety"
 and "Fault").
 
-Two registry pods (agent subprocess + supervise.sh + docker-registry 2.8 each) on 127.0.0.2 and 127.0.0.3,
+Two registry pods (agent subprocess + supervise.sh + docker-registry 2.8 each; the safety test also on 3.1.1) on 127.0.0.2 and 127.0.0.3,
 one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its reload and gc Leases, behind
 support.balancer (new connections only to pods whose /readyz is 200). A run is asked for as the operator
 does (support.gc.request_gc). The pods' registry binary is support.gc.GatedRegistry: the real one, whose
@@ -51,7 +51,7 @@ from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec
 from support.ports import free_port
 from support.pull_loop import PullLoop
-from support.registry import REGISTRY_BINARY, make_oci_image, pull_image, push_image
+from support.registry import REGISTRY_BINARY, make_oci_image, pull_image, push_image, registry_binaries
 from support.replicas import backends
 
 LEAVE_SECONDS = 0.3  # > the balancer's readiness period (0.05 s), as the pod's value covers its probe's
@@ -60,10 +60,12 @@ LEASE_BOUND_WAIT = 60.0
 
 
 @pytest.fixture
-def gc_replicas(tmp_path, kube_api):  # noqa: F811
-    gated = GatedRegistry(tmp_path / "bin", REGISTRY_BINARY)
+def gc_replicas(request, tmp_path, kube_api):  # noqa: F811
+    """Two pods on Distribution 2.8, or on the major a test asks for (indirect parametrisation)."""
+    major, binary = getattr(request, "param", ("2", REGISTRY_BINARY))
+    gated = GatedRegistry(tmp_path / "bin", binary)
     port = free_port()
-    spec = filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
+    spec = filesystem_spec(port, major=major, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
     spec["config"]["storage"]["delete"] = {"enabled": True}
     try:
         with running_gc_pods(tmp_path / "pods", kube_api, spec, count=2, binary=str(gated.path),
@@ -77,6 +79,7 @@ def logs_of(pods) -> str:
     return "\n".join(f"--- {name}\n{pod.agent_log_text()[-5000:]}" for name, pod in pods.items())
 
 
+@pytest.mark.parametrize("gc_replicas", registry_binaries(), indirect=True)
 def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_replicas, kube_api, tmp_path):  # noqa: F811
     pods, gated = gc_replicas
     data = tmp_path / "pods" / "data"
