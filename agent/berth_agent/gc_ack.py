@@ -38,17 +38,26 @@ def older_registries(config_path: Path) -> list[RegistryProcess]:
 class GcAck:
     def __init__(self, write: Callable[[str | None], Awaitable[bool]], pod: str, config_path: Path,
                  current_config: Callable[[], bytes | None], *, poll_seconds: float = 0.2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self._write = write  # ApiReporter.read_only_for
         self.pod, self.config_path = pod, config_path
         self._current_config = current_config  # the config verified serving now (Applier.current)
         self.poll_seconds = poll_seconds
-        self._clock = clock
+        self._clock, self._wall = clock, wall
         self.written: object = _UNKNOWN  # the readOnlyFor value on status (as far as we know)
         self._target: tuple[str | None, bytes | None] = (None, None)  # (request id, its read-only config)
         self._read_only_id: str | None = None  # the request this pod serves read-only for
         self._since: float | None = None  # first read-only serve of the current window
         self._task: asyncio.Task | None = None
+
+    def _window_start_on_disk(self) -> float | None:
+        """A window an earlier agent process began: config.yml was last written when the pod switched to
+        read-only (a config edit during the run writes it again, so this may be later, never earlier)."""
+        try:
+            age = max(0.0, self._wall() - self.config_path.stat().st_mtime)
+        except OSError:
+            return None
+        return self._clock() - age
 
     def observe(self, registry: dict | None, request_id: str | None, serving_config: bytes) -> None:
         """After a successful round: the registry serves `serving_config`, rendered read-only for `request_id`
@@ -57,8 +66,10 @@ class GcAck:
             record = (((registry or {}).get("status") or {}).get("agents") or {}).get(self.pod) or {}
             self.written = record.get("readOnlyFor") if isinstance(record, dict) else None
             self._read_only_id = self.written if isinstance(self.written, str) else None
+            if self._read_only_id is not None:
+                self._since = self._window_start_on_disk()
+                metrics.gc_read_only.set(1)  # set back to 0 below if the pod serves writable already
         if request_id is None and self._read_only_id is not None:
-            # Its window's start is known only if this process saw it (not after an agent restart).
             seconds = round(self._clock() - self._since, 3) if self._since is not None else None
             metrics.gc_read_only.set(0)
             if seconds is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from berth_agent import metrics
@@ -53,9 +54,37 @@ def test_no_acknowledgement_while_an_older_registry_still_runs(tmp_path):
         older.stop()
 
 
+def test_a_window_an_earlier_agent_began_still_counts_as_read_only(tmp_path):
+    config = tmp_path / "config.yml"
+    config.write_bytes(b"read-only")
+    switched = time.time() - 20
+    os.utime(config, (switched, switched))
+    writes: list[str | None] = []
+
+    async def write(request_id):
+        writes.append(request_id)
+        return True
+
+    async def scenario():
+        metrics.gc_read_only.set(0)
+        ack = GcAck(write, "pod-a", config, lambda: b"read-only", poll_seconds=0.05)
+        ack.observe({"status": {"agents": {"pod-a": {"readOnlyFor": "r1"}}}}, "r1", b"read-only")
+        assert metrics.gc_read_only._value.get() == 1  # the restarted agent's pod is still read-only
+        await asyncio.sleep(0.2)
+        assert writes == []  # already acknowledged
+        ack.observe(None, None, b"writable")
+        await until(lambda: writes == [None])
+        assert metrics.gc_read_only._value.get() == 0 and 19 < metrics.gc_read_only_seconds._value.get() < 60
+        ack.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(tmp_path, caplog):
     config = tmp_path / "config.yml"
     config.write_bytes(b"x")
+    switched = time.time() - 30
+    os.utime(config, (switched, switched))  # the earlier agent wrote the read-only config 30 s ago
     answers = [False, True]
     writes: list[str | None] = []
 
@@ -69,6 +98,9 @@ def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(
             ack.observe({"status": {"agents": {"pod-a": {"readOnlyFor": "r0"}}}}, None, b"x")
         own = [r for r in caplog.records if r.name == "berth_agent.gc_ack"]  # not asyncio's DEBUG lines
         assert [(r.msg, r.fields["request_id"]) for r in own] == [("gc writable", "r0")]
+        # The window began in the earlier process: measured from when it wrote the read-only config.
+        assert 29 < own[0].fields["read_only_seconds"] < 60, own[0].fields
+        assert metrics.gc_read_only_seconds._value.get() == own[0].fields["read_only_seconds"]
         await until(lambda: len(writes) == 2, timeout=5)
         assert writes == [None, None] and ack.written is None
         ack.observe(None, None, b"x")  # nothing to change: no write
