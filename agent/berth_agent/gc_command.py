@@ -249,9 +249,19 @@ class GcCommand:
             process = RegistryProcess(pid, _start_ticks(pid))
         except (OSError, ValueError, IndexError):
             return _Running(None, found_id) if run_id is not None else None
-        if b"garbage-collect" not in cmdline or not process.alive():
-            return _Running(None, found_id) if run_id is not None else None
+        if not process.alive() or (b"garbage-collect" not in cmdline and not self._forked_by_wrapper(process)):
+            return _Running(None, found_id) if run_id is not None else None  # ended (its pid may be reused)
         return _Running(process, found_id)
+
+    def _forked_by_wrapper(self, process: RegistryProcess) -> bool:
+        """The wrapper writes gc.pid right after its fork, so the command can still be the forked shell, before
+        its exec (a busy node stretches that to many ms): its parent is the wrapper, the supervisor's child.
+        Taken for ended, the run would end while the command goes on, the registry writable again. The start
+        ticks stay the same across the exec, so liveness and signals follow it."""
+        wrapper = parent_pid(process)
+        supervisor = supervisor_pid(self.state_dir)
+        return wrapper is not None and supervisor is not None and \
+            parent_pid(RegistryProcess(wrapper, 0)) == supervisor
 
     def _result(self, run_id: str) -> tuple[int, bool] | None:
         """(exit status, refused) from gc-result when it answers `run_id`."""
