@@ -132,5 +132,5 @@ def interrupted_run(step: Interrupt, finished_at: str, taker: str) -> dict[str, 
                     runner=step.runner, message=message)
 
 
-__all__ = ["Acks", "DEADLINE_MARGIN_SECONDS", "Interrupt", "Refuse", "Run", "acknowledgements", "interrupted_run",
-           "last_run", "measures_bytes", "next_step", "result_of", "time_bound"]
+__all__ = ["Acks", "DEADLINE_MARGIN_SECONDS", "Interrupt", "Refuse", "Run", "acknowledgements",
+           "interrupted_run", "last_run", "measures_bytes", "next_step", "result_of", "time_bound"]

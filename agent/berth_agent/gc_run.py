@@ -28,8 +28,8 @@ import yaml
 from . import gc_report, metrics
 from .gc_api import LEASE_SECONDS, RENEW_SECONDS, GcStatusApi, LeaseKeeper
 from .gc_cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
-from .gc_decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, next_step, \
-    result_of, time_bound
+from .gc_decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
+    next_step, result_of, time_bound
 from .gc_mode import read_only_for
 from .report import rfc3339
 from .sources.registry_api import describe_api_error

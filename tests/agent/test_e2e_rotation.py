@@ -1,9 +1,10 @@
 """Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats (issue 3, acceptance "Rotation").
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
-key 2, delete key 1 once the old registry drained (as the README says). The registry restarts in place under the same supervisor, the earlier image pulls back
-byte-identical, a new push works, and a pull loop running through the swap sees no failed request. On
-Distribution 2.8 and on the real 3.1.1 (skipped without BERTH_REGISTRY3_BIN).
+key 2, delete key 1 once the old registry drained (as the README says). The registry restarts in place under
+the same supervisor, the earlier image pulls back byte-identical, a new push works, and a pull loop running
+through the swap sees no failed request. On Distribution 2.8 and on the real 3.1.1 (skipped without
+BERTH_REGISTRY3_BIN).
 """
 
 from __future__ import annotations
