@@ -1,11 +1,11 @@
 """Garbage collection with two replicas coordinating through the test API server (issue 12, acceptance "Safety"
 and "Fault").
 
-Two registry pods (agent subprocess + supervise.sh + docker-registry 2.8 each; the safety test also on 3.1.1)
-on 127.0.0.2 and 127.0.0.3, one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its
-reload and gc Leases, behind support.balancer (new connections only to pods whose /readyz is 200). A run is
-asked for as the operator does (support.gc.request_gc). The pods' registry binary is support.gc.GatedRegistry: the real one, whose
-`garbage-collect` is held at its start until the test releases it, so "during the run" is a state the test
+Two registry pods (agent subprocess + supervise.sh + docker-registry 2.8 each; the safety test also on 3.1.1) on
+127.0.0.2 and 127.0.0.3, one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its reload
+and gc Leases, behind support.balancer (new connections only to pods whose /readyz is 200). A run is asked for as
+the operator does (support.gc.request_gc). The pods' registry binary is support.gc.GatedRegistry: the real one,
+whose `garbage-collect` is held at its start until the test releases it, so "during the run" is a state the test
 holds, not a moment it hopes to hit.
 
 - Safety: the command starts only after both replicas serve read-only (both registries answer a push 405
