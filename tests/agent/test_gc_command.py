@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -47,6 +46,14 @@ def _serving(supervisor: Supervisor, root: Path, port: int):
     registry = supervisor.registry()
     wait_for(lambda: answers(Endpoint("127.0.0.1", port)) == 200, what="the registry to answer")
     return registry
+
+
+def _serving_a_stuck_store(supervisor_factory, shell: str, port: int, tmp_path: Path, binary: str | None = None):
+    """A supervisor serving a store on which garbage-collect blocks for ever (support.stuck_store)."""
+    root = tmp_path / "data"
+    make_stuck_store(root)
+    supervisor = supervisor_factory(shell, **({"binary": binary} if binary else {}))
+    return supervisor, _serving(supervisor, root, port)
 
 
 def _image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:
@@ -226,10 +233,7 @@ def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_o
     supervisor_factory, shell, registry_port, tmp_path, dist
 ):
     _major, binary = dist
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell, binary=binary)
-    registry = _serving(supervisor, root, registry_port)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path, binary)
     # 12 s: longer than the supervisor's 10 s watchdog, which the agent's heartbeat keeps off.
     outcome = GcCommand(supervisor.config_dir, supervisor.config_dir).run(
         "slow", dry_run=True, delete_untagged=False, stop=threading.Event(), timeout_seconds=12)
@@ -245,10 +249,7 @@ def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_o
 
 
 def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_port, tmp_path):
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell)
-    registry = _serving(supervisor, root, registry_port)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
     stop = threading.Event()
     state = supervisor.config_dir
     threading.Thread(target=lambda: wait_for(lambda: (state / "gc.pid").exists(), what="gc.pid") and stop.set(),
@@ -267,10 +268,7 @@ def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(s
                                                                                 registry_port, tmp_path):
     """kill -9 of garbage-collect itself: what the kernel does at the registry container's memory limit (mark
     and sweep holds every digest in memory). The run ends at once with the signal named, not 'status 137'."""
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell)
-    registry = _serving(supervisor, root, registry_port)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
     state = supervisor.config_dir
 
     def kill_it() -> None:
@@ -289,10 +287,7 @@ def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(s
 
 
 def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory, shell, registry_port, tmp_path):
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell)
-    registry = _serving(supervisor, root, registry_port)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
     state = supervisor.config_dir
     _request(state, supervisor, b"orphan\n")  # and no heartbeat: the agent that asked is gone
     pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
@@ -306,10 +301,7 @@ def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory,
 
 
 def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, registry_port, tmp_path):
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell)
-    _serving(supervisor, root, registry_port)
+    supervisor, _registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
     state = supervisor.config_dir
     outcomes = []
     runner = threading.Thread(target=lambda: outcomes.append(GcCommand(state, state).run(
@@ -326,10 +318,7 @@ def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, 
 
 
 def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, shell, registry_port, tmp_path):
-    root = tmp_path / "data"
-    make_stuck_store(root)
-    supervisor = supervisor_factory(shell)
-    registry = _serving(supervisor, root, registry_port)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
     state = supervisor.config_dir
     command = GcCommand(state, state)
     assert command.stop_orphan() is None
