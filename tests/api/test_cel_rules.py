@@ -52,13 +52,22 @@ def cache_documents() -> list[dict[str, Any]]:
 
 
 def gc_documents() -> list[dict[str, Any]]:
-    """readOnlyTimeout at, inside and outside its bounds (a rule on one field, checked the same both ways)."""
+    """readOnlyTimeout at, inside and outside its bounds (a rule on one field, checked the same both ways), on
+    storage GC can reach."""
     values = ["59s", "1m", "60s", "10m", "1h30m", "24h", "23h60m", "24h1s", "25h", "1440m", "1441m"]
-    return [{"config": {"storage": {"inmemory": {}}}, "garbageCollection": {"readOnlyTimeout": value}}
-            for value in values]
+    return [{"config": {"storage": {"filesystem": {"storageClass": "standard"}}},
+             "garbageCollection": {"readOnlyTimeout": value}} for value in values]
 
 
-SPECS = storage_documents() + cache_documents() + gc_documents()
+def gc_storage_documents() -> list[dict[str, Any]]:
+    """garbageCollection absent, empty or set, on each backend (in-memory storage cannot be collected)."""
+    backends = {"filesystem": {"storageClass": "standard"}, "objectStorage": {"bucketClass": "s3",
+                "bucketAccessClass": "rw"}, "inmemory": {}}
+    return [{"config": {"storage": {backend: shape}}, **({"garbageCollection": gc} if gc is not None else {})}
+            for backend, shape in backends.items() for gc in (None, {}, {"schedule": "0 3 * * *"})]
+
+
+SPECS = storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -85,6 +94,15 @@ def test_cel_and_model_agree(spec: dict[str, Any]) -> None:
     # pydantic stops at the innermost failing validator; CEL evaluates every rule. The model's complaints
     # are therefore among CEL's, same path and same message.
     assert by_model <= by_cel
+
+
+def test_gc_on_in_memory_storage_is_the_only_gc_storage_refused() -> None:
+    verdicts = {(next(iter(spec["config"]["storage"])), "garbageCollection" in spec):
+                not model_problems({"spec": spec}) for spec in gc_storage_documents()}
+    assert verdicts == {("filesystem", False): True, ("filesystem", True): True, ("objectStorage", False): True,
+                        ("objectStorage", True): True, ("inmemory", False): True, ("inmemory", True): False}
+    bounds = [not model_problems({"spec": spec}) for spec in gc_documents()]
+    assert bounds.count(True) >= 5 and bounds.count(False) >= 4  # the timeout bounds decide, not the storage
 
 
 def test_rules_see_absent_and_empty_differently() -> None:
