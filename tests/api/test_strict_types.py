@@ -33,6 +33,8 @@ def with_value(path: str, value: Any) -> dict[str, Any]:
     """The smallest valid Registry with one field (dotted path under the object) set to `value`."""
     document = registry()
     document["spec"]["http"] = {}
+    if path.startswith("spec.garbageCollection"):  # on storage GC can reach: the type is the only problem
+        document["spec"]["config"] = {"storage": {"filesystem": {"storageClass": "standard"}}}
     node = document
     *parents, last = path.split(".")
     for part in parents:
