@@ -123,18 +123,24 @@ def gc(kube_api):  # noqa: F811
     return kube_api.get(REGISTRIES, "default", "reg")["status"]["garbageCollection"]
 
 
+def attempt_in_background(worker, until) -> threading.Thread:
+    """worker.attempt() in a thread (it blocks for the whole run); returns once until() holds (10 s at most)."""
+    thread = threading.Thread(target=worker.attempt)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not until():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return thread
+
+
 def test_the_runner_waits_for_every_acknowledgement_then_records_the_result(reg, runner):
     ack(reg, "pod-a", "r0")  # an earlier run's acknowledgement
     ack(reg, "pod-b", "r0")
     request(reg, deleteUntagged=True)
     command, reporter = Command(reg), Reporter()
     worker = runner(command, reporter)
-    thread = threading.Thread(target=worker.attempt)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while (gc(reg).get("active") or {}).get("phase") != "SwitchingReadOnly":
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    thread = attempt_in_background(worker, lambda: (gc(reg).get("active") or {}).get("phase") == "SwitchingReadOnly")
     assert reg.get(LEASES, "default", "reg-gc")["spec"]["holderIdentity"] == "pod-a"
     ack(reg, "pod-a")
     time.sleep(0.3)
@@ -163,12 +169,7 @@ def test_only_one_agent_runs_a_request(reg, runner):
     command_a, command_b = Command(reg, wait_for_stop=True), Command(reg)
     a = runner(command_a, Reporter(), "pod-a")
     b = runner(command_b, Reporter(), "pod-b")
-    thread = threading.Thread(target=a.attempt)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not command_a.calls:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    thread = attempt_in_background(a, lambda: command_a.calls)
     b.attempt()  # the Lease is pod-a's: nothing happens
     assert command_b.calls == [] and gc(reg)["active"]["runner"] == "pod-a"
     a.stop()  # the agent stops: the command is stopped, the run recorded as interrupted
@@ -214,12 +215,7 @@ def test_a_lost_lease_stops_the_command_and_records_nothing(reg, runner):
     ack(reg, "pod-a")
     command = Command(reg, wait_for_stop=True)
     worker = runner(command, Reporter(), renew_seconds=0.1)
-    thread = threading.Thread(target=worker.attempt)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not command.calls:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    thread = attempt_in_background(worker, lambda: command.calls)
     lease = reg.get(LEASES, "default", "reg-gc")
     reg.patch(LEASES, "default", "reg-gc", {"spec": {"holderIdentity": "pod-other"}})  # taken over meanwhile
     thread.join(20)
