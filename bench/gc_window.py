@@ -46,7 +46,7 @@ from pathlib import Path
 import yaml
 from agent_common import summary_ms, workdir
 
-from berth_agent import gc_report
+from berth_agent.gc import report as gc_report
 from support import gc_store
 from support.ports import free_port
 from support.registry import REGISTRY3_BINARY, REGISTRY_BINARY, registry_env, running_registry

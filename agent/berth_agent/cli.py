@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import render_command, run_command
+from .commands import render as render_command
+from .commands import run as run_command
 
 
 def main(argv: list[str] | None = None) -> int:

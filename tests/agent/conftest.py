@@ -94,7 +94,7 @@ def changes() -> ChangeCollector:
 
 @pytest.fixture
 def health():
-    from berth_agent.health import Health
+    from berth_agent.core.health import Health
 
     return Health()
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from berth_agent import metrics
-from berth_agent.api_secrets import STORE_NAME, ApiSecrets, mount_fingerprint
-from berth_agent.errors import InputError
-from berth_agent.mounts import read_inputs
+from berth_agent.core import metrics
+from berth_agent.sources.api_secrets import STORE_NAME, ApiSecrets, mount_fingerprint
+from berth_agent.core.errors import InputError
+from berth_agent.inputs.mounts import read_inputs
 from berth_agent.sources import Change
 from berth_agent.sources.secret_api import SecretCopy, data_fingerprint
 

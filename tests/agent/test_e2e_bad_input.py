@@ -204,7 +204,7 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
     from support.redisserver import running_redis
     from support.secretdir import swap_payload
 
-    from berth_agent.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
+    from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
 
     with running_moto(tmp_path / "moto") as moto, running_redis(tmp_path / "redis") as redis:
         key = moto.create_s3_user("registry", bucket="registry-data")

@@ -8,8 +8,8 @@ import logging
 import os
 import time
 
-from berth_agent import metrics
-from berth_agent.gc_ack import GcAck, older_registries
+from berth_agent.core import metrics
+from berth_agent.gc.ack import GcAck, older_registries
 from support.ports import free_port
 from support.registry import start_registry
 from support.supervisor import minimal_config
@@ -94,9 +94,9 @@ def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(
 
     async def scenario():
         ack = GcAck(write, "pod-a", config, lambda: b"x")
-        with caplog.at_level(logging.INFO, logger="berth_agent.gc_ack"):
+        with caplog.at_level(logging.INFO, logger="berth_agent.gc.ack"):
             ack.observe({"status": {"agents": {"pod-a": {"readOnlyFor": "r0"}}}}, None, b"x")
-        own = [r for r in caplog.records if r.name == "berth_agent.gc_ack"]  # not asyncio's DEBUG lines
+        own = [r for r in caplog.records if r.name == "berth_agent.gc.ack"]  # not asyncio's DEBUG lines
         assert [(r.msg, r.fields["request_id"]) for r in own] == [("gc writable", "r0")]
         # The window began in the earlier process: measured from when it wrote the read-only config.
         assert 29 < own[0].fields["read_only_seconds"] < 60, own[0].fields

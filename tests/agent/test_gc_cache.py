@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from berth_agent.gc_cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
+from berth_agent.gc.cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
 from support.ports import free_port
 from support.redisserver import RedisServer, redis_server, running_redis  # noqa: F401  (fixture)
 from support.registry import OciImage, http_get, oci_image_example, push_image, registry_binaries, registry_env, \

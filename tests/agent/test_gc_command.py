@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from berth_agent import gc_command, gc_report
-from berth_agent.gc_command import GcCommand, GcCommandError
-from berth_agent.restart import Endpoint, answers
-from berth_agent.write import supervisor_script, write_atomic
+from berth_agent.gc import command as gc_command
+from berth_agent.gc import report as gc_report
+from berth_agent.gc.command import GcCommand, GcCommandError
+from berth_agent.supervisor.restart import Endpoint, answers
+from berth_agent.core.write import supervisor_script, write_atomic
 from support.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
 from support.stuck_store import make_stuck_store
 from support.supervisor import Supervisor, children_of, wait_for

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import yaml
 
-from berth_agent import gc_report
-from berth_agent.gc_decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
+from berth_agent.gc import report as gc_report
+from berth_agent.gc.decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
     next_step, result_of, time_bound
-from berth_agent.gc_mode import parse_time, read_only_for, status_digest, with_read_only
-from berth_agent.mounts import MountedInputs
-from berth_agent.render import render
+from berth_agent.gc.mode import parse_time, read_only_for, status_digest, with_read_only
+from berth_agent.inputs.mounts import MountedInputs
+from berth_agent.render.config import render
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun, RegistrySpec
 from support.gc import gc_outcome
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from berth_agent import gc_report
+from berth_agent.gc import report as gc_report
 from berth_api import GarbageCollectionRun
 from support.ports import free_port
 from support.registry import (

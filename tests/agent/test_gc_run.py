@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from berth_agent import gc_report
-from berth_agent.gc_api import GcStatusApi, LeaseKeeper
-from berth_agent.gc_run import GcRunner, gc_lease_name
-from berth_agent.turns import ReloadLease
+from berth_agent.gc import report as gc_report
+from berth_agent.gc.api import GcStatusApi, LeaseKeeper
+from berth_agent.gc.run import GcRunner, gc_lease_name
+from berth_agent.apply.turns import ReloadLease
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun
 from support.gc import gc_outcome
 from support.kube import kube_api  # noqa: F401  (fixture)

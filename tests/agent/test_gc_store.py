@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from berth_agent import gc_report
+from berth_agent.gc import report as gc_report
 from support import gc_store
 from support.ports import free_port
 from support.registry import registry_binaries, registry_env, running_registry

@@ -6,8 +6,8 @@ import urllib.request
 from urllib.error import HTTPError
 
 import pytest
-from berth_agent import metrics
-from berth_agent.health import Health, start_health_server
+from berth_agent.core import metrics
+from berth_agent.core.health import Health, start_health_server
 
 from support.ports import free_port
 

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from berth_agent.logs import setup_json_logging
+from berth_agent.core.logs import setup_json_logging
 
 
 def test_one_json_line_per_call():

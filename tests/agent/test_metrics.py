@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth_agent import metrics
+from berth_agent.core import metrics
 from prometheus_client import REGISTRY, generate_latest
 
 EXPOSED = {
@@ -57,7 +57,7 @@ def test_pvc_series_appear_only_once_a_pvc_is_probed(tmp_path):
 
     script = (
         "from prometheus_client import REGISTRY, generate_latest\n"
-        "from berth_agent.health import Health\n"
+        "from berth_agent.core.health import Health\n"
         "from berth_agent.sources.pvc import PvcProbe\n"
         "print('pvc_ok' in generate_latest(REGISTRY).decode())\n"
         f"PvcProbe({str(tmp_path)!r}, Health()).check()\n"

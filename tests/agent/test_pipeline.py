@@ -7,10 +7,10 @@ import time
 
 import yaml
 
-from berth_agent.health import Health
-from berth_agent.pipeline import Pipeline, PipelineSettings
-from berth_agent.report import LogReporter
-from berth_agent.restart import Endpoint, answers
+from berth_agent.core.health import Health
+from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
+from berth_agent.pipeline.report import LogReporter
+from berth_agent.supervisor.restart import Endpoint, answers
 from berth_agent.sources import Change
 from support.clock import SteppedClock
 from support.pod import filesystem_spec, registry_object
@@ -197,7 +197,7 @@ def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pip
         tmp_path, supervisor_factory, registry_port):
     """A1/A2 in process: a standing request renders readonly (the hot reload) and is acknowledged; at its deadline
     the pipeline's own timer renders the spec's readonly again, with no other Change (operator and runner gone)."""
-    from berth_agent.gc_ack import GcAck
+    from berth_agent.gc.ack import GcAck
 
     config_dir, data = tmp_path / "config", tmp_path / "data"
     config_dir.mkdir()

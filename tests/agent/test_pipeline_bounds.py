@@ -13,10 +13,10 @@ import threading
 
 import yaml
 
-from berth_agent.health import Health
-from berth_agent.pipeline import Pipeline, PipelineSettings
-from berth_agent.report import LogReporter
-from berth_agent.restart import Endpoint, answers
+from berth_agent.core.health import Health
+from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
+from berth_agent.pipeline.report import LogReporter
+from berth_agent.supervisor.restart import Endpoint, answers
 from berth_agent.sources import Change
 from support.pod import filesystem_spec, registry_object
 from support.secretdir import swap_secret_dir, write_secret_dir
@@ -175,7 +175,7 @@ def test_every_failure_to_read_the_registry_counts_as_a_render_error(tmp_path):
 
 
 def test_looking_for_a_pending_newer_input_keeps_the_queue_as_it_was():
-    from berth_agent.render_guard import newer_input_pending
+    from berth_agent.pipeline.guard import newer_input_pending
 
     async def scenario() -> None:
         for newer in (Change("registry", registry={"spec": {}}), Change("secret:cosi", error="unreadable")):

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from berth_agent.preflight import PreflightError, S3Target, check_bucket, check_config, sign_v4
+from berth_agent.apply.preflight import PreflightError, S3Target, check_bucket, check_config, sign_v4
 from support.s3 import REGION, running_moto
 
 

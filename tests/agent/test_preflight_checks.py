@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from berth_agent.errors import PreflightError
-from berth_agent.preflight import check_render
-from berth_agent.preflight_net import RedisTarget, check_bindable, check_redis, redis_target
-from berth_agent.preflight_tls import check_pair, leaf_not_after
-from berth_agent.render import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
+from berth_agent.core.errors import PreflightError
+from berth_agent.apply.preflight import check_render
+from berth_agent.apply.preflight_net import RedisTarget, check_bindable, check_redis, redis_target
+from berth_agent.apply.preflight_tls import check_pair, leaf_not_after
+from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from support.certs import key_body_line, self_signed
 from support.ports import free_port
 from support.redisserver import redis_server, running_redis  # noqa: F401  (fixture)

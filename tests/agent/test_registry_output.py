@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth_agent.registry_output import first_error, keep_bounded, scrub
+from berth_agent.supervisor.output import first_error, keep_bounded, scrub
 
 
 def test_scrub_drops_userinfo_key_values_and_long_runs():

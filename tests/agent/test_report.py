@@ -8,9 +8,9 @@ import json
 import logging
 
 import pytest
-from berth_agent import metrics
-from berth_agent.logs import setup_json_logging
-from berth_agent.report import ApiReporter, LogReporter
+from berth_agent.core import metrics
+from berth_agent.core.logs import setup_json_logging
+from berth_agent.pipeline.report import ApiReporter, LogReporter
 
 from support.kube import kube_api  # noqa: F401  (fixture)
 

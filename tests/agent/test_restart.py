@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 
-from berth_agent.restart import (
+from berth_agent.supervisor.restart import (
     Endpoint,
     answers,
     find_registry_processes,
     restart_registry,
     wait_until_serving,
 )
-from berth_agent.write import write_atomic
+from berth_agent.core.write import write_atomic
 from support.supervisor import minimal_config, registry_env, wait_for
 
 

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from berth_agent.run_command import supervisor_for
+from berth_agent.commands.run import supervisor_for
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ import contextlib
 import errno
 
 import pytest
-from berth_agent.sources.mounts import MountWatcher
+from berth_agent.sources.mount_watch import MountWatcher
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
@@ -215,7 +215,7 @@ class _DeadObserver(PollingObserver):
 @pytest.mark.parametrize("factory, alive", [(PollingObserver, True), (_DeadObserver, False)])
 @pytest.mark.asyncio
 async def test_liveness_follows_the_observer_thread(tmp_path, changes, factory, alive):
-    from berth_agent.health import Health
+    from berth_agent.core.health import Health
 
     clock = _Clock()
     health = Health(clock=clock)

@@ -8,7 +8,7 @@ import contextlib
 import copy
 
 import pytest
-from berth_agent import metrics
+from berth_agent.core import metrics
 from berth_agent.sources.registry_api import Backoff, RegistryApiWatcher, content_digest, describe_api_error
 
 from support.kube import kube_api  # noqa: F401  (fixture)
@@ -188,7 +188,7 @@ async def test_cancel_stops_the_watch_thread(kube_api, health, changes):
 
 @pytest.mark.asyncio
 async def test_every_event_is_a_liveness_beat(kube_api, changes):
-    from berth_agent.health import Health
+    from berth_agent.core.health import Health
 
     class Clock:
         now = 1000.0

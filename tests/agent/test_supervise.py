@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from berth_agent.gc_command import GcCommand
-from berth_agent.restart import Endpoint, answers, hand_over, listening, restart_registry, wait_until_serving
-from berth_agent.write import write_atomic
+from berth_agent.gc.command import GcCommand
+from berth_agent.supervisor.restart import Endpoint, answers, hand_over, listening, restart_registry, wait_until_serving
+from berth_agent.core.write import write_atomic
 from support.registry import registry_binaries
 from support.stuck_store import make_stuck_store
 from support.supervisor import children_of, minimal_config, wait_for

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from berth_agent.health import Health
-from berth_agent.turns import LeaseError, ReloadLease, ReplicaTurn, lease_name
+from berth_agent.core.health import Health
+from berth_agent.apply.turns import LeaseError, ReloadLease, ReplicaTurn, lease_name
 from support.kube import kube_api  # noqa: F401  (fixture)
 
 LEASES = "coordination.k8s.io/v1/leases"

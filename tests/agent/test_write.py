@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from berth_agent.write import install_supervisor, remove_stale, safe_join, write_atomic, write_tree
+from berth_agent.core.write import install_supervisor, remove_stale, safe_join, write_atomic, write_tree
 
 
 def test_writes_with_mode_0600_and_leaves_no_temp_file(tmp_path):
@@ -97,8 +97,8 @@ def test_a_full_volume_is_reported_with_the_errno_and_the_target_path(tmp_path):
     script = (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"
-        "from berth_agent.errors import describe_internal_error\n"
-        "from berth_agent.write import write_atomic\n"
+        "from berth_agent.core.errors import describe_internal_error\n"
+        "from berth_agent.core.write import write_atomic\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
         "try:\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from berth_agent import run_command
+from berth_agent.commands import run as run_command
 from berth_operator.builders import build_all, deployment, names
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

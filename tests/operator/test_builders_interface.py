@@ -170,7 +170,7 @@ def test_missing_uid_is_a_clear_error(facts_factory):
 
 
 def test_the_reload_lease_is_created_empty_under_the_name_the_agent_uses(registry_factory, facts_factory):
-    from berth_agent.turns import lease_name
+    from berth_agent.apply.turns import lease_name
 
     reg = registry_factory({"replicas": 3, "config": {"storage": {"inmemory": {}}}})
     lease = leases(reg, facts_factory())["demo-reload"]
@@ -208,7 +208,7 @@ def test_the_gc_lease_is_created_empty_at_any_replica_count(registry_factory, fa
 
 
 def test_the_gc_lease_has_the_name_the_agent_uses(registry_factory):
-    from berth_agent import gc_run
+    from berth_agent.gc import run as gc_run
 
     reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
     assert names.gc_lease_name(reg) == gc_run.gc_lease_name("demo")

@@ -15,8 +15,8 @@ from support.ports import free_port
 from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.registry import http_get, registry_binaries, start_registry
 
-from berth_agent.mounts import read_inputs
-from berth_agent.render import RenderPaths, render
+from berth_agent.inputs.mounts import read_inputs
+from berth_agent.render.config import RenderPaths, render
 from berth_api import Registry
 from berth_api.server import MAX_REDIS_CONNECTIONS
 from berth_api.types import INT32_MAX

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from render.mountkit import EXAMPLES
 
-from berth_agent.mounts import MountedInputs, S3Credentials
-from berth_agent.render import render
+from berth_agent.inputs.mounts import MountedInputs, S3Credentials
+from berth_agent.render.config import render
 from berth_api import Registry
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from support.secretdir import swap_payload, write_secret_dir
 
-from berth_agent.cosi import MAX_JSON_DEPTH, json_depth
-from berth_agent.errors import InputError
-from berth_agent.mounts import read_inputs
-from berth_agent.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT, volume_fingerprint
+from berth_agent.inputs.cosi import MAX_JSON_DEPTH, json_depth
+from berth_agent.core.errors import InputError
+from berth_agent.inputs.mounts import read_inputs
+from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT, volume_fingerprint
 from berth_api import Registry
 from render.mountkit import htpasswd_entry, self_signed_pair
 
@@ -239,7 +239,7 @@ def test_a_swap_racing_the_reader_never_leads_out_or_blocks(tmp_path):
     """`..data` flips between a good payload, one whose key links out of the volume and one whose key is a FIFO,
     as fast as a thread can rename, while reads run: each read gives the good value or an InputError, never the
     planted file's content, and never blocks (the open is per component with O_NOFOLLOW and O_NONBLOCK)."""
-    from berth_agent.secret_volume import read_key
+    from berth_agent.inputs.secret_volume import read_key
 
     outside = tmp_path / "planted"
     outside.write_text(PLANTED)

@@ -14,9 +14,9 @@ import pytest
 from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example, self_signed_pair
 from support.secretdir import swap_secret_dir, write_secret_dir
 
-from berth_agent.cosi import read_cosi
-from berth_agent.errors import InputError
-from berth_agent.mounts import MountedInputs, parse_redis_url, read_inputs
+from berth_agent.inputs.cosi import read_cosi
+from berth_agent.core.errors import InputError
+from berth_agent.inputs.mounts import MountedInputs, parse_redis_url, read_inputs
 from berth_api import Registry
 
 ACCESS_KEY_ID = "AKIAMOUNTTESTKEY0001"

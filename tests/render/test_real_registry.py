@@ -17,8 +17,8 @@ from render.mountkit import COSI_FORMATS, Mounts, S3Target, example_names, write
 from support.ports import free_port
 from support.registry import RegistryProcess, http_get, push_and_pull_back, start_registry
 
-from berth_agent.mounts import read_inputs
-from berth_agent.render import RenderPaths, render
+from berth_agent.inputs.mounts import read_inputs
+from berth_agent.render.config import RenderPaths, render
 from berth_api import Registry
 
 pytestmark = pytest.mark.timeout(180)

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from render.mountkit import load_example
 
-from berth_agent.errors import InputError
-from berth_agent.mounts import MountedInputs, S3Credentials
-from berth_agent.render import RenderPaths, Rendered, render
+from berth_agent.core.errors import InputError
+from berth_agent.inputs.mounts import MountedInputs, S3Credentials
+from berth_agent.render.config import RenderPaths, Rendered, render
 from berth_api import Registry
 
 S3 = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "AKIARENDERTEST000001", "render-secret-key")

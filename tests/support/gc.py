@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from berth_agent import gc_report
+from berth_agent.gc import report as gc_report
 from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection
 from berth_operator import gc_schedule
 
@@ -264,8 +264,8 @@ def read_only_served_at(lines: list[dict[str, Any]], request_id: str) -> datetim
 
 
 def gc_outcome(**fields: Any) -> Any:
-    """A berth_agent.gc_command.GcOutcome of a clean run, with `fields` changed: what a stand-in command returns."""
-    from berth_agent.gc_command import GcOutcome
+    """A berth_agent.gc.command.GcOutcome of a clean run, with `fields` changed: what a stand-in command returns."""
+    from berth_agent.gc.command import GcOutcome
 
     return GcOutcome(**{"exit_status": 0, "timed_out": False, "stopped": False, "report": None, "error": None,
                         "seconds": 0.5, **fields})

@@ -21,7 +21,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from berth_agent import gc_report
+from berth_agent.gc import report as gc_report
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"

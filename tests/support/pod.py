@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from berth_agent.restart import Endpoint, answers
+from berth_agent.supervisor.restart import Endpoint, answers
 from support.ports import free_port
 from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from berth_agent.redis_wire import encode as _encode
-from berth_agent.redis_wire import read_reply as _read_reply
+from berth_agent.apply.redis_wire import encode as _encode
+from berth_agent.apply.redis_wire import read_reply as _read_reply
 
 from .certs import self_signed_pair
 from .ports import free_port, wait_for_port

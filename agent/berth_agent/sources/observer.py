@@ -31,7 +31,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
-from .. import metrics
+from ..core import metrics
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from .. import metrics
-from ..health import Health
+from ..core import metrics
+from ..core.health import Health
 from . import Change, Emit
 
 log = logging.getLogger(__name__)

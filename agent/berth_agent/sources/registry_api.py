@@ -29,9 +29,9 @@ from typing import Any
 
 from berth_api import GROUP, PLURAL, VERSION
 
-from .. import metrics
-from ..gc_mode import status_digest
-from ..health import Health
+from ..core import metrics
+from ..gc.mode import status_digest
+from ..core.health import Health
 from . import Change, Emit
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from watchdog.events import FileSystemEvent
 
 from berth_api import type_meta_problem
 
-from .. import metrics
-from ..health import Health
-from ..registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
+from ..core import metrics
+from ..core.health import Health
+from ..inputs.registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
 from . import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 

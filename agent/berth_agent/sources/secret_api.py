@@ -4,7 +4,7 @@ The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the A
 the API server shows it at once. So, in API mode, the agent watches each mounted Secret (`--api-secret
 VOLUME=NAME`) as a single object, with the same list/watch machinery as its Registry (resume from the last
 resourceVersion, relist on 410 Gone, server and client timeouts, backoff: registry_api.SingleObjectWatcher), and
-hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is decided in berth_agent.api_secrets.
+hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is decided in berth_agent.sources.api_secrets.
 
 Requests go through ApiClient.call_api, not CoreV1Api (about 3 MiB of RSS to load for one path, like the
 reporter's Events). The Role names exactly these Secrets (resourceNames), which a single-object watch honours
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..health import Health
+from ..core.health import Health
 from . import Change, Emit
 from .registry_api import SingleObjectWatcher
 

@@ -1,0 +1,150 @@
+"""The registry watch: once a second, what the registry process and its supervisor are doing (issue 9).
+
+- Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
+  disk) answers on its address. That is /readyz (health.py) and berth_agent_registry_serving.
+- Unexpected exits: supervise.sh writes "pid status seconds" to registry-exit each time a registry exits on
+  its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
+  berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
+- A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
+- A missing supervisor: supervise.sh wrote its pid in supervisor.pid and that process is gone.
+
+Problems go to status, an Event and the log through the pipeline (`Pipeline.watch_problem`), cleared when
+they end. When the supervisor comes back, or the registry stops serving, the watch emits
+Change("registry-watch"): the pipeline applies the wanted config again without waiting for the backoff.
+The checks read /proc and make one GET / (2 s timeout): a worker thread, never the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..core import metrics
+from .applier import Applier
+from ..core.health import Health
+from ..supervisor.output import EXIT_NAME, SUPERVISOR_PID_NAME, first_error, keep_bounded, supervisor_pid
+from ..sources import Change, Emit
+
+log = logging.getLogger(__name__)
+
+INTERVAL_SECONDS = 1.0  # the supervisor pauses a second between failed starts: each one is seen
+# /livez: the watch beats every second; a check takes at most the GET's 2 s timeout plus /proc scans.
+MAX_SILENCE_SECONDS = 15.0
+CRASH_LOOP_EXITS = 3
+CRASH_LOOP_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    serving: bool
+    serving_reason: str
+    supervisor: bool  # supervise.sh runs (or has never been seen: it has not written its pid yet)
+    exit_line: str  # the last line of registry-exit ("" when none)
+    registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
+
+
+def exit_reason(status: int, lived_seconds: int) -> str | None:
+    """Why a registry exited, for the metric; None for an exit the agent asked for (status 0 after SIGTERM)."""
+    if status == 0:
+        return None
+    if status > 128:
+        return "signal"
+    if lived_seconds < 2:
+        return "start-failure"
+    return "crash"
+
+
+class RegistryWatch:
+    name = "registry-watch"
+
+    def __init__(self, applier: Applier, health: Health, *, interval: float = INTERVAL_SECONDS) -> None:
+        self.applier = applier
+        self.health = health
+        self.interval = interval
+        self.state_dir = applier.state_dir  # supervise.sh's files
+        self.report: Callable[[str, str | None], Awaitable[None]] | None = None  # (reason, problem or None)
+        self._exits: deque[float] = deque(maxlen=16)
+        self._last_exit_line: str | None = None
+        self._supervisor_seen = False
+        self._problem: str | None = None
+        self._looked = False
+
+    def check(self) -> Finding:
+        keep_bounded(self.state_dir)
+        pid_file = (self.state_dir / SUPERVISOR_PID_NAME).exists()
+        supervisor = supervisor_pid(self.state_dir) is not None or not pid_file
+        try:
+            exit_line = (self.state_dir / EXIT_NAME).read_text().strip()
+        except OSError:
+            exit_line = ""
+        believed = self.applier.current or self.applier.on_disk(set())
+        if believed is None:
+            serving, reason = False, "config not written yet"
+        elif self.applier.serving(believed) is not None:
+            serving, reason = True, ""
+        else:
+            serving, reason = False, f"no registry started on config {believed.config_hash[:12]} answers"
+        said = None if serving else first_error(self.state_dir)
+        return Finding(serving, reason, supervisor, exit_line, said)
+
+    async def run(self, emit: Emit) -> None:
+        self.health.register(self.name, MAX_SILENCE_SECONDS)
+        try:
+            while True:
+                self.health.beat(self.name)
+                # While an apply runs it verifies what it restarts itself; the first look is taken regardless
+                # (an agent that starts on a crash-looping config must not answer /readyz 200 meanwhile).
+                if not self.applier.busy or not self._looked:
+                    finding = await asyncio.to_thread(self.check)
+                    if not self.applier.busy or not self._looked:
+                        self._looked = True
+                        await self._act(finding, emit)
+                await asyncio.sleep(self.interval)
+        finally:
+            self.health.unregister(self.name)
+
+    async def _act(self, finding: Finding, emit: Emit) -> None:
+        now = time.monotonic()
+        self.health.set_serving(finding.serving, finding.serving_reason)
+        metrics.registry_serving.set(1 if finding.serving else 0)
+        metrics.supervisor_up.set(1 if finding.supervisor else 0)
+        if self._last_exit_line is None:
+            self._last_exit_line = finding.exit_line  # at the agent's start: an exit from before is not news
+        elif finding.exit_line != self._last_exit_line:
+            self._last_exit_line = finding.exit_line
+            parts = finding.exit_line.split()
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
+                reason = exit_reason(int(parts[1]), int(parts[2]))
+                if reason is not None:
+                    metrics.registry_exits_total.labels(reason=reason).inc()
+                    self._exits.append(now)
+                    log.warning("registry exited", extra={"fields": {
+                        "pid": int(parts[0]), "status": int(parts[1]), "ran_seconds": int(parts[2]),
+                        "reason": reason, "registry_said": finding.registry_said}})
+        recent = [t for t in self._exits if now - t <= CRASH_LOOP_SECONDS]
+        problem, reason = None, ""
+        if not finding.supervisor:
+            problem, reason = ("the supervisor (supervise.sh, the registry container's command) is not running: "
+                               "nothing restarts the registry; changes wait until it is back"), "SupervisorMissing"
+        elif len(recent) >= CRASH_LOOP_EXITS and not finding.serving:
+            problem = f"the registry is crash-looping: it exited {len(recent)} times in {CRASH_LOOP_SECONDS:g}s"
+            if finding.registry_said:
+                problem += f"; the registry said: {finding.registry_said}"
+            reason = "RegistryCrashLooping"
+        if finding.supervisor and not self._supervisor_seen and self._problem and "supervisor" in self._problem:
+            log.info("supervisor is back", extra={"fields": {}})
+            emit(Change("registry-watch"))  # apply the wanted config now
+        self._supervisor_seen = finding.supervisor
+        if problem != self._problem:
+            self._problem = problem
+            if self.report is not None:
+                await self.report(reason, problem)
+            if problem is None and not finding.serving:
+                emit(Change("registry-watch"))
+
+
+__all__ = ["RegistryWatch", "exit_reason"]

@@ -1,0 +1,275 @@
+"""`berth-agent run`: the sidecar in every registry pod (docs/design.md §4.2), or a local agent beside a registry.
+
+It writes supervise.sh into the config dir, watches the Registry (API or file) and the mounted Secrets,
+renders and writes config.yml, restarts the registry process in place when the config changes, and serves
+/startupz /readyz /livez /metrics. Stops on SIGTERM or SIGINT (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from ..core.write import SUPERVISOR_NAME
+
+log = logging.getLogger("berth_agent.run")
+
+DEFAULT_CONFIG_DIR = Path("/etc/berth")
+DEFAULT_MOUNTS = Path("/var/run/berth")
+DEFAULT_DATA_DIR = Path("/var/lib/registry")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")  # what may be spliced into supervise.sh as a default
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="keep the registry configured from a Registry and the mounted Secrets", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--registry", metavar="NAMESPACE/NAME", help="watch this Registry through the Kubernetes API")
+    which.add_argument("--registry-file", type=Path, metavar="FILE", help="watch a Registry YAML file (outside Kubernetes)")
+    parser.add_argument("--mounts", type=Path, default=DEFAULT_MOUNTS, metavar="DIR",
+                        help=f"mount root holding cosi/, htpasswd/, http-secret/, redis/, tls/ (default {DEFAULT_MOUNTS})")
+    parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
+                        help=f"where config.yml, htpasswd, tls/ and supervise.sh are written (default {DEFAULT_CONFIG_DIR})")
+    parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR",
+                        help="where supervise.sh keeps its pid, the last registry exit and the registry's output "
+                             "(its BERTH_STATE_DIR; default: the config dir)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, metavar="DIR",
+                        help=f"filesystem storage root, the PVC mount (default {DEFAULT_DATA_DIR})")
+    parser.add_argument("--distribution", choices=("2", "3"), default=None,
+                        help="Distribution major version (default: spec.distribution, else from the image tag)")
+    parser.add_argument("--health-addr", default="0.0.0.0:8081", metavar="HOST:PORT",
+                        help="where /startupz, /readyz, /livez (the pod's probes) and the Prometheus /metrics are "
+                             "served (default 0.0.0.0:8081)")
+    parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
+                        help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
+    parser.add_argument("--registry-bin", default="registry", metavar="NAME",
+                        help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set (default registry)")
+    parser.add_argument("--debounce", type=float, default=0.03, metavar="SECONDS",
+                        help="quiet time that ends a burst of changes before rendering (default 0.03)")
+    parser.add_argument("--max-wait", type=float, default=2.0, metavar="SECONDS",
+                        help="longest a burst may postpone rendering (default 2)")
+    parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
+                        help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
+                        help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
+                             "API, and apply its changes without waiting for the kubelet (repeatable)")
+    parser.add_argument("--leave-seconds", type=float, default=5.0, metavar="SECONDS",
+                        help="with more than one replica: how long /readyz stays false before the registry restarts, "
+                             "and how long after it is back before the next replica may go: the readiness probe "
+                             "period plus the time endpoints take to follow (default 5)")
+    parser.add_argument("--listen-host", metavar="HOST",
+                        help="listen on HOST instead of the host in spec.http.addr (the port is kept): several local "
+                             "pods on one machine, each on its own loopback address")
+    parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="(default info)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..core.logs import setup_json_logging
+
+    setup_json_logging(args.log_level)
+    # Absolute paths: the registry's command line names the config path, and restart.py matches it exactly.
+    args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
+    try:
+        host, port = _split_addr(args.health_addr)
+        if args.registry is not None and args.registry.count("/") != 1:
+            raise ValueError("--registry must be NAMESPACE/NAME")
+        if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
+            raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
+        args.api_secrets = _api_secrets(args.api_secret)
+        if args.api_secrets and args.registry is None:
+            raise ValueError("--api-secret needs --registry (the Secrets are read through the API)")
+        if args.leave_seconds < 0:
+            raise ValueError("--leave-seconds must not be negative")
+    except ValueError as exc:
+        log.error("bad arguments", extra={"fields": {"error": str(exc)}})
+        return 2
+    try:
+        return asyncio.run(_main(args, host, port))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:  # e.g. the health port is taken: one line, not a traceback
+        log.error("cannot start", extra={"fields": {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}})
+        return 1
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--health-addr must be HOST:PORT, not {addr!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _api_secrets(values: list[str]) -> dict[str, str]:
+    """--api-secret DIR=SECRET values as {DIR: SECRET}; DIR is one of the mount contract's directories."""
+    from ..inputs.mounts import SOURCES
+
+    result: dict[str, str] = {}
+    for value in values:
+        volume, sep, secret = value.partition("=")
+        if not sep or volume not in SOURCES or not secret or volume in result:
+            raise ValueError(f"--api-secret must be DIR=SECRET with DIR one of {', '.join(SOURCES)}, each once; "
+                             f"not {value!r}")
+        result[volume] = secret
+    return result
+
+
+def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
+    """supervise.sh with its defaults set to this agent's registry binary and config path."""
+    from ..core.write import supervisor_script
+
+    script = supervisor_script().decode()
+    script = script.replace("${BERTH_REGISTRY_BIN:-registry}", "${BERTH_REGISTRY_BIN:-%s}" % registry_bin)
+    script = script.replace("${BERTH_CONFIG:-/etc/berth/config.yml}",
+                            "${BERTH_CONFIG:-%s}" % (config_dir / "config.yml"))
+    return script.encode()
+
+
+def _kube_api_client(args: argparse.Namespace) -> Any:
+    from ..kube import lazy as kube_lazy
+
+    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube_lazy.py).
+    kube_lazy.install()
+    from kubernetes import client, config
+
+    if args.kube_host:
+        configuration = client.Configuration()
+        configuration.host = args.kube_host
+        return client.ApiClient(configuration)
+    if args.kubeconfig:
+        return config.new_client_from_config(config_file=str(args.kubeconfig))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
+    """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
+    in the registry container through the supervisor (gc_command.py)."""
+    from ..gc.api import GcStatusApi
+    from ..gc.command import GcCommand
+    from ..gc.run import GcRunner, gc_lease_name
+    from ..apply.turns import ReloadLease
+
+    state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
+    command = GcCommand(state_dir, args.config_dir)
+    return GcRunner(GcStatusApi(api_client, namespace, name),
+                    ReloadLease(api_client, namespace, gc_lease_name(name), args.pod_name),
+                    command, reporter, args.pod_name, args.data_dir, args.config_dir / "config.yml")
+
+
+async def _main(args: argparse.Namespace, host: str, port: int) -> int:
+    from ..core.health import Health, start_health_server
+    from ..pipeline.coordinator import Pipeline, PipelineSettings
+    from ..pipeline.report import ApiReporter, LogReporter
+    from ..sources import Change, queue_emitter
+    from ..sources.mount_watch import MountWatcher
+    from ..sources.pvc import PvcProbe
+    from ..core.write import write_atomic
+
+    health = Health(config_path=args.config_dir / "config.yml")
+    api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
+    queue: asyncio.Queue[Change] = asyncio.Queue()
+    emit = queue_emitter(queue)
+    loop = asyncio.get_running_loop()
+    pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
+    turn: Any = None
+    sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
+    if args.registry is not None:
+        from ..sources.registry_api import RegistryApiWatcher
+
+        namespace, name = args.registry.split("/")
+        api_client = _kube_api_client(args)
+        sources.append(RegistryApiWatcher(api_client, namespace, name, health))
+        if args.api_secrets:
+            from ..sources.api_secrets import STORE_NAME, ApiSecrets
+            from ..sources.secret_api import SecretApiWatcher
+
+            api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts, args.api_secrets)
+            sources += [SecretApiWatcher(api_client, namespace, secret, volume, health)
+                        for volume, secret in args.api_secrets.items()]
+        reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
+        subject = args.registry
+        from ..apply.turns import ReloadLease, ReplicaTurn, lease_name
+
+        def waiting(message: str | None) -> None:  # called from the applier's worker thread
+            asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
+
+        turn = ReplicaTurn(ReloadLease(api_client, namespace, lease_name(name), args.pod_name), health,
+                           leave_seconds=args.leave_seconds, on_wait=waiting)
+    else:
+        from ..sources.registry_file import RegistryFileWatcher
+
+        sources.append(RegistryFileWatcher(args.registry_file, health))
+        reporter = LogReporter(str(args.registry_file))
+        subject = str(args.registry_file)
+
+    settings = PipelineSettings(
+        config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
+        quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
+        listen_host=args.listen_host, resync_seconds=args.resync,
+        state_dir=args.state_dir.absolute() if args.state_dir else None,
+    )
+    pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
+    gc_ack = None
+    if args.registry is not None:
+        # Garbage collection (docs/design.md §4.5): read-only while a request stands, acknowledged on status.
+        from ..gc.ack import GcAck
+
+        gc_ack = GcAck(reporter.read_only_for, args.pod_name, args.config_dir / "config.yml",
+                       lambda: pipeline.applier.current.config if pipeline.applier.current else None)
+    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn, gc_ack=gc_ack)
+    if args.registry is not None:
+        runner = _gc_runner(args, api_client, namespace, name, reporter)
+        pipeline.on_registry = runner.offer
+        sources.append(runner)
+    from ..apply.registry_watch import RegistryWatch
+
+    watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
+    watch.report = pipeline.watch_problem
+    sources.append(watch)
+    # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
+    args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
+                            supervisor_for(args.registry_bin, args.config_dir), mode=0o644)
+    runner = await start_health_server(health, host, port)
+    log.info("agent started", extra={"fields": {
+        "registry": subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
+        "health_addr": f"{host}:{port}", "pod": args.pod_name}})
+
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline")]
+    tasks += [asyncio.create_task(source.run(emit), name=source.name) for source in sources]
+    stopper = asyncio.create_task(stop.wait(), name="stop")
+    status = 0
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                status = 1  # a loop that ends on its own is a bug: exit so the kubelet restarts the agent
+                log.error("loop ended", extra={"fields": {"loop": task.get_name(),
+                                                           "error": f"{type(exc).__name__}: {exc}"}})
+    finally:
+        for task in [*tasks, stopper]:
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+        await runner.cleanup()
+        log.info("agent stopped", extra={"fields": {"exit_status": status}})
+    return status

@@ -1,0 +1,171 @@
+"""Reading what the registry pod mounts: one Secret volume per source under the mount root (docs/design.md §3).
+
+Only the sources the spec needs are read. Each file may be a kubelet AtomicWriter symlink (`key -> ..data/key`);
+reading through the link gives the current payload. Every problem raises InputError naming the source directory
+and key (never the value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from berth_api import RegistrySpec
+
+from .cosi import S3Credentials, read_cosi
+from ..core.errors import InputError
+from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, read_key, read_text
+
+__all__ = [
+    "DEFAULT_MOUNT_ROOT", "GENERATED_HTTP_SECRET_KEY", "SOURCES", "TLS_CERT_KEY", "TLS_KEY_KEY",
+    "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs",
+]
+
+DEFAULT_MOUNT_ROOT = Path("/var/run/berth")
+# Subdirectories of the mount root, one Secret volume each.
+SOURCES = ("cosi", "htpasswd", "http-secret", "redis", "tls")
+# Key of the http secret in the Secret the operator generates when spec.http.secret is absent.
+GENERATED_HTTP_SECRET_KEY = "secret"
+TLS_CERT_KEY = "tls.crt"
+TLS_KEY_KEY = "tls.key"
+# Distribution 2.8 and 3 accept only bcrypt entries in htpasswd files.
+_HTPASSWD_LINE = re.compile(rb"^[^:\s]+:\$2[aby]?\$[0-9]{2}\$[./A-Za-z0-9]{53}$")
+
+
+def _hidden(value: object) -> str:
+    return "<unset>" if value is None else "<hidden>"
+
+
+@dataclass(frozen=True, repr=False)
+class MountedInputs:
+    """The values read from the mounted Secrets; None where the spec does not use that source."""
+
+    s3: S3Credentials | None = None
+    htpasswd: bytes | None = None
+    http_secret: str | None = None
+    redis_url: str | None = None
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+
+    def __repr__(self) -> str:
+        parts = [f"s3={self.s3!r}"]
+        for field in dataclasses.fields(self)[1:]:
+            parts.append(f"{field.name}={_hidden(getattr(self, field.name))}")
+        return f"MountedInputs({', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, repr=False)
+class RedisAddress:
+    """A parsed redis URL: redis[s]://[user[:password]@]host[:port][/db]."""
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    db: int | None
+    tls: bool
+
+    @property
+    def addr(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"RedisAddress(addr={self.addr!r}, db={self.db!r}, tls={self.tls!r}, credentials=<hidden>)"
+
+
+def parse_redis_url(url: str, where: str) -> RedisAddress:
+    """Parse the redis URL held by the redis Secret; errors name `where` (the file and key), never the URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise InputError(where, "is not a valid redis URL (expected redis[s]://[user:password@]host:port[/db])") from None
+    if parts.scheme not in ("redis", "rediss"):
+        raise InputError(where, "must start with redis:// or rediss://")
+    if not parts.hostname:
+        raise InputError(where, "has no host (expected redis[s]://[user:password@]host:port[/db])")
+    if parts.query or parts.fragment:
+        raise InputError(where, "must not carry a query or fragment; set timeouts and pool in spec.redis")
+    db_text = parts.path.strip("/")
+    if db_text and not db_text.isdigit():
+        raise InputError(where, "has a database path that is not a number (expected /0, /1, ...)")
+    return RedisAddress(
+        host=parts.hostname,
+        port=port or 6379,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        db=int(db_text) if db_text else None,
+        tls=parts.scheme == "rediss",
+    )
+
+
+def _check_htpasswd(data: bytes, where: str) -> None:
+    for number, line in enumerate(data.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if not _HTPASSWD_LINE.match(line):
+            raise InputError(where, f"line {number} is not a bcrypt htpasswd entry (user:$2y$...); "
+                             "the registry accepts only bcrypt")
+
+
+def _check_pem(data: bytes, where: str, marker: bytes, what: str) -> None:
+    if b"-----BEGIN " not in data or marker not in data:
+        raise InputError(where, f"does not hold a PEM {what}")
+
+
+def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
+                roots: Mapping[str, Path] | None = None) -> MountedInputs:
+    """Read every source the spec needs from the mount root; raises InputError on the first problem.
+
+    `roots` reads some sources from another root laid out the same way (`<root>/<source>/<key>`): the agent's
+    copy of a Secret read over the API (api_secrets.py), so it gets exactly the parsing and checks below.
+    """
+    mount_root = Path(mount_root)
+
+    def root(source: str) -> Path:
+        return Path(roots[source]) if roots and source in roots else mount_root
+
+    storage = spec.config.storage
+    values: dict[str, object] = {}
+
+    if storage.object_storage is not None:
+        values["s3"] = read_cosi(root("cosi") / "cosi")
+
+    if storage.auth.htpasswd is not None:
+        key = storage.auth.htpasswd.secret.field
+        data = read_key(root("htpasswd"), "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
+                        limit=HTPASSWD_LIMIT)
+        _check_htpasswd(data, f"htpasswd/{key}")
+        values["htpasswd"] = data
+
+    if spec.http.secret is not None:
+        values["http_secret"] = read_text(root("http-secret"), "http-secret", spec.http.secret.field,
+                                          why="spec.http.secret")
+    elif os.path.lexists(root("http-secret") / "http-secret" / GENERATED_HTTP_SECRET_KEY):
+        values["http_secret"] = read_text(
+            root("http-secret"), "http-secret", GENERATED_HTTP_SECRET_KEY, why="the operator-generated http secret"
+        )
+
+    if spec.redis is not None:
+        key = spec.redis.secret.field
+        url = read_text(root("redis"), "redis", key, why="spec.redis.secret")
+        parse_redis_url(url, f"redis/{key}")
+        values["redis_url"] = url
+
+    if spec.http.tls is not None:
+        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
+        _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
+        values["tls_cert"], values["tls_key"] = cert, key
+
+    return MountedInputs(**values)

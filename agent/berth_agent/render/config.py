@@ -1,0 +1,204 @@
+"""Registry spec + mounted inputs -> the Distribution config.yml (docs/design.md §4.1).
+
+A pure function: no I/O, no clock, no randomness. The same inputs give the same bytes, so the sha256 of the
+config identifies it. Keys are emitted in a fixed order; sections the spec leaves at their defaults are still
+written where the registry's own default differs or matters (draintimeout, the whole maintenance block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from berth_api import RegistrySpec
+
+from ..core.errors import InputError
+from ..inputs.mounts import TLS_CERT_KEY, TLS_KEY_KEY, MountedInputs, parse_redis_url
+from .storage import storage_section
+
+Distribution = Literal["2", "3"]
+HTPASSWD_FILE = "htpasswd"
+TLS_CERT_FILE = f"tls/{TLS_CERT_KEY}"
+TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
+# The htpasswd realm is only shown to clients in the WWW-Authenticate header.
+HTPASSWD_REALM = "berth"
+
+
+@dataclass(frozen=True)
+class RenderPaths:
+    config_dir: Path = Path("/etc/berth")  # config.yml, htpasswd and tls/ (the shared config volume)
+    data_dir: Path = Path("/var/lib/registry")  # filesystem rootdirectory (the PVC)
+    # The registry container's CA bundle: Distribution 3.1 verifies a TLS redis against `redis.tls.rootcas` only
+    # (no system roots without it). The official registry:3 image installs Alpine's ca-certificates here.
+    ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@dataclass(frozen=True, repr=False)
+class Rendered:
+    config: bytes  # config.yml, deterministic
+    files: dict[str, bytes] = field(default_factory=dict)  # more files for config_dir, by relative name
+    config_hash: str = ""  # sha256 hex of config
+
+    def restart_needed(self, previous: Rendered | None) -> bool:
+        """True when the registry must restart to apply this render: it reads its config and TLS files once at
+        start. The htpasswd file alone is re-read live (field-notes §1), so a change there needs no restart."""
+        if previous is None:
+            return True
+        if self.config != previous.config:
+            return True
+        return any(self.files.get(name) != previous.files.get(name) for name in (TLS_CERT_FILE, TLS_KEY_FILE))
+
+    def __repr__(self) -> str:
+        return f"Rendered(config_hash={self.config_hash!r}, files={sorted(self.files)!r})"
+
+
+def render(
+    spec: RegistrySpec,
+    inputs: MountedInputs,
+    *,
+    distribution: Distribution | None = None,
+    paths: RenderPaths = RenderPaths(),
+) -> Rendered:
+    """Render the config for `distribution` (default: the spec's, derived from its image). Raises InputError."""
+    major = distribution or spec.distribution_major
+    if major not in ("2", "3"):
+        raise InputError("spec.distribution", f"must be 2 or 3, not {major!r}")
+    files: dict[str, bytes] = {}
+    config: dict[str, Any] = {"version": "0.1", "log": {"level": spec.config.log.level}}
+    config["storage"] = storage_section(spec, inputs, major, paths)
+
+    if spec.config.storage.auth.htpasswd is not None:
+        if inputs.htpasswd is None:
+            raise InputError("spec.config.storage.auth.htpasswd", "is set but no htpasswd file was read")
+        files[HTPASSWD_FILE] = inputs.htpasswd
+        config["auth"] = {"htpasswd": {"realm": HTPASSWD_REALM, "path": str(paths.config_dir / HTPASSWD_FILE)}}
+
+    config["http"] = _http(spec, inputs, major, paths, files)
+    if spec.redis is not None:
+        config["redis"] = _redis(spec, inputs, major, paths)
+    health = _health(spec)
+    if health:
+        config["health"] = health
+    urls = spec.validation.manifests.urls
+    if urls.allow or urls.deny:
+        url_rules = {k: list(v) for k, v in (("allow", urls.allow), ("deny", urls.deny)) if v}
+        config["validation"] = {"manifests": {"urls": url_rules}}
+
+    data = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False, width=1000)
+    config_bytes = data.encode("utf-8")
+    return Rendered(config=config_bytes, files=files, config_hash=hashlib.sha256(config_bytes).hexdigest())
+
+
+def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
+          files: dict[str, bytes]) -> dict[str, Any]:
+    http = spec.http
+    section: dict[str, Any] = {"addr": http.addr}
+    if http.host:
+        section["host"] = http.host
+    if http.secret is not None and inputs.http_secret is None:
+        raise InputError("spec.http.secret", "is set but no http secret was read")
+    if inputs.http_secret is not None:
+        section["secret"] = inputs.http_secret
+    section["relativeurls"] = http.relative_urls
+    section["draintimeout"] = http.drain_timeout
+    if http.tls is not None:
+        if inputs.tls_cert is None or inputs.tls_key is None:
+            raise InputError("spec.http.tls.secretName", "is set but no certificate and key were read")
+        files[TLS_CERT_FILE], files[TLS_KEY_FILE] = inputs.tls_cert, inputs.tls_key
+        section["tls"] = {
+            "certificate": str(paths.config_dir / TLS_CERT_FILE),
+            "key": str(paths.config_dir / TLS_KEY_FILE),
+        }
+    section["http2"] = {"disabled": http.http2.disabled}
+    if major == "3":  # h2c appeared in Distribution 3; 2.8 has no such key (field-notes §1)
+        section["h2c"] = {"enabled": http.h2c.enabled}
+    return section
+
+
+def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths) -> dict[str, Any]:
+    redis = spec.redis
+    assert redis is not None
+    where = f"redis/{redis.secret.field}"
+    if inputs.redis_url is None:
+        raise InputError("spec.redis.secret", "is set but no redis URL was read")
+    address = parse_redis_url(inputs.redis_url, where)
+    if address.db is not None and redis.db not in (0, address.db):
+        raise InputError("spec.redis.db", f"disagrees with the database number in the URL in {where}")
+    db = address.db if address.db is not None else redis.db
+    tls = redis.tls.enabled or address.tls
+    timeouts = {k: v for k, v in (("dialtimeout", redis.dialtimeout), ("readtimeout", redis.readtimeout),
+                                  ("writetimeout", redis.writetimeout)) if v is not None}
+    pool = redis.pool
+    section: dict[str, Any]
+    if major == "2":
+        # 2.8: one addr, a password only, a nested pool (configuration.go v2.8).
+        if address.username and address.username != "default":
+            raise InputError(where, "names a redis user, which Distribution 2 cannot use (it sends only a "
+                             "password); use Distribution 3 or a URL without a user")
+        if tls:
+            # Debian's 2.8.2 ignores redis.tls and connects in clear text (seen against a TLS-only
+            # redis-server), which would send the password unencrypted: refuse instead.
+            source = "spec.redis.tls.enabled" if redis.tls.enabled else where
+            raise InputError(source, "asks for TLS to redis, which Distribution 2 cannot do (it would send the "
+                             "password in clear text); use a Distribution 3 image or a redis:// URL")
+        section = {"addr": address.addr}
+        if address.password:
+            section["password"] = address.password
+        section["db"] = db
+        section.update(timeouts)
+        pool_section = {k: v for k, v in (("maxidle", pool.maxidle), ("maxactive", pool.maxactive),
+                                          ("idletimeout", pool.idletimeout)) if v is not None}
+        if pool_section:
+            section["pool"] = pool_section
+    else:
+        if tls and _is_distribution_3_0(spec.image):
+            # 3.0 turns TLS to redis on only with a client certificate and key (redis.tls.certificate/key,
+            # registry/handlers/app.go v3.0.0); without them it connects in clear text.
+            source = "spec.redis.tls.enabled" if redis.tls.enabled else where
+            raise InputError(source, "asks for TLS to redis, which Distribution 3.0 does only with a client "
+                             "certificate (it would send the password in clear text); use 3.1 or newer")
+        # 3.x: go-redis UniversalOptions inline: addrs list, flat pool fields (configuration.md v3); the pool
+        # keys reach go-redis as PoolSize, MaxIdleConns, ConnMaxIdleTime (tests/render/test_real_redis.py).
+        section = {"addrs": [address.addr]}
+        if address.username:
+            section["username"] = address.username
+        if address.password:
+            section["password"] = address.password
+        section["db"] = db
+        section.update(timeouts)
+        for key, value in (("maxidleconns", pool.maxidle), ("poolsize", pool.maxactive),
+                           ("connmaxidletime", pool.idletimeout)):
+            if value is not None:
+                section[key] = value
+    if tls:
+        # 3.1 has no redis.tls.enabled (its configuration.md example shows one, but the parser ignores it and the
+        # registry connects in clear text: tests/render/test_real_redis.py). TLS is on when `rootcas` is given, and
+        # the server's certificate is checked against exactly those CAs.
+        section["tls"] = {"rootcas": [str(paths.ca_bundle)]}
+    return section
+
+
+def _is_distribution_3_0(image: str) -> bool:
+    """The image's tag names 3.0 (`registry:3.0.0`, `:v3.0`); `registry:3` and digests are taken as 3.1+."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return re.match(r"^v?3\.0(\.|-|$)", tag) is not None
+
+
+def _health(spec: RegistrySpec) -> dict[str, Any]:
+    health = spec.health
+    section: dict[str, Any] = {}
+    check = health.storagedriver
+    if check.enabled:
+        section["storagedriver"] = {"enabled": True, "interval": check.interval, "threshold": check.threshold}
+    if health.tcp:
+        section["tcp"] = [
+            {"addr": t.addr, "timeout": t.timeout, "interval": t.interval, "threshold": t.threshold}
+            for t in health.tcp
+        ]
+    return section
