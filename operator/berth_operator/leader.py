@@ -56,6 +56,17 @@ def _micro_time(now: datetime.datetime | None = None) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class MissingLeaseNamespace(Exception):
+    """The leader-election namespace does not exist: nothing can be elected until it does (or is changed)."""
+
+    def __init__(self, namespace: str, name: str):
+        super().__init__(
+            f"cannot take the leader Lease {namespace}/{name}: the namespace {namespace!r} does not exist. "
+            f"Install the operator's namespace and RBAC (kubectl apply -k deploy), or pass "
+            f"--leader-election-namespace with a namespace that exists, or --no-leader-elect where no other "
+            f"operator runs. Standing by; retrying every few seconds.")
+
+
 class LeaderElector:
     """Take and keep the Lease. Synchronous API calls run in worker threads."""
 
@@ -67,6 +78,7 @@ class LeaderElector:
         self._observed_at = 0.0  # monotonic time it was first seen
         self._renewed_at: float | None = None  # monotonic time of the last successful write while leading
         self._writing = threading.Lock()  # one attempt or release at a time (they run in worker threads)
+        self._last_problem: str | None = None  # the failure last logged: a standby retrying says it once
 
     # ---- the fence
 
@@ -106,6 +118,8 @@ class LeaderElector:
             except KubeError as exc:
                 if exc.status == 409:  # another candidate created it first
                     return False
+                if exc.status == 404:  # a create answers 404 only when its namespace does not exist
+                    raise MissingLeaseNamespace(s.namespace, s.name) from None
                 raise
             self._renewed_at = started
             return True
@@ -170,11 +184,22 @@ class LeaderElector:
     # ---- loops
 
     async def _attempt(self) -> bool:
+        s = self.settings
         try:
-            return await asyncio.to_thread(self.try_acquire_or_renew)
+            took = await asyncio.to_thread(self.try_acquire_or_renew)
         except Exception as exc:  # an API outage: keep trying (a leader's deadline still runs out)
-            logger.warning("leader Lease %s/%s: %s", self.settings.namespace, self.settings.name, exc)
+            problem = str(exc)
+            if problem != self._last_problem:  # once per kind of failure, not every retry period
+                if isinstance(exc, MissingLeaseNamespace):
+                    logger.error("%s", problem)
+                else:
+                    logger.warning("leader Lease %s/%s: %s", s.namespace, s.name, problem)
+            self._last_problem = problem
             return False
+        if self._last_problem is not None:
+            logger.info("leader Lease %s/%s can be read and written again", s.namespace, s.name)
+            self._last_problem = None
+        return took
 
     async def acquire(self) -> None:
         """Return once this process is the leader (stand by until then)."""

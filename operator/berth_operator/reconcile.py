@@ -85,11 +85,17 @@ def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
 
+def _serving(pod: Mapping[str, Any]) -> bool:
+    """A pod that must serve the current spec: not terminating, not finished (an evicted pod lingers)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+
+
 def _apply(
     kube: Kube, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
-) -> tuple[dict[str, Any] | None, list[str]]:
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Look up, build, apply and prune; then read what the status reports. Appends to findings and actions
-    as it goes (so a failure half-way still reports what was done); returns the Deployment and pod names."""
+    as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
     lookup = facts.look_up(kube, reg, agent_image)
     findings += lookup.findings
     findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
@@ -104,7 +110,7 @@ def _apply(
     findings += resize_findings
     findings += facts.waiting(kube, reg)
     deployment = kube.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
-    return deployment, [p["metadata"]["name"] for p in _live_pods(kube, reg)]
+    return deployment, _live_pods(kube, reg)
 
 
 def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
@@ -117,7 +123,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
     outcome = Outcome()
     findings: list[Finding] = []
     deployment = None
-    live_pods: list[str] | None = None
+    live_pods: list[dict[str, Any]] | None = None
     url = selector = storage = None
 
     try:
@@ -166,7 +172,7 @@ def _report(
     generation: Any,
     moment: datetime.datetime,
     deployment: dict[str, Any] | None,
-    live_pods: list[str] | None,
+    live_pods: list[dict[str, Any]] | None,
     url: str | None,
     selector: str | None,
     storage: str | None,
@@ -187,18 +193,21 @@ def _report(
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
-    if live_pods is not None:
-        agents = {pod: rec for pod, rec in agents.items() if pod in live_pods}
+    pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
+    serving = None if live_pods is None else tuple(p["metadata"]["name"] for p in live_pods if _serving(p))
+    if serving is not None:  # a terminating pod's record is kept until it is gone, but no longer counted
+        agents = {pod: rec for pod, rec in agents.items() if pod in serving}
     obs = Observation(
         generation=generation,
         findings=tuple(findings),
         deployment=DeploymentState.from_manifest(deployment),
         agents=agents,
+        serving_pods=serving,
     )
     wanted = status.operator_status(obs, live_status, now=gc_schedule.timestamp(moment), url=url, selector=selector,
                                     storage=storage)
     outcome.conditions = wanted["conditions"]
-    patch = status.status_patch(live_status, wanted, live_pods=live_pods)
+    patch = status.status_patch(live_status, wanted, live_pods=pod_names)
     if gc.status_patch is not None:  # merged key by key: the runner's keys of garbageCollection stay its own
         patch = patch or {"status": {}}
         patch["status"]["garbageCollection"] = gc.status_patch

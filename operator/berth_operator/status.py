@@ -108,6 +108,9 @@ class Observation:
     deployment: DeploymentState | None = None
     # status.agents of live pods: pod name -> record (observedGeneration, error)
     agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The pods that must report the current generation (running, not terminating); None: not known (nothing
+    # was listed), so only the records there are counted.
+    serving_pods: tuple[str, ...] | None = None
 
 
 def _join(findings: Iterable[Finding]) -> str:
@@ -131,10 +134,12 @@ def _pod_findings(obs: Observation) -> list[Finding]:
         details = ", ".join(f"{name}: {obs.agents[name]['error']}" for name in failed)
         found.append(Finding("AgentFailed", f"the agent could not apply the current spec in pod {details}"))
     if obs.generation is not None:
+        # A pod has applied the current spec when its agent's record names this generation (or a newer one) and
+        # no error (docs/design.md §4.2, "When a pod counts as applied"); a pod with no record has not.
         behind = sorted(
-            name
-            for name, rec in obs.agents.items()
-            if not rec.get("error") and (rec.get("observedGeneration") or 0) < obs.generation
+            {name for name, rec in obs.agents.items()
+             if not rec.get("error") and (rec.get("observedGeneration") or 0) < obs.generation}
+            | {name for name in obs.serving_pods or () if name not in obs.agents}
         )
         if behind:
             found.append(

@@ -42,9 +42,9 @@ class Recorder(LogReporter):
         super().__init__("test")
         self.errors: list[str] = []
 
-    async def failed(self, error: str, generation: int | None) -> None:
+    async def failed(self, error: str, generation: int | None) -> bool:
         self.errors.append(error)
-        await super().failed(error, generation)
+        return await super().failed(error, generation)
 
 
 def _secret_in_config(tmp_path) -> str:

@@ -210,3 +210,41 @@ def test_generated_http_secret_is_random_and_long(all_cases):
         assert len(value) >= 43  # secrets.token_urlsafe(32)
         values.add(value)
     assert len(values) == 2
+
+
+def test_a_terminating_pods_record_is_kept_but_not_counted(kube_api):
+    """Scale-down: the pod being deleted still has an older record; it is not a wanted pod, so Ready does not
+    wait for it, and its record stays until the pod is gone (then it is pruned)."""
+    from support.operator_harness import REGISTRIES_PATH
+
+    from berth_api import Registry
+    from berth_operator.builders import names
+
+    body = kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                            "metadata": {"name": "tidy", "namespace": "default"},
+                            "spec": {"config": {"storage": {"inmemory": {}}}}})
+    reg = Registry.model_validate(body)
+    labels = names.selector_labels(reg)
+    for pod, terminating in (("tidy-a", False), ("tidy-b", True)):
+        meta = {"name": pod, "namespace": "default", "labels": labels}
+        if terminating:
+            meta["finalizers"] = ["test/keep"]  # so the delete below leaves it terminating
+        kube_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": []}})
+    kube_api.delete("v1/pods", "default", "tidy-b")
+    harness = OperatorHarness(kube_api, ["default"]).start()
+    try:
+        reg = harness.wait_reconciled("default", "tidy")
+        gen = reg["metadata"]["generation"]
+        deployment = kube_api.get("apps/v1/deployments", "default", names.deployment_name(Registry.model_validate(reg)))
+        kube_api.patch("apps/v1/deployments", "default", deployment["metadata"]["name"],
+                       {"status": {"observedGeneration": deployment["metadata"]["generation"], "replicas": 1,
+                                   "readyReplicas": 1, "updatedReplicas": 1}}, subresource="status")
+        kube_api.patch(REGISTRIES_PATH, "default", "tidy", {"status": {"agents": {
+            "tidy-a": {"observedGeneration": gen, "configHash": "h"},
+            "tidy-b": {"observedGeneration": gen - 1, "configHash": "g"}}}}, subresource="status")
+        ready = wait_for(lambda: (harness.condition("default", "tidy", "Ready") or {}).get("status") == "True",
+                         "Ready with the terminating pod's older record not counted")
+        assert ready
+        assert "tidy-b" in (harness.registry("default", "tidy")["status"].get("agents") or {})
+    finally:
+        harness.stop()

@@ -4,6 +4,8 @@ own clock, so expiry is checked without waiting."""
 
 from __future__ import annotations
 
+import asyncio
+
 import kubernetes.client
 import pytest
 
@@ -116,3 +118,25 @@ def test_an_operator_that_cannot_renew_stops_acting(kube_api):
     finally:
         harness.failure.clear()
         harness.stop()
+
+
+def test_a_missing_leader_election_namespace_is_said_once_with_what_to_do(kube_api, caplog):
+    """`berth-operator -n NS` on a cluster without berth-system: the Lease create answers 404 (the namespace
+    does not exist; the test server is told to answer so, as a real one does). One clear error line naming the
+    namespace and the three ways out, not `HTTP 404` every retry period; it still stands by and takes the Lease
+    once the create goes through."""
+    settings = LeaseSettings(namespace=NS, identity="a", lease_duration=0.4, renew_deadline=0.2, retry_period=0.02)
+    a = LeaderElector(kube(kube_api), settings)
+    kube_api.fail_next(10, status=404, verb="create", plural="leases")
+    caplog.set_level("INFO", logger="berth.operator.leader")
+    asyncio.run(asyncio.wait_for(a.acquire(), 10))
+    assert a.leading()
+    problems = [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert len(problems) == 1, [r.getMessage() for r in problems]
+    message = problems[0].getMessage()
+    assert problems[0].levelname == "ERROR"
+    assert f"the namespace {NS!r} does not exist" in message
+    for remedy in ("kubectl apply -k deploy", "--leader-election-namespace", "--no-leader-elect"):
+        assert remedy in message
+    assert "HTTP 404" not in message
+    assert any("can be read and written again" in r.getMessage() for r in caplog.records)

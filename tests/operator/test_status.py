@@ -184,3 +184,16 @@ def test_garbage_collecting_is_progressing_and_leaves_ready_alone():
     conds = conditions(waiting)
     assert conds["Progressing"][1] == "WaitingForPods" and gc.message in conds["Progressing"][2]
     assert conds["Ready"][:2] == ("False", "WaitingForPods") and gc.message not in conds["Ready"][2]
+
+
+def test_a_serving_pod_with_no_record_has_not_applied_the_current_spec():
+    """Ready counts every pod that must serve, not only those that wrote a record: a pod just scaled in is
+    ready (its agent's /readyz) a moment before its record lands."""
+    obs = Observation(generation=4, deployment=READY_DEPLOYMENT, agents={"a": {"observedGeneration": 4}},
+                      serving_pods=("a", "b"))
+    conds = conditions(obs)
+    assert conds["Ready"][:2] == ("False", "WaitingForAgents")
+    assert "b" in conds["Progressing"][2]
+    both = Observation(generation=4, deployment=READY_DEPLOYMENT, serving_pods=("a", "b"),
+                       agents={"a": {"observedGeneration": 4}, "b": {"observedGeneration": 5}})
+    assert conditions(both)["Ready"][:2] == ("True", "Available")

@@ -102,7 +102,13 @@ class Pipeline:
         self.reported_error: str | None = None
         self.registry_problem: str | None = None  # from the registry watch: no supervisor, a crash loop
         self._problem_reason: str | None = None  # the Event reason last sent for it
-        self.reported_hash: str | None = None
+        self.reported_hash: str | None = None  # the config the last ConfigApplied Event named
+        # The generation whose render the registry serves (applier.current): set when a round's render is seen
+        # served, whether that took a restart or none (a spec field the agent does not render, an edit back).
+        self.served_generation: int | None = None
+        # (config hash, generation) of the last applied record the API accepted: status.agents.<pod> says it.
+        self.reported_record: tuple[str, int | None] | None = None
+        self._record_written = True  # the latest status write (applied or failed) reached the API
         # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
         self.backoff = settings.retry_seconds  # the next retry of a failed config; reset by a success
@@ -231,6 +237,9 @@ class Pipeline:
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
         if outcome.ok:
+            # self.registry does not move during a round (only the loop absorbs Changes): this is the
+            # generation just rendered, and the registry now serves its render.
+            self.served_generation = self.generation
             self._gc_served(rendered)
         if outcome.action == "unchanged":
             self.refused, self.backoff = None, self.settings.retry_seconds
@@ -424,7 +433,11 @@ class Pipeline:
             await self._settle(self.registry_error)
 
     async def _settle(self, error: str | None) -> None:
-        """Report the state after a round: the input error if any is left, else the applied config."""
+        """Report the state after a round: the input error if any is left, else the applied config.
+
+        The record names the config served and the newest generation whose render it is (docs/design.md §4.2,
+        "What observedGeneration means"): written when either moved, so an edit that renders what already runs
+        is reported at once; a write the API refused is tried again on a retry and on every later round."""
         error = error or self.registry_problem
         if error:
             await self._fail(error)
@@ -433,20 +446,31 @@ class Pipeline:
         if current is None:
             return
         self._show_current()
-        if self.reported_error is not None or self.reported_hash != current.config_hash:
-            await self.reporter.applied(current.config_hash, self.generation)
-            if self.reported_hash is not None and self.reported_hash != current.config_hash:
-                await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
-            self.reported_error, self.reported_hash = None, current.config_hash
+        served = (current.config_hash, self.served_generation)
+        if self.reported_error is None and self.reported_record == served and self._record_written:
+            return
+        written = await self.reporter.applied(*served)
+        if self.reported_hash is not None and self.reported_hash != current.config_hash:
+            await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
+        self.reported_error, self.reported_hash = None, current.config_hash
+        self.reported_record = served if written else None
+        self._record_written = written
+        if not written:
+            self._schedule_retry()  # the status write was lost (the API refused it): report again shortly
 
     async def _fail(self, error: str, *, event: bool = True) -> None:
-        if error == self.reported_error:
+        if error == self.reported_error and self._record_written:
             return  # the same problem seen again (resync): already in status and the log
+        if error != self.reported_error:
+            log.error("failed", extra={"fields": {
+                "action": "failed", "error": error,
+                "config_hash": self.applier.current.config_hash if self.applier.current else None}})
+        first = error != self.reported_error
         self.reported_error = error
-        log.error("failed", extra={"fields": {
-            "action": "failed", "error": error, "config_hash": self.applier.current.config_hash if self.applier.current else None}})
-        await self.reporter.failed(error, self.generation)
-        if event:
+        self._record_written = await self.reporter.failed(error, self.generation)
+        if not self._record_written:
+            self._schedule_retry()
+        if event and first:
             await self.reporter.event("ConfigRejected", error, warning=True)
 
 

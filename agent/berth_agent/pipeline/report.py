@@ -29,9 +29,10 @@ MAX_EVENT_MESSAGE = 1024  # what the events.k8s.io API allows for a note; longer
 
 
 class Reporter(Protocol):
-    async def applied(self, config_hash: str, generation: int | None) -> None: ...
+    # applied and failed: True when the record reached status (or needs no write); False: the API refused it
+    async def applied(self, config_hash: str, generation: int | None) -> bool: ...
 
-    async def failed(self, error: str, generation: int | None) -> None: ...  # error already secret-free
+    async def failed(self, error: str, generation: int | None) -> bool: ...  # error already secret-free
 
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None: ...
 
@@ -55,13 +56,15 @@ class LogReporter:
     def __init__(self, subject: str = "") -> None:
         self.subject = subject  # e.g. the registry file's path, so a line says what it is about
 
-    async def applied(self, config_hash: str, generation: int | None) -> None:
+    async def applied(self, config_hash: str, generation: int | None) -> bool:
         log.debug("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
                                                         "generation": generation}})
+        return True
 
-    async def failed(self, error: str, generation: int | None) -> None:
+    async def failed(self, error: str, generation: int | None) -> bool:
         log.debug("config not applied", extra={"fields": {"registry": self.subject, "error": error,
                                                             "generation": generation}})
+        return True
 
     async def event(self, reason: str, message: str, *, warning: bool = False) -> None:
         log.debug(message, extra={"fields": {"registry": self.subject, "reason": reason, "type": _type(warning)}})
@@ -134,16 +137,16 @@ class ApiReporter:
 
     # ---- status ----
 
-    async def applied(self, config_hash: str, generation: int | None) -> None:
+    async def applied(self, config_hash: str, generation: int | None) -> bool:
         # waiting: null too: a record left by an agent that died while waiting for its turn goes with this one.
         record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None,
                   "waiting": None}
-        await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
+        return await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
 
-    async def failed(self, error: str, generation: int | None) -> None:
+    async def failed(self, error: str, generation: int | None) -> bool:
         # Only `error`: configHash, appliedAt and observedGeneration keep describing the config that still runs
         # (the last good one), which is what status.agents.<pod> records.
-        await asyncio.to_thread(self._write_record, {"error": error}, ("failed", error))
+        return await asyncio.to_thread(self._write_record, {"error": error}, ("failed", error))
 
     async def data_path(self, state: PvcState | None) -> None:
         await asyncio.to_thread(self._write_data_path, state)
@@ -180,18 +183,20 @@ class ApiReporter:
             if self._patch_status({"dataPath": record}, "status"):
                 self._last_data_path = (record, now)
 
-    def _write_record(self, record: dict, key: tuple) -> None:
+    def _write_record(self, record: dict, key: tuple) -> bool:
         with self._lock:
-            self._write_record_locked(record, key)
+            return self._write_record_locked(record, key)
 
-    def _write_record_locked(self, record: dict, key: tuple) -> None:
+    def _write_record_locked(self, record: dict, key: tuple) -> bool:
         now = self._clock()
         if self._last_record and self._last_record[0] == key and now - self._last_record[1] < self.refresh_seconds:
-            return  # same record written recently: nothing new to say
+            return True  # same record written recently: nothing new to say
         if "appliedAt" in record:
             record["appliedAt"] = rfc3339(now, millis=True)
         if self._patch_status(record, "status"):
             self._last_record = (key, now)
+            return True
+        return False
 
     def _patch_status(self, record: dict, kind: str) -> bool:
         """Merge-patch status.agents.<pod> with `record` (this pod's key only); False when the API refused."""
