@@ -22,8 +22,8 @@ from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 from agent_swap_latency import BUCKET, cosi, spec, wait_drained, wait_new_registry
-
-from berth_agent.supervisor.restart import Endpoint, find_registry_processes
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.procfs import find_registry_processes
 from support.kube import KubeApi
 from support.pod import RegistryPod, registry_object
 from support.s3 import running_moto

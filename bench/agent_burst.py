@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import yaml
-from agent_common import shm_dir, workdir
 
+from agent_common import shm_dir, workdir
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for

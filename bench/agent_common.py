@@ -51,7 +51,8 @@ def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
     import subprocess
     import time
 
-    from berth_agent.supervisor.restart import Endpoint, answers
+    from berth_agent.supervisor.endpoint import Endpoint
+    from berth_agent.supervisor.probe import answers
     from support.ports import free_port
     from support.registry import REGISTRY_BINARY, registry_env, with_addr
 

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from agent_common import shm_dir, workdir
-
 from support.kube import KubeApi
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.secretdir import write_secret_dir

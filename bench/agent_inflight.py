@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-
 from support.balancer import Balancer
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.ports import free_port

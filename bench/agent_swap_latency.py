@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-
-from berth_agent.supervisor.restart import Endpoint, answers, find_registry_processes
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.probe import answers
+from berth_agent.supervisor.procfs import find_registry_processes
 from support.pod import RegistryPod, filesystem_spec, registry_object
 from support.pull_loop import PullLoop
 from support.registry import make_oci_image, push_image

@@ -44,8 +44,8 @@ import urllib.parse
 from pathlib import Path
 
 import yaml
-from agent_common import summary_ms, workdir
 
+from agent_common import summary_ms, workdir
 from berth_agent.gc import report as gc_report
 from support import gc_store
 from support.ports import free_port
@@ -166,13 +166,14 @@ def request_run(kube_api) -> dict:
     """Ask for a run as the operator does: its own gc_schedule.decide, given the Registry as stored, the run-now
     annotation a user sets, and now; the request it decides is written to status."""
     from berth_api import GC_REQUEST_ANNOTATION, Registry
+    from berth_api.timestamps import format_time
     from berth_operator import gc_schedule
 
     body = kube_api.get(REGISTRIES, "default", "reg")
     reg = Registry.model_validate({key: body[key] for key in ("apiVersion", "kind", "metadata", "spec")})
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     decision = gc_schedule.decide(reg.spec.garbage_collection, annotations={
-        GC_REQUEST_ANNOTATION: gc_schedule.timestamp(now)}, live=(body.get("status") or {}).get("garbageCollection"),
+        GC_REQUEST_ANNOTATION: format_time(now)}, live=(body.get("status") or {}).get("garbageCollection"),
         now=now)
     kube_api.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": decision.status_patch}},
                    subresource="status")

@@ -62,8 +62,8 @@ class Cron:
     def next_after(self, after: datetime.datetime) -> datetime.datetime:
         """The first fire time strictly after `after` (an aware datetime; naive means UTC), in UTC."""
         if after.tzinfo is None:
-            after = after.replace(tzinfo=datetime.timezone.utc)
-        start = after.astimezone(datetime.timezone.utc).replace(second=0, microsecond=0) + datetime.timedelta(
+            after = after.replace(tzinfo=datetime.UTC)
+        start = after.astimezone(datetime.UTC).replace(second=0, microsecond=0) + datetime.timedelta(
             minutes=1
         )
         day = start.date()
@@ -78,7 +78,7 @@ class Cron:
                         if first is not None and hour == first.hour and minute < first.minute:
                             continue
                         return datetime.datetime(day.year, day.month, day.day, hour, minute,
-                                                 tzinfo=datetime.timezone.utc)
+                                                 tzinfo=datetime.UTC)
             day += datetime.timedelta(days=1)
         raise CronError(f"{self.expression!r} never fires (no such date)")
 
@@ -104,7 +104,7 @@ def parse(expression: str, field: str = SCHEDULE_FIELD) -> Cron:
     cron = Cron(expression, minutes, hours, doms, months, dows,
                 # Vixie cron's rule: a field that starts with `*` (`*`, `*/2`) does not restrict the day.
                 dom_restricted=not parts[2].startswith("*"), dow_restricted=not parts[4].startswith("*"))
-    cron.next_after(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))  # refuses 30 February now
+    cron.next_after(datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC))  # refuses 30 February now
     return cron
 
 

@@ -38,16 +38,10 @@ GcResult = Literal["Succeeded", "Failed", "Interrupted", "TimedOut"]
 GcPhase = Literal["SwitchingReadOnly", "Collecting", "Recording"]
 
 
-def parse_rfc3339(text: object) -> datetime.datetime | None:
-    """A status timestamp (RFC 3339 with its offset, Z or +hh:mm) as an aware datetime, else None. The operator
-    and the agents read each other's `requestedAt`, `deadline`, `nextRun` and `startedAt` with it."""
-    if not isinstance(text, str) or "T" not in text.upper():
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
+def gc_status(registry: dict | None) -> dict:
+    """status.garbageCollection of a Registry object as the API returns it ({} when absent or malformed)."""
+    value = ((registry or {}).get("status") or {}).get("garbageCollection")
+    return value if isinstance(value, dict) else {}
 
 
 def parse_gc_duration(text: str) -> datetime.timedelta:

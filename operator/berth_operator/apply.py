@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from berth_api import Registry
 from kubernetes.utils import parse_quantity
+
+from berth_api import Registry
 
 from .builders import names
 from .client import COSI, Kube, KubeError

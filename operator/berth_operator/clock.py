@@ -22,7 +22,7 @@ class UtcClock(Protocol):
 
 class WallClock:
     def now(self) -> datetime.datetime:
-        return datetime.datetime.now(datetime.timezone.utc)
+        return datetime.datetime.now(datetime.UTC)
 
     async def sleep_until(self, moment: datetime.datetime) -> None:
         while (remaining := (moment - self.now()).total_seconds()) > 0:

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from berth_api import Registry
 from kubernetes.utils import parse_quantity
+
+from berth_api import Registry
 
 from .apply import CONFLICT_RETRIES, Action
 from .builders import names

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, cron
-from berth_api.gc import parse_gc_duration, parse_rfc3339
 from pydantic import ValidationError
+
+from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, cron
+from berth_api.gc import parse_gc_duration
+from berth_api.timestamps import format_time, parse_time
 
 # Time the runner has, beyond the read-only window, to take the Lease before it starts and to record the
 # result after the registry is writable again. Past requestedAt + readOnlyTimeout + this, the run is dead.
@@ -52,15 +54,10 @@ class GcDecision:
         return self.status_patch is not None and "lastRun" in self.status_patch
 
 
-def timestamp(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-parse_time = parse_rfc3339  # an RFC 3339 timestamp with its offset, else None
 
 
 def request_id(now: datetime.datetime, trigger: str, taken: set[str]) -> str:
-    base = f"{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{trigger}"
+    base = f"{now.astimezone(datetime.UTC):%Y%m%dT%H%M%SZ}-{trigger}"
     candidate, suffix = base, 2
     while candidate in taken:
         candidate, suffix = f"{base}-{suffix}", suffix + 1
@@ -131,7 +128,7 @@ def decide(
             interrupted = {
                 "id": pending.id, "trigger": pending.trigger, "dryRun": pending.dry_run,
                 "deleteUntagged": pending.delete_untagged, "result": "Interrupted",
-                "startedAt": started, "finishedAt": timestamp(now), "runner": runner,
+                "startedAt": started, "finishedAt": format_time(now), "runner": runner,
                 "blobsMarked": None, "manifestsMarked": None, "blobsDeleted": None, "manifestsDeleted": None,
                 "bytesFreed": None,
                 "message": (f"no result was recorded by the deadline {pending.deadline}: "
@@ -157,8 +154,8 @@ def decide(
                 next_run = parsed.next_after(now)  # every slot missed meanwhile collapses into this one run
             if live.get("schedule") != gc.schedule:
                 patch["schedule"] = gc.schedule
-            if live.get("nextRun") != timestamp(next_run):
-                patch["nextRun"] = timestamp(next_run)
+            if live.get("nextRun") != format_time(next_run):
+                patch["nextRun"] = format_time(next_run)
 
     # 3. The run-now annotation: a value not handled yet. Kept waiting while a run stands; then taken once.
     asked = (annotations or {}).get(GC_REQUEST_ANNOTATION)
@@ -186,9 +183,9 @@ def decide(
             timeout = parse_gc_duration(gc.read_only_timeout)
             taken = {str(x) for x in (last_run.get("id"), _mapping(raw_request).get("id")) if x}
             pending = GarbageCollectionRequest.model_validate({
-                "id": request_id(now, trigger, taken), "trigger": trigger, "requestedAt": timestamp(now),
+                "id": request_id(now, trigger, taken), "trigger": trigger, "requestedAt": format_time(now),
                 "dryRun": gc.dry_run, "deleteUntagged": gc.delete_untagged, "readOnlyTimeout": gc.read_only_timeout,
-                "deadline": timestamp(now + timeout + DEADLINE_GRACE),
+                "deadline": format_time(now + timeout + DEADLINE_GRACE),
             })
             patch["request"] = pending.model_dump(by_alias=True, mode="json")
             what = ", ".join(k for k, on in (("dry run", gc.dry_run), ("delete untagged", gc.delete_untagged)) if on)

@@ -19,13 +19,14 @@ renewal (15 s + 2 s with the defaults), plus the new leader's start (kopf lists 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from berth_api.timestamps import format_time
 
 from . import metrics
 from .client import Kube, KubeError
@@ -48,12 +49,6 @@ class LeaseSettings:
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
-
-
-def _micro_time(now: datetime.datetime | None = None) -> str:
-    """A Kubernetes MicroTime (RFC 3339 with microseconds)."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class MissingLeaseNamespace(Exception):
@@ -96,7 +91,7 @@ class LeaderElector:
             "holderIdentity": self.settings.identity,
             "leaseDurationSeconds": max(1, round(self.settings.lease_duration)),
             "acquireTime": acquire_time,
-            "renewTime": _micro_time(),
+            "renewTime": format_time(precision="microseconds"),
             "leaseTransitions": transitions,
         }
 
@@ -110,7 +105,7 @@ class LeaderElector:
         started = self.clock()
         lease = self.kube.get(*LEASE, s.namespace, s.name)
         if lease is None:
-            now = _micro_time()
+            now = format_time(precision="microseconds")
             try:
                 self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1],
                                   "metadata": {"name": s.name, "namespace": s.namespace},
@@ -136,7 +131,7 @@ class LeaderElector:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         body = self._lease_body(
-            acquire_time=spec.get("acquireTime") if mine and spec.get("acquireTime") else _micro_time(),
+            acquire_time=spec.get("acquireTime") if mine and spec.get("acquireTime") else format_time(precision="microseconds"),
             transitions=transitions if mine else transitions + 1,
         )
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": lease["metadata"]["resourceVersion"]},
@@ -169,7 +164,7 @@ class LeaderElector:
                     ops = [{"op": "test", "path": "/metadata/resourceVersion",
                             "value": lease["metadata"]["resourceVersion"]},
                            {"op": "replace", "path": "/spec", "value": {
-                               "leaseDurationSeconds": 1, "renewTime": _micro_time(),
+                               "leaseDurationSeconds": 1, "renewTime": format_time(precision="microseconds"),
                                "leaseTransitions": (lease["spec"].get("leaseTransitions") or 0)}}]
                     self.kube.patch(*LEASE, s.namespace, s.name, ops, json_patch=True)
                     logger.info("released the leader Lease %s/%s", s.namespace, s.name)

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from berth_api import API_VERSION, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from pydantic import ValidationError
+
+from berth_api import API_VERSION, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
+from berth_api.timestamps import format_time
 
 from . import apply, expansion, facts, gc_schedule, status
 from .builders import build_all, names, problems
@@ -53,7 +55,7 @@ class Outcome:
 
 
 def now(clock: UtcClock | None = None) -> str:
-    return gc_schedule.timestamp((clock or WallClock()).now())
+    return format_time((clock or WallClock()).now())
 
 
 def parse(body: Mapping[str, Any]) -> Registry:
@@ -204,7 +206,7 @@ def _report(
         agents=agents,
         serving_pods=serving,
     )
-    wanted = status.operator_status(obs, live_status, now=gc_schedule.timestamp(moment), url=url, selector=selector,
+    wanted = status.operator_status(obs, live_status, now=format_time(moment), url=url, selector=selector,
                                     storage=storage)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=pod_names)

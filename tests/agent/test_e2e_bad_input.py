@@ -200,11 +200,10 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
     volume and key, /livez stays green (nothing is stuck), and putting the good payload back clears the error.
     A CR edit made while a FIFO sits in a volume is applied once the FIFO is gone. Nothing planted and no secret
     appears in the log, status, Events or metrics."""
+    from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
     from render.mountkit import htpasswd_entry, self_signed_pair
     from support.redisserver import running_redis
     from support.secretdir import swap_payload
-
-    from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
 
     with running_moto(tmp_path / "moto") as moto, running_redis(tmp_path / "redis") as redis:
         key = moto.create_s3_user("registry", bucket="registry-data")

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from berth_agent.gc import report as gc_report
-from berth_agent.gc.run import gc_lease_name
-from berth_agent.apply.turns import ReloadLease
+from berth_agent.kube.lease import ReloadLease
+from berth_api.leases import gc_lease_name
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import RegistryPod, filesystem_spec
 from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries

@@ -15,8 +15,15 @@ import yaml
 from berth_agent.gc.cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
 from support.ports import free_port
 from support.redisserver import RedisServer, redis_server, running_redis  # noqa: F401  (fixture)
-from support.registry import OciImage, http_get, oci_image_example, push_image, registry_binaries, registry_env, \
-    running_registry
+from support.registry import (
+    OciImage,
+    http_get,
+    oci_image_example,
+    push_image,
+    registry_binaries,
+    registry_env,
+    running_registry,
+)
 
 
 def image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:

@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from berth_agent.core.write import write_atomic
 from berth_agent.gc import command as gc_command
 from berth_agent.gc import report as gc_report
 from berth_agent.gc.command import GcCommand, GcCommandError
-from berth_agent.supervisor.restart import Endpoint, answers
-from berth_agent.core.write import supervisor_script, write_atomic
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.files import GC_REQUEST_NAME
+from berth_agent.supervisor.probe import answers
+from berth_agent.supervisor.script import supervisor_script
 from support.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
 from support.stuck_store import make_stuck_store
 from support.supervisor import Supervisor, children_of, wait_for
@@ -82,10 +85,10 @@ def _gc_processes(supervisor: Supervisor) -> list[int]:
 
 def _request(state: Path, supervisor: Supervisor, line: bytes) -> None:
     """What the agent does, by hand: the request file, then SIGUSR2 (repeated until it is taken)."""
-    write_atomic(state / gc_command.REQUEST_NAME, line)
+    write_atomic(state / GC_REQUEST_NAME, line)
 
     def taken() -> bool:
-        if (state / gc_command.REQUEST_NAME).exists():
+        if (state / GC_REQUEST_NAME).exists():
             supervisor.process.send_signal(signal.SIGUSR2)
             return False
         return True
@@ -226,7 +229,7 @@ def test_a_bad_request_is_refused_and_nothing_in_it_runs(supervisor_factory, she
     with pytest.raises(GcCommandError, match="request id"):
         GcCommand(state, state).run("a b", dry_run=False, delete_untagged=False, stop=threading.Event(),
                                     timeout_seconds=5)
-    assert not (state / gc_command.REQUEST_NAME).exists()
+    assert not (state / GC_REQUEST_NAME).exists()
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
@@ -349,7 +352,7 @@ def test_no_sigusr2_to_a_supervisor_without_the_marker(supervisor_factory, shell
         with pytest.raises(GcCommandError, match="BERTH_SUPERVISE_GC"):
             GcCommand(state, state).run("r1", dry_run=True, delete_untagged=False, stop=threading.Event(),
                                         timeout_seconds=5)
-        assert not (state / gc_command.REQUEST_NAME).exists()
+        assert not (state / GC_REQUEST_NAME).exists()
         assert supervisor.alive() and supervisor.registries() == [registry]
     finally:
         supervisor.stop()

@@ -5,15 +5,27 @@ from __future__ import annotations
 import yaml
 
 from berth_agent.gc import report as gc_report
-from berth_agent.gc.decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
-    next_step, result_of, time_bound
-from berth_agent.gc.mode import parse_time, read_only_for, status_digest, with_read_only
+from berth_agent.gc.decide import (
+    Interrupt,
+    Refuse,
+    Run,
+    acknowledgements,
+    interrupted_run,
+    last_run,
+    measures_bytes,
+    next_step,
+    result_of,
+    time_bound,
+)
+from berth_agent.gc.mode import read_only_for, with_read_only
 from berth_agent.inputs.mounts import MountedInputs
 from berth_agent.render.config import render
+from berth_agent.sources.registry_api import status_digest
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun, RegistrySpec
+from berth_api.timestamps import parse_epoch
 from support.gc import gc_outcome
 
-NOW = parse_time("2026-11-30T10:00:00Z")
+NOW = parse_epoch("2026-11-30T10:00:00Z")
 SPEC = {"image": "docker.io/library/registry:2", "config": {"storage": {"filesystem": {"persistentVolumeClaim": "d"}}}}
 
 
@@ -39,10 +51,10 @@ def registry(request: dict | None = None, *, last_run_id: str | None = None, act
 def test_a_standing_request_holds_read_only_until_its_result_or_its_deadline():
     hold = read_only_for(registry({}), NOW)
     assert hold is not None and hold.request_id == "r1" and hold.delete_untagged and not hold.dry_run
-    assert hold.read_only_timeout == 600 and hold.deadline == parse_time("2026-11-30T10:11:00Z")
+    assert hold.read_only_timeout == 600 and hold.deadline == parse_epoch("2026-11-30T10:11:00Z")
     assert read_only_for(registry({}, last_run_id="r1"), NOW) is None  # the result is in
     assert read_only_for(registry({}, last_run_id="r0"), NOW) is not None  # an earlier run's result
-    assert read_only_for(registry({}), parse_time("2026-11-30T10:11:00Z")) is None  # the deadline passed
+    assert read_only_for(registry({}), parse_epoch("2026-11-30T10:11:00Z")) is None  # the deadline passed
     assert read_only_for(registry(None), NOW) is None
     assert read_only_for(registry({"deadline": "tomorrow"}), NOW) is None  # malformed: never read-only for it
     assert read_only_for(None, NOW) is None

@@ -19,9 +19,10 @@ import yaml
 
 from berth_agent.gc import report as gc_report
 from berth_agent.gc.api import GcStatusApi, LeaseKeeper
-from berth_agent.gc.run import GcRunner, gc_lease_name
-from berth_agent.apply.turns import ReloadLease
+from berth_agent.gc.run import GcRunner
+from berth_agent.kube.lease import ReloadLease
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun
+from berth_api.leases import gc_lease_name
 from support.gc import gc_outcome
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec

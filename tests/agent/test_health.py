@@ -6,9 +6,9 @@ import urllib.request
 from urllib.error import HTTPError
 
 import pytest
+
 from berth_agent.core import metrics
 from berth_agent.core.health import Health, start_health_server
-
 from support.ports import free_port
 
 

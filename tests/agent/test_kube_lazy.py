@@ -42,6 +42,7 @@ def test_the_lazy_client_talks_to_an_api_server_loading_few_models(kube_api):  #
 
 def test_install_does_nothing_once_kubernetes_is_imported():
     import kubernetes.client  # noqa: F401  (the test process has the full client)
+
     from berth_agent.kube import lazy as kube_lazy
 
     assert kube_lazy.install() is False

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from berth_agent.core import metrics
 from prometheus_client import REGISTRY, generate_latest
+
+from berth_agent.core import metrics
 
 EXPOSED = {
     "reloads_total": "berth_agent_reloads_total",

@@ -10,8 +10,9 @@ import yaml
 from berth_agent.core.health import Health
 from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
 from berth_agent.pipeline.report import LogReporter
-from berth_agent.supervisor.restart import Endpoint, answers
 from berth_agent.sources import Change
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.probe import answers
 from support.clock import SteppedClock
 from support.pod import filesystem_spec, registry_object
 from support.secretdir import swap_secret_dir, write_secret_dir

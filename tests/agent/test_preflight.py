@@ -15,7 +15,7 @@ def test_signature_matches_the_aws_documentation_example():
     headers = sign_v4(
         "GET", "examplebucket.s3.amazonaws.com", "/", {"max-keys": "2", "prefix": "J"}, "us-east-1",
         "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-        now=datetime.datetime(2013, 5, 24, tzinfo=datetime.timezone.utc),
+        now=datetime.datetime(2013, 5, 24, tzinfo=datetime.UTC),
     )
     assert headers["Authorization"].endswith(
         "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from berth_agent.core.errors import PreflightError
 from berth_agent.apply.preflight import check_render
 from berth_agent.apply.preflight_net import RedisTarget, check_bindable, check_redis, redis_target
 from berth_agent.apply.preflight_tls import check_pair, leaf_not_after
+from berth_agent.core.errors import PreflightError
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from support.certs import key_body_line, self_signed
 from support.ports import free_port
@@ -68,7 +68,7 @@ def test_not_after_is_read_from_the_first_certificate_of_a_bundle():
     for days in (2, 365 * 40):
         leaf, _ = self_signed("leaf", valid_for=days * DAY)
         other, _ = self_signed("ca", valid_for=DAY)
-        expected = datetime.datetime.now(datetime.timezone.utc) + days * DAY
+        expected = datetime.datetime.now(datetime.UTC) + days * DAY
         assert abs(leaf_not_after(leaf + other) - expected) < datetime.timedelta(minutes=5)
 
 

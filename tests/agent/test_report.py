@@ -8,10 +8,10 @@ import json
 import logging
 
 import pytest
+
 from berth_agent.core import metrics
 from berth_agent.core.logs import setup_json_logging
 from berth_agent.pipeline.report import ApiReporter, LogReporter
-
 from support.kube import kube_api  # noqa: F401  (fixture)
 
 REGISTRIES = "berth.dev/v1alpha1/registries"

@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import pytest
+
 from berth_agent.sources import Change, queue_emitter
 
 

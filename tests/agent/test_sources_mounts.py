@@ -7,13 +7,12 @@ import contextlib
 import errno
 
 import pytest
-from berth_agent.sources.mount_watch import MountWatcher
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from support.sources import running
+from berth_agent.sources.mount_watch import MountWatcher
 from support.secretdir import swap_secret_dir, write_secret_dir
-
+from support.sources import running
 
 
 async def _wait_watching(watcher, path, timeout=10.0):

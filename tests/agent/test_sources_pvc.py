@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from berth_agent.core import metrics
 from berth_agent.sources.pvc import PROBE_FILE, PvcProbe, probe_path
 

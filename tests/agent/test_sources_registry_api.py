@@ -8,9 +8,11 @@ import contextlib
 import copy
 
 import pytest
-from berth_agent.core import metrics
-from berth_agent.sources.registry_api import Backoff, RegistryApiWatcher, content_digest, describe_api_error
 
+from berth_agent.core import metrics
+from berth_agent.kube.api import describe_api_error
+from berth_agent.sources.kube_watch import Backoff, content_digest
+from berth_agent.sources.registry_api import RegistryApiWatcher
 from support.kube import kube_api  # noqa: F401  (fixture)
 from support.sources import running
 

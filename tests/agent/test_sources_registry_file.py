@@ -8,8 +8,8 @@ import os
 
 import pytest
 import yaml
-from berth_agent.sources.registry_file import RegistryFileWatcher, read_registry_file
 
+from berth_agent.sources.registry_file import RegistryFileWatcher, read_registry_file
 from support.sources import running
 
 REGISTRY = {

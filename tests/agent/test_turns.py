@@ -6,8 +6,10 @@ import threading
 
 import pytest
 
+from berth_agent.apply.turns import ReplicaTurn
 from berth_agent.core.health import Health
-from berth_agent.apply.turns import LeaseError, ReloadLease, ReplicaTurn, lease_name
+from berth_agent.kube.lease import LeaseError, ReloadLease
+from berth_api.leases import reload_lease_name as lease_name
 from support.kube import kube_api  # noqa: F401  (fixture)
 
 LEASES = "coordination.k8s.io/v1/leases"

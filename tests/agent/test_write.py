@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from berth_agent.core.write import install_supervisor, remove_stale, safe_join, write_atomic, write_tree
+from berth_agent.core.write import remove_stale, safe_join, write_atomic, write_tree
+from berth_agent.supervisor.script import install_supervisor
 
 
 def test_writes_with_mode_0600_and_leaves_no_temp_file(tmp_path):

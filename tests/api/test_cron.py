@@ -8,7 +8,7 @@ import pytest
 
 from berth_api import cron
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def at(text: str) -> datetime.datetime:

@@ -12,10 +12,11 @@ import shlex
 import tomllib
 
 import yaml
-from berth_api import Registry
-from berth_operator.builders import ClusterFacts, pod
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from berth_api import Registry
+from berth_operator.builders import ClusterFacts, pod
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONTAINERFILE = REPO / "Containerfile"

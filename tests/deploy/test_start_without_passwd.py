@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from support.kube import kube_api  # noqa: F401  (the fixture)
-from support.kube import KubeApi
+from support.kube import (
+    KubeApi,
+    kube_api,  # noqa: F401  (the fixture)
+)
 from support.operator_harness import REGISTRIES_PATH, wait_for
 from support.ports import free_port
 from support.processes import stop_process

@@ -12,7 +12,8 @@ import copy
 import json
 import types
 import typing
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pydantic
 import pytest

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from berth_api import Registry
-
+from berth_api.pod import HTTP_SECRET_KEY
 from berth_operator.builders import build_all, names
 
 
@@ -31,7 +31,7 @@ def test_filesystem_class_gets_every_object(registry_factory, facts_factory):
         ("Lease", "demo-gc"),
     ]
     secret = objects[3]
-    assert base64.b64decode(secret["data"][names.HTTP_SECRET_KEY]).decode() == "s3cr3t-value"
+    assert base64.b64decode(secret["data"][HTTP_SECRET_KEY]).decode() == "s3cr3t-value"
 
 
 def test_every_object_is_namespaced_labelled_and_owned(builder_case):
@@ -170,12 +170,12 @@ def test_missing_uid_is_a_clear_error(facts_factory):
 
 
 def test_the_reload_lease_is_created_empty_under_the_name_the_agent_uses(registry_factory, facts_factory):
-    from berth_agent.apply.turns import lease_name
+    from berth_api.leases import reload_lease_name
 
     reg = registry_factory({"replicas": 3, "config": {"storage": {"inmemory": {}}}})
     lease = leases(reg, facts_factory())["demo-reload"]
     assert lease["apiVersion"] == "coordination.k8s.io/v1"
-    assert lease["metadata"]["name"] == names.lease_name(reg) == lease_name("demo")
+    assert lease["metadata"]["name"] == names.lease_name(reg) == reload_lease_name("demo")
     assert lease["spec"] == {}  # the agents own holderIdentity and the rest; the apply layer never patches it
     assert lease_rule(reg, facts_factory(), lease["metadata"]["name"]) == {
         "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
@@ -208,7 +208,7 @@ def test_the_gc_lease_is_created_empty_at_any_replica_count(registry_factory, fa
 
 
 def test_the_gc_lease_has_the_name_the_agent_uses(registry_factory):
-    from berth_agent.gc import run as gc_run
+    from berth_api.leases import gc_lease_name
 
     reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
-    assert names.gc_lease_name(reg) == gc_run.gc_lease_name("demo")
+    assert names.gc_lease_name(reg) == gc_lease_name("demo")

@@ -16,7 +16,7 @@ from support.clock import SetClock
 from support.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "gc"
-T0 = datetime.datetime(2026, 11, 30, 2, 59, 30, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 11, 30, 2, 59, 30, tzinfo=datetime.UTC)
 
 
 def registry(name: str, gc: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def test_the_schedule_fires_at_its_time_on_the_set_clock(operator_harness, kube_
     assert "request" not in gc_status(harness, "nightly")
 
     clock.set(T0 + datetime.timedelta(seconds=29))  # 02:59:59: not yet
-    clock.set(datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.timezone.utc))
+    clock.set(datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC))
     request = wait_for(lambda: gc_status(harness, "nightly").get("request"), "the scheduled request")
     assert request["trigger"] == "schedule" and request["requestedAt"] == "2026-11-30T03:00:00Z"
     assert request["deadline"] == "2026-11-30T03:07:00Z"
@@ -130,7 +130,7 @@ def test_a_schedule_missed_while_the_operator_was_down_runs_once(operator_harnes
     wait_for(lambda: gc_status(harness, "hourly").get("nextRun") == "2026-11-30T03:00:00Z", "nextRun")
     harness.stop()
 
-    clock.set(datetime.datetime(2026, 12, 2, 17, 42, tzinfo=datetime.timezone.utc))  # 63 hourly slots missed
+    clock.set(datetime.datetime(2026, 12, 2, 17, 42, tzinfo=datetime.UTC))  # 63 hourly slots missed
     harness = operator_harness([NS], clock=clock)
     request = wait_for(lambda: gc_status(harness, "hourly").get("request"), "the catch-up request")
     assert request["requestedAt"] == "2026-12-02T17:42:00Z"
@@ -179,8 +179,8 @@ def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_
              "the reconcile the runner's record causes")  # before time moves:
     # from here only the timer can notice the deadline
 
-    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 29, tzinfo=datetime.timezone.utc))
-    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 30, tzinfo=datetime.timezone.utc))  # the timer fires
+    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 29, tzinfo=datetime.UTC))
+    clock.set(datetime.datetime(2026, 11, 30, 3, 2, 30, tzinfo=datetime.UTC))  # the timer fires
     last = wait_for(lambda: gc_status(harness, "dies").get("lastRun"), "the Interrupted record")
     assert last["id"] == request["id"] and last["result"] == "Interrupted" and last["runner"] == "dies-pod-1"
     assert "dies-pod-1 stopped" in last["message"]
@@ -219,7 +219,7 @@ def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, 
     wait_for(lambda: (harness.condition(NS, "spin", "Degraded") or {}).get("reason") == "InvalidSpec", "InvalidSpec")
     wait_for(lambda: harness.ctx.completed == harness.ctx.reconciles, "settled")
     before = harness.ctx.reconciles
-    clock.set(datetime.datetime(2026, 11, 30, 3, 5, tzinfo=datetime.timezone.utc))
+    clock.set(datetime.datetime(2026, 11, 30, 3, 5, tzinfo=datetime.UTC))
     time.sleep(1.0)  # something that must not happen: give a spinning timer time to show
     assert harness.ctx.reconciles == before
     assert "request" not in gc_status(harness, "spin")
@@ -229,7 +229,7 @@ def test_an_invalid_spec_with_a_passed_schedule_does_not_spin(operator_harness, 
 # it was handed (kopf's copy, or the sweep's), which can be older than what the API server holds.
 RACE_REQUEST = {"id": "20261130T025930Z-manual", "trigger": "manual", "requestedAt": "2026-11-30T02:59:30Z",
                 "dryRun": False, "deleteUntagged": False, "readOnlyTimeout": "1m", "deadline": "2026-11-30T03:02:30Z"}
-PAST_DEADLINE = datetime.datetime(2026, 11, 30, 3, 2, 31, tzinfo=datetime.timezone.utc)
+PAST_DEADLINE = datetime.datetime(2026, 11, 30, 3, 2, 31, tzinfo=datetime.UTC)
 
 
 def running_request(kube_api, name: str) -> dict[str, Any]:
@@ -245,6 +245,7 @@ def running_request(kube_api, name: str) -> dict[str, Any]:
 def reconcile_directly(kube_api, body: dict[str, Any]):
     """One reconcile in this thread, as a handler runs it, on the set clock."""
     import kubernetes.client
+
     from berth_operator.client import Kube
     from berth_operator.reconcile import reconcile
     from support.operator_harness import AGENT_IMAGE

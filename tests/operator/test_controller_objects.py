@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from support.operator_harness import OWNED_PATHS, OperatorHarness, wait_for
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -215,10 +216,9 @@ def test_generated_http_secret_is_random_and_long(all_cases):
 def test_a_terminating_pods_record_is_kept_but_not_counted(kube_api):
     """Scale-down: the pod being deleted still has an older record; it is not a wanted pod, so Ready does not
     wait for it, and its record stays until the pod is gone (then it is pruned)."""
-    from support.operator_harness import REGISTRIES_PATH
-
     from berth_api import Registry
     from berth_operator.builders import names
+    from support.operator_harness import REGISTRIES_PATH
 
     body = kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
                             "metadata": {"name": "tidy", "namespace": "default"},

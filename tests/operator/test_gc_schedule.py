@@ -10,7 +10,7 @@ import pytest
 from berth_api import GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from berth_operator import gc_schedule
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def at(text: str) -> datetime.datetime:

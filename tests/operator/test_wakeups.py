@@ -11,7 +11,7 @@ import pytest
 from berth_operator.wakeups import Wakeups
 from support.clock import SetClock
 
-T0 = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
 KEY = ("ns", "reg")
 
 

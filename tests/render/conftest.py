@@ -1,11 +1,13 @@
 """Fixtures for the rendering tests: the real registry and moto S3 from tests/support."""
 
-from support.registry import registry_factory  # noqa: F401  (pytest fixture)
-from support.s3 import moto_server  # noqa: F401  (pytest fixture)
-from support.redisserver import redis_server  # noqa: F401  (pytest fixture)
-
 import pytest
-from support.registry import registry_binaries
+
+from support.redisserver import redis_server  # noqa: F401  (pytest fixture)
+from support.registry import (
+    registry_binaries,
+    registry_factory,  # noqa: F401  (pytest fixture)
+)
+from support.s3 import moto_server  # noqa: F401  (pytest fixture)
 
 
 @pytest.fixture(params=registry_binaries())

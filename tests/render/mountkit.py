@@ -13,10 +13,10 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from support.certs import self_signed_pair  # noqa: F401  (re-exported: tests import it from here)
-from support.secretdir import write_secret_dir
 
 from berth_api import Registry, RegistrySpec
+from support.certs import self_signed_pair  # noqa: F401  (re-exported: tests import it from here)
+from support.secretdir import write_secret_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COSI_FORMATS = ("v1alpha1", "v1alpha2-cosi", "v1alpha2-kep")

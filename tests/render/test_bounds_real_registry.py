@@ -10,16 +10,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from render.mountkit import write_mounts_for
-from support.ports import free_port
-from support.redisserver import redis_server  # noqa: F401  (fixture)
-from support.registry import http_get, registry_binaries, start_registry
-
 from berth_agent.inputs.mounts import read_inputs
 from berth_agent.render.config import RenderPaths, render
 from berth_api import Registry
 from berth_api.server import MAX_REDIS_CONNECTIONS
 from berth_api.types import INT32_MAX
+from render.mountkit import write_mounts_for
+from support.ports import free_port
+from support.redisserver import redis_server  # noqa: F401  (fixture)
+from support.registry import http_get, registry_binaries, start_registry
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from render.mountkit import EXAMPLES, S3Target, example_names, load_example, write_mounts_for
 from support.secretdir import write_secret_dir
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render.mountkit import EXAMPLES
 
 from berth_agent.inputs.mounts import MountedInputs, S3Credentials
 from berth_agent.render.config import render
 from berth_api import Registry
+from render.mountkit import EXAMPLES
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("BERTH_UPDATE_GOLDEN") == "1"

@@ -17,14 +17,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.secretdir import swap_payload, write_secret_dir
 
-from berth_agent.inputs.cosi import MAX_JSON_DEPTH, json_depth
 from berth_agent.core.errors import InputError
+from berth_agent.inputs.cosi import MAX_JSON_DEPTH, json_depth
 from berth_agent.inputs.mounts import read_inputs
 from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT, volume_fingerprint
 from berth_api import Registry
 from render.mountkit import htpasswd_entry, self_signed_pair
+from support.secretdir import swap_payload, write_secret_dir
 
 PEM_CERT, PEM_KEY = self_signed_pair()
 PLANTED = "PLANTED-outside-the-volume-7d41"

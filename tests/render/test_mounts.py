@@ -11,13 +11,13 @@ import logging
 import os
 
 import pytest
-from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example, self_signed_pair
-from support.secretdir import swap_secret_dir, write_secret_dir
 
-from berth_agent.inputs.cosi import read_cosi
 from berth_agent.core.errors import InputError
+from berth_agent.inputs.cosi import read_cosi
 from berth_agent.inputs.mounts import MountedInputs, parse_redis_url, read_inputs
 from berth_api import Registry
+from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example, self_signed_pair
+from support.secretdir import swap_secret_dir, write_secret_dir
 
 ACCESS_KEY_ID = "AKIAMOUNTTESTKEY0001"
 SECRET_KEY = "mount-test-secret-key/with+chars"

@@ -21,6 +21,7 @@ import json
 
 import pytest
 import yaml
+
 from render.test_real_registry import assert_no_secret_in_log, check, prepare
 from support.ports import free_port
 from support.redisserver import running_redis

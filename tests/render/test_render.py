@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render.mountkit import load_example
 
 from berth_agent.core.errors import InputError
 from berth_agent.inputs.mounts import MountedInputs, S3Credentials
-from berth_agent.render.config import RenderPaths, Rendered, render
+from berth_agent.render.config import Rendered, RenderPaths, render
 from berth_api import Registry
+from render.mountkit import load_example
 
 S3 = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "AKIARENDERTEST000001", "render-secret-key")
 HTPASSWD = b"alice:$2y$04$" + b"a" * 53 + b"\n"

@@ -6,6 +6,7 @@ import os
 import socket
 
 import pytest
+
 from support.ports import free_port
 from support.registry import http_get, push_and_pull_back, running_registry
 from support.s3 import AccessKey

@@ -19,7 +19,7 @@ def self_signed_pair() -> tuple[bytes, bytes]:
     """A certificate for 127.0.0.1 and localhost, and its key (PEM)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "berth-test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -40,7 +40,7 @@ def self_signed(common_name: str, *, valid_for: datetime.timedelta = datetime.ti
     (negative: already expired). `password` encrypts the key."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start = min(now, now + valid_for) - datetime.timedelta(minutes=5)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())

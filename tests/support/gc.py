@@ -74,7 +74,7 @@ def start_agent_again(pod: RegistryPod, name: str, kube_api: Any, *, leave_secon
 # ---- asking for a run, as a user and the operator do ---------------------------------------------------------
 
 def _utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def operator_reconcile(kube_api: Any, name: str = "reg", namespace: str = "default", *,
@@ -169,7 +169,7 @@ class GatedRegistry:
         found = []
         for line in self.invocations_file.read_text().splitlines():
             pid, started, *args = line.split()
-            found.append((int(pid), datetime.datetime.fromtimestamp(float(started), datetime.timezone.utc), args))
+            found.append((int(pid), datetime.datetime.fromtimestamp(float(started), datetime.UTC), args))
         return found
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from berth_agent.supervisor.restart import Endpoint, answers
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.probe import answers
 from support.ports import free_port
 from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from berth_agent.supervisor.restart import RegistryProcess, find_registry_processes
-from berth_agent.core.write import supervisor_script
+from berth_agent.supervisor.procfs import RegistryProcess, find_registry_processes
+from berth_agent.supervisor.script import supervisor_script
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SHELLS = {"dash": ["dash"], "busybox": ["busybox", "sh"]}

@@ -21,26 +21,18 @@ from pathlib import Path
 
 import yaml
 
+from ..core.write import remove_stale, write_atomic, write_tree
+from ..render.config import Rendered
+from ..supervisor.endpoint import Endpoint
+from ..supervisor.files import CONFIG_NAME, EXIT_NAME, SUPERVISOR_PID_NAME
+from ..supervisor.handover import read_handover
+from ..supervisor.output import supervisor_pid, with_registry_error
+from ..supervisor.probe import CRASHES_BEFORE_GIVING_UP, STOPPED, answers, is_up, wait_until_serving
+from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
+from ..supervisor.restart import RestartResult, restart_registry
 from .last_good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render, s3_target
-from ..supervisor.output import EXIT_NAME, SUPERVISOR_PID_NAME, supervisor_pid, with_registry_error
-from ..render.config import Rendered
-from ..supervisor.restart import (
-    CRASHES_BEFORE_GIVING_UP,
-    STOPPED,
-    Endpoint,
-    RegistryProcess,
-    RestartResult,
-    answers,
-    find_registry_processes,
-    is_up,
-    read_handover,
-    restart_registry,
-    started_after,
-    wait_until_serving,
-)
 from .turns import ReplicaTurn
-from ..core.write import CONFIG_NAME, remove_stale, write_atomic, write_tree
 
 log = logging.getLogger(__name__)
 

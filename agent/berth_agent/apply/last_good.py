@@ -14,8 +14,9 @@ import json
 import shutil
 from pathlib import Path
 
+from ..core.write import write_atomic, write_tree
 from ..render.config import Rendered
-from ..core.write import CONFIG_NAME, write_atomic, write_tree
+from ..supervisor.files import CONFIG_NAME
 
 GOOD_DIR = "last-good"
 MARKER_NAME = "marker.json"

@@ -30,9 +30,9 @@ from urllib.parse import quote, urlsplit
 import yaml
 
 from ..core.errors import PreflightError
+from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis, redis_target, split_addr
 from .preflight_tls import check_pair
-from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
@@ -200,7 +200,7 @@ def sign_v4(method: str, host: str, path: str, query: dict[str, str], region: st
             secret_key: str, *, service: str = "s3", payload_hash: str = EMPTY_SHA256,
             now: datetime.datetime | None = None) -> dict[str, str]:
     """Headers (Host, X-Amz-Date, X-Amz-Content-Sha256, Authorization) for an AWS SigV4-signed request."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     date = amz_date[:8]
     headers = {"host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}

@@ -35,7 +35,7 @@ def check_pair(cert: bytes, key: bytes, *, scratch_dir: Path | None = None,
         raise PreflightError(f"{WHERE}: {_REASONS['BAD_DECRYPT']}")
     _load_together(cert, key, scratch_dir)
     not_after = leaf_not_after(cert)
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     stamp = not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
     if not_after <= now:
         raise PreflightError(f"{WHERE}: the certificate in tls.crt expired at {stamp}")
@@ -113,4 +113,4 @@ def _not_after(der: bytes) -> datetime.datetime:
         text = f"{1900 + year if year >= 50 else 2000 + year}{text[2:]}"
     elif tag != 0x18:  # GeneralizedTime YYYYMMDDHHMMSSZ
         raise ValueError("notAfter is not a time")
-    return datetime.datetime.strptime(text, "%Y%m%d%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+    return datetime.datetime.strptime(text, "%Y%m%d%H%M%SZ").replace(tzinfo=datetime.UTC)

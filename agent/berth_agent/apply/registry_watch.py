@@ -24,10 +24,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..core import metrics
-from .applier import Applier
 from ..core.health import Health
-from ..supervisor.output import EXIT_NAME, SUPERVISOR_PID_NAME, first_error, keep_bounded, supervisor_pid
 from ..sources import Change, Emit
+from ..supervisor.files import EXIT_NAME, SUPERVISOR_PID_NAME
+from ..supervisor.output import first_error, keep_bounded, supervisor_pid
+from .applier import Applier
 
 log = logging.getLogger(__name__)
 

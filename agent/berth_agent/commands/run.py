@@ -17,13 +17,16 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ..core.write import SUPERVISOR_NAME
+from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, MOUNT_ROOT, SECRET_VOLUMES
+
+from ..supervisor.files import SUPERVISOR_NAME
 
 log = logging.getLogger("berth_agent.run")
 
-DEFAULT_CONFIG_DIR = Path("/etc/berth")
-DEFAULT_MOUNTS = Path("/var/run/berth")
-DEFAULT_DATA_DIR = Path("/var/lib/registry")
+# The pod's layout (berth_api.pod): the operator's pod runs the agent with these paths.
+DEFAULT_CONFIG_DIR = Path(CONFIG_DIR)
+DEFAULT_MOUNTS = Path(MOUNT_ROOT)
+DEFAULT_DATA_DIR = Path(DATA_DIR)
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")  # what may be spliced into supervise.sh as a default
 
 
@@ -114,13 +117,11 @@ def _split_addr(addr: str) -> tuple[str, int]:
 
 def _api_secrets(values: list[str]) -> dict[str, str]:
     """--api-secret DIR=SECRET values as {DIR: SECRET}; DIR is one of the mount contract's directories."""
-    from ..inputs.mounts import SOURCES
-
     result: dict[str, str] = {}
     for value in values:
         volume, sep, secret = value.partition("=")
-        if not sep or volume not in SOURCES or not secret or volume in result:
-            raise ValueError(f"--api-secret must be DIR=SECRET with DIR one of {', '.join(SOURCES)}, each once; "
+        if not sep or volume not in SECRET_VOLUMES or not secret or volume in result:
+            raise ValueError(f"--api-secret must be DIR=SECRET with DIR one of {', '.join(SECRET_VOLUMES)}, each once; "
                              f"not {value!r}")
         result[volume] = secret
     return result
@@ -128,12 +129,11 @@ def _api_secrets(values: list[str]) -> dict[str, str]:
 
 def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
     """supervise.sh with its defaults set to this agent's registry binary and config path."""
-    from ..core.write import supervisor_script
+    from ..supervisor.script import supervisor_script
 
     script = supervisor_script().decode()
-    script = script.replace("${BERTH_REGISTRY_BIN:-registry}", "${BERTH_REGISTRY_BIN:-%s}" % registry_bin)
-    script = script.replace("${BERTH_CONFIG:-/etc/berth/config.yml}",
-                            "${BERTH_CONFIG:-%s}" % (config_dir / "config.yml"))
+    script = script.replace("${BERTH_REGISTRY_BIN:-registry}", f"${{BERTH_REGISTRY_BIN:-{registry_bin}}}")
+    script = script.replace(f"${{BERTH_CONFIG:-{CONFIG_DIR}/{CONFIG_NAME}}}", f"${{BERTH_CONFIG:-{config_dir / CONFIG_NAME}}}")
     return script.encode()
 
 
@@ -160,10 +160,12 @@ def _kube_api_client(args: argparse.Namespace) -> Any:
 def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
     """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
     in the registry container through the supervisor (gc_command.py)."""
+    from berth_api.leases import gc_lease_name
+
     from ..gc.api import GcStatusApi
     from ..gc.command import GcCommand
-    from ..gc.run import GcRunner, gc_lease_name
-    from ..apply.turns import ReloadLease
+    from ..gc.run import GcRunner
+    from ..kube.lease import ReloadLease
 
     state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
     command = GcCommand(state_dir, args.config_dir)
@@ -174,12 +176,12 @@ def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: 
 
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..core.health import Health, start_health_server
+    from ..core.write import write_atomic
     from ..pipeline.coordinator import Pipeline, PipelineSettings
     from ..pipeline.report import ApiReporter, LogReporter
     from ..sources import Change, queue_emitter
     from ..sources.mount_watch import MountWatcher
     from ..sources.pvc import PvcProbe
-    from ..core.write import write_atomic
 
     health = Health(config_path=args.config_dir / "config.yml")
     api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
@@ -204,12 +206,15 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
                         for volume, secret in args.api_secrets.items()]
         reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
         subject = args.registry
-        from ..apply.turns import ReloadLease, ReplicaTurn, lease_name
+        from berth_api.leases import reload_lease_name
+
+        from ..apply.turns import ReplicaTurn
+        from ..kube.lease import ReloadLease
 
         def waiting(message: str | None) -> None:  # called from the applier's worker thread
             asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
 
-        turn = ReplicaTurn(ReloadLease(api_client, namespace, lease_name(name), args.pod_name), health,
+        turn = ReplicaTurn(ReloadLease(api_client, namespace, reload_lease_name(name), args.pod_name), health,
                            leave_seconds=args.leave_seconds, on_wait=waiting)
     else:
         from ..sources.registry_file import RegistryFileWatcher

@@ -11,13 +11,10 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 
 SECRET_MODE = 0o600
 DIR_MODE = 0o700
-SUPERVISOR_NAME = "supervise.sh"
-CONFIG_NAME = "config.yml"
 LOCAL_HTTP_SECRET_NAME = "http-secret"  # beside config.yml: the agent's own secret when none is mounted
 
 
@@ -126,15 +123,3 @@ def local_http_secret(config_dir: Path) -> str:
     elif path.stat().st_mode & 0o077:
         os.chmod(path, SECRET_MODE)  # someone loosened it: a signing key stays ours alone
     return value
-
-
-def supervisor_script() -> bytes:
-    """The supervisor shipped as package data (the registry image does not contain it)."""
-    return resources.files("berth_agent.supervisor").joinpath(SUPERVISOR_NAME).read_bytes()
-
-
-def install_supervisor(config_dir: Path) -> Path:
-    """Write supervise.sh into the config volume; not secret, but the registry container only needs to read it."""
-    target = Path(config_dir) / SUPERVISOR_NAME
-    write_atomic(target, supervisor_script(), mode=0o644)
-    return target

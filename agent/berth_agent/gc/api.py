@@ -11,8 +11,8 @@ from typing import Any
 
 from berth_api import GROUP, PLURAL, VERSION
 
-from ..pipeline.report import MERGE_PATCH
-from ..apply.turns import LeaseError, ReloadLease
+from ..kube.api import MERGE_PATCH
+from ..kube.lease import LeaseError, ReloadLease
 
 log = logging.getLogger(__name__)
 

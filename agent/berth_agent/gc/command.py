@@ -24,16 +24,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import report as gc_report
+from ..core.write import write_atomic
+from ..supervisor.files import (
+    CONFIG_NAME,
+    GC_HEARTBEAT_NAME,
+    GC_OUTPUT_NAME,
+    GC_PID_NAME,
+    GC_REQUEST_NAME,
+    GC_RESULT_NAME,
+)
 from ..supervisor.output import scrub, supervisor_pid
-from ..supervisor.restart import RegistryProcess, find_registry_processes, parent_pid, runs_gc
-from ..core.write import CONFIG_NAME, write_atomic
+from ..supervisor.procfs import (
+    RegistryProcess,
+    find_registry_processes,
+    parent_pid,
+    runs_gc,
+    send_signal,
+    start_ticks,
+)
+from . import report as gc_report
 
-REQUEST_NAME = "gc-request"
-PID_NAME = "gc.pid"
-OUTPUT_NAME = "gc-output"
-RESULT_NAME = "gc-result"
-HEARTBEAT_NAME = "gc-heartbeat"
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 START_TIMEOUT = 10.0  # the supervisor takes a request within milliseconds of SIGUSR2
 NUDGE_SECONDS = 0.2  # SIGUSR2 again until it is taken (a signal can land just before the script's wait)
@@ -94,12 +104,12 @@ class GcCommand:
             raise GcCommandError(f"a garbage-collect (request {running.run_id}) still runs in the registry "
                                  "container")
         self._beat()
-        self._remove(RESULT_NAME)
+        self._remove(GC_RESULT_NAME)
         words = [run_id, *(["--dry-run"] if dry_run else []), *(["--delete-untagged"] if delete_untagged else [])]
-        write_atomic(self.state_dir / REQUEST_NAME, (" ".join(words) + "\n").encode())
+        write_atomic(self.state_dir / GC_REQUEST_NAME, (" ".join(words) + "\n").encode())
         started = self._start(run_id, supervisor)
         parser = gc_report.GcReportParser(dry_run=dry_run, keep_digests=KEEP_DIGESTS)
-        follower = _OutputFollower(self.state_dir / OUTPUT_NAME, parser)
+        follower = _OutputFollower(self.state_dir / GC_OUTPUT_NAME, parser)
         try:
             status, timed_out, stopped = self._follow(run_id, started, follower, stop, began, timeout_seconds)
         finally:
@@ -117,8 +127,8 @@ class GcCommand:
                 try:
                     os.kill(supervisor, signal.SIGUSR2)
                 except ProcessLookupError:
-                    self._remove(REQUEST_NAME)
-                    raise GcCommandError("the supervisor (supervise.sh) exited before it took the request")
+                    self._remove(GC_REQUEST_NAME)
+                    raise GcCommandError("the supervisor (supervise.sh) exited before it took the request") from None
                 nudged = now
             result = self._result(run_id)
             if result is not None and result[1]:
@@ -129,7 +139,7 @@ class GcCommand:
             if result is not None:  # ended already (a config it refuses ends in milliseconds)
                 return _Running(None, run_id)
             if now >= deadline:
-                self._remove(REQUEST_NAME)
+                self._remove(GC_REQUEST_NAME)
                 raise GcCommandError(f"the supervisor (pid {supervisor}) did not start garbage-collect within "
                                      f"{START_TIMEOUT:g}s")
             time.sleep(0.01)
@@ -158,10 +168,10 @@ class GcCommand:
                     stopped = stop.is_set()
                     timed_out = not stopped and now - began >= timeout_seconds
                     if stopped or timed_out:
-                        _signal(process.pid, signal.SIGTERM)
+                        send_signal(process.pid, signal.SIGTERM)
                         term_at = now
                 elif not killed and now - term_at >= self.kill_grace:
-                    _signal(process.pid, signal.SIGKILL)
+                    send_signal(process.pid, signal.SIGKILL)
                     killed = True
             elif gone_at is None:
                 gone_at = now
@@ -205,13 +215,13 @@ class GcCommand:
         if running is None or running.process is None:
             return None
         process = running.process
-        _signal(process.pid, signal.SIGTERM)
+        send_signal(process.pid, signal.SIGTERM)
         began = time.monotonic()
         killed = False
         while process.alive():
             waited = time.monotonic() - began
             if not killed and waited >= self.kill_grace:
-                _signal(process.pid, signal.SIGKILL)
+                send_signal(process.pid, signal.SIGKILL)
                 killed = True
             if waited >= timeout:
                 raise GcCommandError(f"the garbage-collect of request {running.run_id} (pid {process.pid}) is "
@@ -238,7 +248,7 @@ class GcCommand:
     def _running(self, run_id: str | None = None) -> _Running | None:
         """The command gc.pid names (of request `run_id`, when given) if it still runs (or just ended)."""
         try:
-            words = (self.state_dir / PID_NAME).read_text().split()
+            words = (self.state_dir / GC_PID_NAME).read_text().split()
             pid, found_id = int(words[0]), words[1]
         except (OSError, ValueError, IndexError):
             return None
@@ -246,7 +256,7 @@ class GcCommand:
             return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            process = RegistryProcess(pid, _start_ticks(pid))
+            process = RegistryProcess(pid, start_ticks(pid))
         except (OSError, ValueError, IndexError):
             return _Running(None, found_id) if run_id is not None else None
         if not process.alive() or (b"garbage-collect" not in cmdline and not self._forked_by_wrapper(process)):
@@ -266,7 +276,7 @@ class GcCommand:
     def _result(self, run_id: str) -> tuple[int, bool] | None:
         """(exit status, refused) from gc-result when it answers `run_id`."""
         try:
-            words = (self.state_dir / RESULT_NAME).read_text().split()
+            words = (self.state_dir / GC_RESULT_NAME).read_text().split()
         except OSError:
             return None
         if len(words) < 2 or words[0] != run_id or not words[1].isdigit():
@@ -274,7 +284,7 @@ class GcCommand:
         return int(words[1]), words[2:] == ["refused"]
 
     def _beat(self) -> None:
-        (self.state_dir / HEARTBEAT_NAME).touch()
+        (self.state_dir / GC_HEARTBEAT_NAME).touch()
 
     def _remove(self, name: str) -> None:
         try:
@@ -374,11 +384,6 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def _start_ticks(pid: int) -> int:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    return int(raw[raw.rindex(")") + 2 :].split()[19])
-
-
 def _killed(status: int) -> str:
     """A command ended by a signal nobody in Berth sent (the agent's stops are `stopped`/`timed_out`)."""
     try:
@@ -391,13 +396,6 @@ def _killed(status: int) -> str:
         message += (": the kernel kills so at the container's memory limit; garbage-collect holds every "
                     "manifest and blob digest in memory, so raise spec.resources.limits.memory for a large store")
     return message
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 __all__ = ["GcCommand", "GcCommandError", "GcOutcome"]

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from berth_api import GC_STORAGE_MESSAGE
+from berth_api.gc import gc_status
+from berth_api.timestamps import parse_epoch
 
-from .mode import GcHold, gc_status, parse_time, read_only_for
+from .mode import GcHold, read_only_for
 
 # The command is stopped this long before the request's deadline, so the result is recorded (and every
 # replica returns to writable) before the operator would record Interrupted.
@@ -127,7 +129,7 @@ def interrupted_run(step: Interrupt, finished_at: str, taker: str) -> dict[str, 
     message = f"the runner in pod {who} stopped"
     if step.runner == taker:
         message += " (its agent restarted)"
-    started = step.started_at if parse_time(step.started_at) is not None else None
+    started = step.started_at if parse_epoch(step.started_at) is not None else None
     return last_run(step.hold, result="Interrupted", started_at=started, finished_at=finished_at,
                     runner=step.runner, message=message)
 

@@ -9,13 +9,12 @@ goes writable even when the operator and the runner are both gone.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from berth_api import RegistrySpec
-from berth_api.gc import parse_gc_duration, parse_rfc3339
+from berth_api.gc import gc_status, parse_gc_duration
+from berth_api.timestamps import parse_epoch
 
 
 @dataclass(frozen=True)
@@ -28,17 +27,6 @@ class GcHold:
     deadline: float  # wall clock (epoch seconds)
 
 
-def parse_time(text: Any) -> float | None:
-    """An RFC 3339 timestamp with its offset as epoch seconds, else None."""
-    moment = parse_rfc3339(text)
-    return moment.timestamp() if moment is not None else None
-
-
-def gc_status(registry: dict | None) -> dict:
-    value = ((registry or {}).get("status") or {}).get("garbageCollection")
-    return value if isinstance(value, dict) else {}
-
-
 def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -47,7 +35,7 @@ def standing_request(registry: dict | None) -> GcHold | None:
     """The request in status as a hold, whatever the time; None when absent, malformed, or finished."""
     gc = gc_status(registry)
     request = _mapping(gc.get("request"))
-    request_id, deadline = request.get("id"), parse_time(request.get("deadline"))
+    request_id, deadline = request.get("id"), parse_epoch(request.get("deadline"))
     if not isinstance(request_id, str) or not request_id or deadline is None:
         return None
     if _mapping(gc.get("lastRun")).get("id") == request_id:
@@ -76,15 +64,4 @@ def with_read_only(spec: RegistrySpec) -> RegistrySpec:
     return spec.model_copy(update={"config": config})
 
 
-def status_digest(registry: dict | None) -> str:
-    """What of status.garbageCollection moves an agent: the request (id, deadline), the runner's `active` and
-    the last result's id. The Registry watcher adds it to its content digest (status is otherwise ignored)."""
-    gc = gc_status(registry)
-    request, last_run = _mapping(gc.get("request")), _mapping(gc.get("lastRun"))
-    keys = {"request": [request.get("id"), request.get("deadline")], "active": gc.get("active"),
-            "lastRun": last_run.get("id")}
-    return hashlib.sha256(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()
-
-
-__all__ = ["GcHold", "gc_status", "parse_time", "read_only_for", "standing_request", "status_digest",
-           "with_read_only"]
+__all__ = ["GcHold", "read_only_for", "standing_request", "with_read_only"]

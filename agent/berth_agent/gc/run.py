@@ -25,16 +25,27 @@ from typing import Any, Protocol
 
 import yaml
 
-from . import report as gc_report
+from berth_api.timestamps import format_time
+
 from ..core import metrics
+from ..kube.api import describe_api_error
+from ..kube.lease import LeaseError, ReloadLease
+from . import report as gc_report
 from .api import LEASE_SECONDS, RENEW_SECONDS, GcStatusApi, LeaseKeeper
 from .cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
-from .decide import Interrupt, Refuse, Run, acknowledgements, interrupted_run, last_run, measures_bytes, \
-    next_step, result_of, time_bound
+from .decide import (
+    Interrupt,
+    Refuse,
+    Run,
+    acknowledgements,
+    interrupted_run,
+    last_run,
+    measures_bytes,
+    next_step,
+    result_of,
+    time_bound,
+)
 from .mode import read_only_for
-from ..pipeline.report import rfc3339
-from ..sources.registry_api import describe_api_error
-from ..apply.turns import LeaseError, ReloadLease
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +53,6 @@ TRY_SECONDS = 2.0  # how often a standing request's Lease is tried (jittered)
 ACK_POLL_SECONDS = 0.5
 IDLE_SECONDS = 30.0  # with no request standing
 RECORD_ATTEMPTS = 5  # the final status patch: what returns every replica to writable
-
-
-def gc_lease_name(registry: str) -> str:
-    """`<registry>-gc`: berth_operator.builders.names.gc_lease_name says the same."""
-    return f"{registry}-gc"
 
 
 class GcCommandLike(Protocol):  # berth_agent.gc.command.GcCommand (gc-sup)
@@ -158,7 +164,7 @@ class GcRunner:
         """The run itself; True when the Lease was lost (nothing recorded)."""
         hold = step.hold
         started_wall = self.wall()
-        started_at = rfc3339(started_wall)
+        started_at = format_time(started_wall)
         bound = time_bound(started_wall, hold)
         stop = self._run_stop = threading.Event()
         if self.stopping.is_set():
@@ -175,11 +181,11 @@ class GcRunner:
                 return False  # the request ended meanwhile (its result or its deadline): nothing to add
             if self.stopping.is_set():
                 self._record(last_run(hold, result="Interrupted", started_at=started_at,
-                                      finished_at=rfc3339(self.wall()), runner=self.pod,
+                                      finished_at=format_time(self.wall()), runner=self.pod,
                                       message=f"the agent in pod {self.pod} stopped before the run"))
                 return False
             if not acks.complete:
-                self._record(last_run(hold, result="TimedOut", started_at=started_at, finished_at=rfc3339(self.wall()),
+                self._record(last_run(hold, result="TimedOut", started_at=started_at, finished_at=format_time(self.wall()),
                                       runner=self.pod, message=f"not every replica served read-only within the "
                                       f"bound: {acks.describe()}"))
                 return False
@@ -243,7 +249,7 @@ class GcRunner:
             freed = gc_report.bytes_freed(before, gc_report.blob_bytes(self.data_dir))
         elif registry is not None and hold.dry_run and measures_bytes(registry, False):
             freed = 0
-        record = last_run(hold, result=result, started_at=started_at, finished_at=rfc3339(self.wall()),
+        record = last_run(hold, result=result, started_at=started_at, finished_at=format_time(self.wall()),
                           runner=self.pod, report=report, bytes_freed=freed, message=message)
         self._record(record)
         self._count(record, seconds)
@@ -283,7 +289,7 @@ class GcRunner:
 
     def _interrupted(self, step: Interrupt) -> None:
         orphan = self.command.stop_orphan()
-        record = interrupted_run(step, rfc3339(self.wall()), self.pod)
+        record = interrupted_run(step, format_time(self.wall()), self.pod)
         log.warning("gc interrupted", extra={"fields": {"request_id": step.hold.request_id, "runner": step.runner,
                                                         "orphan_stopped": orphan}})
         self._record(record)
@@ -292,7 +298,7 @@ class GcRunner:
                     f"recorded by pod {self.pod}, the registry returns to writable", warning=True)
 
     def _refused(self, step: Refuse) -> None:
-        now = rfc3339(self.wall())
+        now = format_time(self.wall())
         record = last_run(step.hold, result="Failed", started_at=now, finished_at=now, runner=self.pod,
                           message=f"not run: {step.reason}")
         self._record(record)
@@ -333,4 +339,4 @@ class GcRunner:
             log.warning("cannot post a gc event", extra={"fields": {"reason": reason, "error": type(exc).__name__}})
 
 
-__all__ = ["GcRunner", "gc_lease_name"]
+__all__ = ["GcRunner"]

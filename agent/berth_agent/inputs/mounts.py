@@ -16,23 +16,16 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from berth_api import RegistrySpec
+from berth_api.pod import HTTP_SECRET_KEY, MOUNT_ROOT, TLS_CERT_KEY, TLS_KEY_KEY
 
-from .cosi import S3Credentials, read_cosi
 from ..core.errors import InputError
+from .cosi import S3Credentials, read_cosi
 from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, read_key, read_text
 
-__all__ = [
-    "DEFAULT_MOUNT_ROOT", "GENERATED_HTTP_SECRET_KEY", "SOURCES", "TLS_CERT_KEY", "TLS_KEY_KEY",
-    "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs",
-]
+__all__ = ["DEFAULT_MOUNT_ROOT", "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs"]
 
-DEFAULT_MOUNT_ROOT = Path("/var/run/berth")
-# Subdirectories of the mount root, one Secret volume each.
-SOURCES = ("cosi", "htpasswd", "http-secret", "redis", "tls")
-# Key of the http secret in the Secret the operator generates when spec.http.secret is absent.
-GENERATED_HTTP_SECRET_KEY = "secret"
-TLS_CERT_KEY = "tls.crt"
-TLS_KEY_KEY = "tls.key"
+# The Secret volumes' names (subdirectories of the mount root) and keys are the pod contract, berth_api.pod.
+DEFAULT_MOUNT_ROOT = Path(MOUNT_ROOT)
 # Distribution 2.8 and 3 accept only bcrypt entries in htpasswd files.
 _HTPASSWD_LINE = re.compile(rb"^[^:\s]+:\$2[aby]?\$[0-9]{2}\$[./A-Za-z0-9]{53}$")
 
@@ -150,9 +143,9 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     if spec.http.secret is not None:
         values["http_secret"] = read_text(root("http-secret"), "http-secret", spec.http.secret.field,
                                           why="spec.http.secret")
-    elif os.path.lexists(root("http-secret") / "http-secret" / GENERATED_HTTP_SECRET_KEY):
+    elif os.path.lexists(root("http-secret") / "http-secret" / HTTP_SECRET_KEY):
         values["http_secret"] = read_text(
-            root("http-secret"), "http-secret", GENERATED_HTTP_SECRET_KEY, why="the operator-generated http secret"
+            root("http-secret"), "http-secret", HTTP_SECRET_KEY, why="the operator-generated http secret"
         )
 
     if spec.redis is not None:

@@ -27,26 +27,27 @@ import yaml
 from pydantic import ValidationError
 
 from berth_api import RegistrySpec, describe_validation_error
+from berth_api.pod import SECRET_VOLUMES
 
-from ..core import metrics
 from ..apply.applier import Applier, Outcome
-from ..supervisor.restart import STOPPED
+from ..apply.turns import ReplicaTurn
+from ..core import metrics
 from ..core.clock import Clock, LoopClock
 from ..core.errors import InputError, describe_internal_error
-from ..gc.mode import GcHold, read_only_for, with_read_only
 from ..core.health import Health
-from ..inputs.mounts import SOURCES, read_inputs
+from ..core.write import local_http_secret
+from ..gc.mode import GcHold, read_only_for, with_read_only
+from ..inputs.mounts import read_inputs
 from ..render.config import Rendered, RenderPaths, render
-from .guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pending
-from .report import Reporter
 from ..sources import Change
 from ..sources.pvc import PvcProbe
-from ..apply.turns import ReplicaTurn
-from ..core.write import local_http_secret
+from ..supervisor.probe import STOPPED
+from .guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pending
+from .report import Reporter
 
 if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
-    from ..sources.api_secrets import ApiSecrets
     from ..gc.ack import GcAck
+    from ..sources.api_secrets import ApiSecrets
 
 log = logging.getLogger(__name__)
 
@@ -495,7 +496,7 @@ def listen_on(rendered: Rendered, host: str) -> Rendered:
 def _source_label(source: str) -> str:
     """A bounded metrics label for an InputError source: the mount dir name, else 'spec'."""
     head = source.split("/", 1)[0].split(":", 1)[0]
-    return head if head in SOURCES else "spec"
+    return head if head in SECRET_VOLUMES else "spec"
 
 
 __all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]

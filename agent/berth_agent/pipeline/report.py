@@ -12,19 +12,18 @@ import logging
 import secrets
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from berth_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from berth_api.timestamps import format_time
 
 from ..core import metrics
+from ..kube.api import MERGE_PATCH, describe_api_error
 from ..sources.pvc import PvcState
-from ..sources.registry_api import describe_api_error
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "berth-agent"
-MERGE_PATCH = "application/merge-patch+json"
 MAX_EVENT_MESSAGE = 1024  # what the events.k8s.io API allows for a note; longer is cut
 
 
@@ -39,11 +38,6 @@ class Reporter(Protocol):
     async def data_path(self, state: PvcState | None) -> None: ...  # None: no data path (not filesystem storage)
 
     async def waiting(self, message: str | None) -> None: ...  # waiting for its turn to reload; None: not any more
-
-
-def rfc3339(ts: float | None = None, *, millis: bool = False) -> str:
-    moment = datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc)
-    return moment.isoformat(timespec="milliseconds" if millis else "seconds").replace("+00:00", "Z")
 
 
 class LogReporter:
@@ -82,7 +76,7 @@ def data_path_record(state: PvcState | None, now: float) -> dict | None:
     if state is None or state.capacity_bytes is None:
         return None
     return {"mounted": state.mounted, "capacityBytes": state.capacity_bytes, "freeBytes": state.free_bytes,
-            "checkedAt": rfc3339(now)}
+            "checkedAt": format_time(now)}
 
 
 def data_path_moved(old: dict | None, new: dict | None, *, fraction: float = 0.01) -> bool:
@@ -192,7 +186,7 @@ class ApiReporter:
         if self._last_record and self._last_record[0] == key and now - self._last_record[1] < self.refresh_seconds:
             return True  # same record written recently: nothing new to say
         if "appliedAt" in record:
-            record["appliedAt"] = rfc3339(now, millis=True)
+            record["appliedAt"] = format_time(now, precision="milliseconds")
         if self._patch_status(record, "status"):
             self._last_record = (key, now)
             return True
@@ -245,7 +239,7 @@ class ApiReporter:
 
     def _create_event(self, reason: str, message: str, event_type: str, now: float) -> dict:
         name = f"{self.name}.{time.time_ns():x}{secrets.token_hex(2)}"  # client-go style: <object>.<unique>
-        stamp = rfc3339(now)
+        stamp = format_time(now)
         involved = {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "namespace": self.namespace}
         uid = self._registry_uid()
         if uid:
@@ -269,7 +263,7 @@ class ApiReporter:
         return {"name": name, "count": 1, "last": now}
 
     def _bump_event(self, seen: dict, now: float) -> None:
-        body = {"count": seen["count"] + 1, "lastTimestamp": rfc3339(now)}
+        body = {"count": seen["count"] + 1, "lastTimestamp": format_time(now)}
         # Merge patch: for a dict body CoreV1Api.patch_namespaced_event would pick application/json-patch+json
         # (the first type the endpoint lists), which the API server rejects for an object.
         self._events_call("PATCH", "/api/v1/namespaces/{namespace}/events/{name}", body, MERGE_PATCH, name=seen["name"])
@@ -315,4 +309,4 @@ def _finish(response: Any) -> None:
     response.release_conn()
 
 
-__all__ = ["ApiReporter", "LogReporter", "Reporter", "rfc3339"]
+__all__ = ["ApiReporter", "LogReporter", "Reporter"]

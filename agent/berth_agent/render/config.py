@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -18,43 +16,15 @@ import yaml
 from berth_api import RegistrySpec
 
 from ..core.errors import InputError
-from ..inputs.mounts import TLS_CERT_KEY, TLS_KEY_KEY, MountedInputs, parse_redis_url
+from ..inputs.mounts import MountedInputs, parse_redis_url
+from .paths import HTPASSWD_FILE, TLS_CERT_FILE, TLS_KEY_FILE, RenderPaths
+from .rendered import Rendered
 from .storage import storage_section
 
 Distribution = Literal["2", "3"]
-HTPASSWD_FILE = "htpasswd"
-TLS_CERT_FILE = f"tls/{TLS_CERT_KEY}"
-TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
 # The htpasswd realm is only shown to clients in the WWW-Authenticate header.
 HTPASSWD_REALM = "berth"
-
-
-@dataclass(frozen=True)
-class RenderPaths:
-    config_dir: Path = Path("/etc/berth")  # config.yml, htpasswd and tls/ (the shared config volume)
-    data_dir: Path = Path("/var/lib/registry")  # filesystem rootdirectory (the PVC)
-    # The registry container's CA bundle: Distribution 3.1 verifies a TLS redis against `redis.tls.rootcas` only
-    # (no system roots without it). The official registry:3 image installs Alpine's ca-certificates here.
-    ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
-
-
-@dataclass(frozen=True, repr=False)
-class Rendered:
-    config: bytes  # config.yml, deterministic
-    files: dict[str, bytes] = field(default_factory=dict)  # more files for config_dir, by relative name
-    config_hash: str = ""  # sha256 hex of config
-
-    def restart_needed(self, previous: Rendered | None) -> bool:
-        """True when the registry must restart to apply this render: it reads its config and TLS files once at
-        start. The htpasswd file alone is re-read live (field-notes §1), so a change there needs no restart."""
-        if previous is None:
-            return True
-        if self.config != previous.config:
-            return True
-        return any(self.files.get(name) != previous.files.get(name) for name in (TLS_CERT_FILE, TLS_KEY_FILE))
-
-    def __repr__(self) -> str:
-        return f"Rendered(config_hash={self.config_hash!r}, files={sorted(self.files)!r})"
+DEFAULT_PATHS = RenderPaths()  # the pod's (berth_api.pod)
 
 
 def render(
@@ -62,7 +32,7 @@ def render(
     inputs: MountedInputs,
     *,
     distribution: Distribution | None = None,
-    paths: RenderPaths = RenderPaths(),
+    paths: RenderPaths = DEFAULT_PATHS,
 ) -> Rendered:
     """Render the config for `distribution` (default: the spec's, derived from its image). Raises InputError."""
     major = distribution or spec.distribution_major

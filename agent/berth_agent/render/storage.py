@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from berth_api import RegistrySpec
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, S3Credentials
-
-if TYPE_CHECKING:
-    from .config import RenderPaths
+from .paths import RenderPaths
 
 
 def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2", "3"],

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import metrics
-from ..inputs.secret_volume import list_keys
-from . import Change
-from .secret_api import SecretCopy, data_fingerprint
 from ..core.write import DIR_MODE, write_atomic
+from ..inputs.secret_volume import list_keys
+from .change import Change
+from .secret_api import SecretCopy, data_fingerprint
 
 log = logging.getLogger(__name__)
 

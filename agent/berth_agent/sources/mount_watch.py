@@ -15,15 +15,16 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent
 
+from berth_api.pod import SECRET_VOLUMES
+
 from ..core import metrics
 from ..core.health import Health
-from . import Change, Emit
+from .change import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 
 log = logging.getLogger(__name__)
 
 # The Secret volumes of the registry pod, by directory name under the mount root (docs/design.md §3).
-SOURCE_DIRS = ("cosi", "htpasswd", "http-secret", "redis", "tls")
 
 
 class MountWatcher(DirectorySource):
@@ -56,13 +57,13 @@ class MountWatcher(DirectorySource):
     def _wanted_dirs(self) -> list[Path]:
         if not self.mount_root.is_dir():
             return []  # nothing mounted (yet): the resync tick looks again
-        return [self.mount_root] + [d for d in (self.mount_root / n for n in SOURCE_DIRS) if d.is_dir()]
+        return [self.mount_root] + [d for d in (self.mount_root / n for n in SECRET_VOLUMES) if d.is_dir()]
 
     def _on_event(self, watched: Path, event: FileSystemEvent) -> None:
         """Runs in the observer thread."""
         if watched == self.mount_root:
             changed = Path(str(event.dest_path or event.src_path)).name
-            if changed not in SOURCE_DIRS:
+            if changed not in SECRET_VOLUMES:
                 return
             # A source directory appeared, vanished or was replaced: the run loop re-syncs the watches (not
             # here: scheduling a watch from the observer's own dispatch thread would order locks both ways).
@@ -133,4 +134,4 @@ class MountWatcher(DirectorySource):
             await asyncio.to_thread(self._observer.stop)
 
 
-__all__ = ["SOURCE_DIRS", "MountWatcher"]
+__all__ = ["MountWatcher"]

@@ -13,13 +13,13 @@ import logging
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import metrics
 from ..core.health import Health
-from . import Change, Emit
+from .change import Change, Emit
 
 log = logging.getLogger(__name__)
 

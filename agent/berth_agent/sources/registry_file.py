@@ -24,7 +24,7 @@ from berth_api import type_meta_problem
 from ..core import metrics
 from ..core.health import Health
 from ..inputs.registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
-from . import Change, Emit
+from .change import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 
 log = logging.getLogger(__name__)

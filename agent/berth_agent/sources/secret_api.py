@@ -3,7 +3,7 @@
 The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the API change (field-notes §3, §7);
 the API server shows it at once. So, in API mode, the agent watches each mounted Secret (`--api-secret
 VOLUME=NAME`) as a single object, with the same list/watch machinery as its Registry (resume from the last
-resourceVersion, relist on 410 Gone, server and client timeouts, backoff: registry_api.SingleObjectWatcher), and
+resourceVersion, relist on 410 Gone, server and client timeouts, backoff: kube_watch.SingleObjectWatcher), and
 hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is decided in berth_agent.sources.api_secrets.
 
 Requests go through ApiClient.call_api, not CoreV1Api (about 3 MiB of RSS to load for one path, like the
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.health import Health
-from . import Change, Emit
-from .registry_api import SingleObjectWatcher
+from .change import Change, Emit
+from .kube_watch import SingleObjectWatcher
 
 SECRETS_PATH = "/api/v1/namespaces/{namespace}/secrets"
 

@@ -13,10 +13,8 @@ import os
 import re
 from pathlib import Path
 
-OUTPUT_NAME = "registry-output"
-PREVIOUS_NAME = OUTPUT_NAME + ".1"
-SUPERVISOR_PID_NAME = "supervisor.pid"
-EXIT_NAME = "registry-exit"  # supervise.sh: "pid status seconds-it-ran" of the last registry that exited
+from .files import OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
+
 MAX_BYTES = 256 * 1024  # beyond this the agent empties the file: only the last start's lines matter
 MAX_LINE = 300
 _READ = 64 * 1024  # the first error comes right after the start: the head of the file holds it
@@ -41,7 +39,7 @@ def scrub(text: str) -> str:
 
 def first_error(config_dir: Path) -> str | None:
     """The first error line the last registry to exit printed (else the current one), scrubbed; None if none."""
-    for name in (PREVIOUS_NAME, OUTPUT_NAME):
+    for name in (PREVIOUS_OUTPUT_NAME, OUTPUT_NAME):
         try:
             with open(Path(config_dir) / name, "rb") as stream:
                 head = stream.read(_READ).decode(errors="replace")
@@ -82,4 +80,4 @@ def supervisor_pid(config_dir: Path) -> int | None:
     return pid
 
 
-__all__ = ["OUTPUT_NAME", "first_error", "keep_bounded", "scrub", "supervisor_pid", "with_registry_error"]
+__all__ = ["first_error", "keep_bounded", "scrub", "supervisor_pid", "with_registry_error"]

@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 from berth_api import Registry
+from berth_api.pod import HTTP_SECRET_KEY
 
 from . import names
 from .context import ClusterFacts
@@ -30,5 +31,5 @@ def build(reg: Registry, facts: ClusterFacts, value: str) -> dict[str, Any] | No
         "type": "Opaque",
         # data, not stringData: what is read back equals what was written, also on API servers (kmock) that do
         # not convert stringData.
-        "data": {names.HTTP_SECRET_KEY: base64.b64encode(value.encode()).decode("ascii")},
+        "data": {HTTP_SECRET_KEY: base64.b64encode(value.encode()).decode("ascii")},
     }

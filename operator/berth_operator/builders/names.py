@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from berth_api import Registry
-
-# Key of the generated HTTP secret; the agent reads the same key (berth_agent.mounts.GENERATED_HTTP_SECRET_KEY).
-HTTP_SECRET_KEY = "secret"
+from berth_api import Registry, leases
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -50,14 +47,13 @@ def role_binding_name(reg: Registry) -> str:
 
 
 def lease_name(reg: Registry) -> str:
-    """The reload Lease the agents take in turn; the agent derives the same name (berth_agent.turns.lease_name)."""
-    return f"{registry_name(reg)}-reload"
+    """The reload Lease the agents take in turn (berth_api.leases, which the agent uses too)."""
+    return leases.reload_lease_name(registry_name(reg))
 
 
 def gc_lease_name(reg: Registry) -> str:
-    """The garbage collection Lease: its holder runs the Registry's GC (docs/design.md §4.5, A3); the agent
-    derives the same name (berth_agent.gc_run.gc_lease_name)."""
-    return f"{registry_name(reg)}-gc"
+    """The garbage collection Lease: its holder runs the Registry's GC (docs/design.md §4.5, A3)."""
+    return leases.gc_lease_name(registry_name(reg))
 
 
 def service_name(reg: Registry) -> str:
@@ -65,7 +61,7 @@ def service_name(reg: Registry) -> str:
 
 
 def http_secret_name(reg: Registry) -> str:
-    """The Secret the operator generates when spec.http.secret is absent (key HTTP_SECRET_KEY)."""
+    """The Secret the operator generates when spec.http.secret is absent (key berth_api.pod.HTTP_SECRET_KEY)."""
     return f"{registry_name(reg)}-http-secret"
 
 

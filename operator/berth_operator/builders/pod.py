@@ -10,6 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from berth_api import Registry
+from berth_api.pod import (
+    AGENT_HEALTH_PORT,
+    CONFIG_DIR,
+    CONFIG_NAME,
+    CONFIG_VOLUME,
+    COSI_VOLUME,
+    DATA_DIR,
+    DATA_VOLUME,
+    HTPASSWD_VOLUME,
+    HTTP_SECRET_VOLUME,
+    MOUNT_ROOT,
+    REDIS_VOLUME,
+    STATE_DIR,
+    SUPERVISOR_NAME,
+    TLS_VOLUME,
+    TMP_DIR,
+    TMP_VOLUME,
+    TOKEN_VOLUME,
+)
 
 from . import names, service, storage
 from .context import ClusterFacts
@@ -18,12 +37,9 @@ from .context import ClusterFacts
 # UID, field-notes section 3) and writes config files (mode 0600) that the registry must read.
 RUN_AS = 65532
 
-MOUNT_ROOT = "/var/run/berth"
-CONFIG_DIR = "/etc/berth"
-STATE_DIR = "/tmp/berth"  # on the tmp volume both containers mount: supervise.sh writes, the agent reads
-DATA_DIR = "/var/lib/registry"
+# The paths, volumes and keys both programs use are in berth_api.pod; this one the agent only finds by the
+# client's in-cluster default.
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-AGENT_HEALTH_PORT = 8081
 # With replicas: how long an agent stays unready before it restarts its registry (and after it is back before
 # the next pod goes). Readiness probe period 1 s + timeout 1 s, plus ~3 s for the endpoints and kube-proxy.
 LEAVE_SECONDS = 5
@@ -77,24 +93,24 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     sources: dict[str, str] = {}
     cosi = storage.cosi_secret(reg, facts)
     if cosi is not None:
-        sources["cosi"] = cosi
+        sources[COSI_VOLUME] = cosi
     htpasswd = spec.config.storage.auth.htpasswd
     if htpasswd is not None:
-        sources["htpasswd"] = htpasswd.secret.name
-    sources["http-secret"] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
+        sources[HTPASSWD_VOLUME] = htpasswd.secret.name
+    sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
     if spec.redis is not None:
-        sources["redis"] = spec.redis.secret.name
+        sources[REDIS_VOLUME] = spec.redis.secret.name
     if spec.http.tls is not None:
-        sources["tls"] = spec.http.tls.secret_name
+        sources[TLS_VOLUME] = spec.http.tls.secret_name
     return sources
 
 
 def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = [
-        {"name": "config", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": CONFIG_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
         {
-            "name": "agent-token",
+            "name": TOKEN_VOLUME,
             "projected": {
                 "defaultMode": 0o444,
                 "sources": [
@@ -119,20 +135,20 @@ def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
         result.append({"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}})
     claim = storage.claim_name(reg)
     if claim is not None:
-        result.append({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+        result.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     return result
 
 
 def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     mounts = [
-        {"name": "config", "mountPath": CONFIG_DIR},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "agent-token", "mountPath": TOKEN_DIR, "readOnly": True},
+        {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR},
+        {"name": TMP_VOLUME, "mountPath": TMP_DIR},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
     ]
     for volume in secret_sources(reg, facts):
         mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{volume}", "readOnly": True})
     if storage.claim_name(reg) is not None:
-        mounts.append({"name": "data", "mountPath": DATA_DIR})
+        mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
 
     def probe(path: str, **timing: int) -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": "agent-health"}, "timeoutSeconds": 2, **timing}
@@ -176,18 +192,18 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
 def registry_container(reg: Registry) -> dict[str, Any]:
     port_name = service.port_name(reg)
     mounts = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": TMP_VOLUME, "mountPath": TMP_DIR},
     ]
     if storage.claim_name(reg) is not None:
-        mounts.append({"name": "data", "mountPath": DATA_DIR})
+        mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
     resources = {key: dict(value) for key, value in reg.spec.resources.model_dump().items() if value}
     return {
         "name": "registry",
         "image": reg.spec.image,
-        "command": ["sh", f"{CONFIG_DIR}/supervise.sh"],
+        "command": ["sh", f"{CONFIG_DIR}/{SUPERVISOR_NAME}"],
         "env": [
-            {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/config.yml"},
+            {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_NAME}"},
             {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
             # supervise.sh's pid, last exit and the registry's output, for the agent (the config volume is
             # read-only here; both containers mount the pod's tmp volume).

@@ -1,0 +1,26 @@
+"""Where the rendered files go and how the config names them: the config dir (the shared config volume), the data
+dir (the PVC), and the files beside config.yml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from berth_api.pod import CONFIG_DIR, DATA_DIR, TLS_CERT_KEY, TLS_KEY_KEY
+
+# Beside config.yml, by name relative to the config dir.
+HTPASSWD_FILE = "htpasswd"
+TLS_CERT_FILE = f"tls/{TLS_CERT_KEY}"
+TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
+
+
+@dataclass(frozen=True)
+class RenderPaths:
+    config_dir: Path = Path(CONFIG_DIR)  # config.yml, htpasswd and tls/ (the shared config volume)
+    data_dir: Path = Path(DATA_DIR)  # filesystem rootdirectory (the PVC)
+    # The registry container's CA bundle: Distribution 3.1 verifies a TLS redis against `redis.tls.rootcas` only
+    # (no system roots without it). The official registry:3 image installs Alpine's ca-certificates here.
+    ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+__all__ = ["HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "RenderPaths"]

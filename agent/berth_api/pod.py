@@ -1,0 +1,43 @@
+"""The pod contract between the operator and the agent (docs/design.md §3): where each container finds what
+the other wrote, the volumes that carry it, and the keys of the Secrets mounted there.
+
+The operator's pod builder lays the pod out with these; the agent's defaults and its reading of the mounts
+use the same names, so neither program keeps a copy of the other's.
+"""
+
+from __future__ import annotations
+
+# Paths inside the pod's containers.
+MOUNT_ROOT = "/var/run/berth"  # one read-only directory per Secret volume below
+CONFIG_DIR = "/etc/berth"  # the agent writes config.yml, supervise.sh and the secret files; the registry reads
+STATE_DIR = "/tmp/berth"  # on the tmp volume both containers mount: supervise.sh writes, the agent reads
+DATA_DIR = "/var/lib/registry"  # the filesystem storage root (the PVC)
+TMP_DIR = "/tmp"
+CONFIG_NAME = "config.yml"  # in CONFIG_DIR: the registry's configuration
+SUPERVISOR_NAME = "supervise.sh"  # in CONFIG_DIR: the registry container's command
+AGENT_HEALTH_PORT = 8081  # /startupz /readyz /livez /metrics
+
+# Volumes.
+CONFIG_VOLUME = "config"
+TMP_VOLUME = "tmp"
+DATA_VOLUME = "data"
+TOKEN_VOLUME = "agent-token"
+# The Secret volumes, each mounted at MOUNT_ROOT/<name> when the spec needs it.
+COSI_VOLUME = "cosi"
+HTPASSWD_VOLUME = "htpasswd"
+HTTP_SECRET_VOLUME = "http-secret"
+REDIS_VOLUME = "redis"
+TLS_VOLUME = "tls"
+SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME)
+
+# Keys of the Secrets.
+HTTP_SECRET_KEY = "secret"  # of the HTTP secret the operator generates when spec.http.secret is absent
+TLS_CERT_KEY = "tls.crt"  # of a kubernetes.io/tls Secret
+TLS_KEY_KEY = "tls.key"
+
+__all__ = [
+    "AGENT_HEALTH_PORT", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR", "DATA_VOLUME",
+    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "MOUNT_ROOT", "REDIS_VOLUME", "SECRET_VOLUMES",
+    "STATE_DIR", "SUPERVISOR_NAME", "TLS_CERT_KEY", "TLS_KEY_KEY", "TLS_VOLUME", "TMP_DIR", "TMP_VOLUME",
+    "TOKEN_VOLUME",
+]
