@@ -52,7 +52,8 @@ def main() -> None:
                     time.sleep(max(0.0, began + (i + 1) / args.swaps - time.monotonic()))  # spread over 1 s
                 burst_seconds = time.monotonic() - began
                 last = f"r{round_}-{args.swaps - 1}"
-                wait_for(lambda: yaml.safe_load((pod.config_dir / "config.yml").read_text())["http"]["secret"] == last,
+                wait_for(lambda last=last: yaml.safe_load(
+                    (pod.config_dir / "config.yml").read_text())["http"]["secret"] == last,
                          timeout=30, what="the last value to be applied")
                 time.sleep(SETTLE_SECONDS)
                 pod.wait_serving()

@@ -125,7 +125,8 @@ def load_and_edit(args, root: Path, pods: dict[str, RegistryPod], url: str, *, e
             started = time.perf_counter()
             edit(level)
             for name, pod in pods.items():
-                wait_for(lambda pod=pod, name=name: len(pod.actions("restarted")) > before[name], timeout=60,
+                wait_for(lambda pod=pod, name=name, before=before: len(pod.actions("restarted")) > before[name],
+                         timeout=60,
                          what=f"{name} to restart")
             swaps.append(time.perf_counter() - started)
             time.sleep(0.3)  # keep pulling on the new processes before the next edit

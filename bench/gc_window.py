@@ -17,8 +17,8 @@ test API server, and a run asked for as the operator asks (its own `gc_schedule.
 annotation writes status.garbageCollection.request). Measured:
 - the read-only window, twice: from the agents' own log lines (`gc writable`, logged once that pod serves
   writable again, with `read_only_seconds` since it first served read-only: first of any pod to last of every
-  pod), and as a client sees it (a probe per pod POSTs an upload every 20 ms: first 405 of any pod to the first 202 after
-  the last 405 of every pod);
+  pod), and as a client sees it (a probe per pod POSTs an upload every 20 ms: first 405 of any pod to the first
+  202 after the last 405 of every pod);
 - the GC duration (`gc finished`'s seconds: the command, from the runner's start to its exit) and where the
   rest of the window goes (request -> every pod read-only and acknowledged (`gc read-only`), last
   acknowledgement -> `gc started`, command, `gc finished` -> every pod writable);
@@ -205,7 +205,8 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
         # One pod: straight to it, a connection refused in a handover's few milliseconds retried (and counted),
         # as bench/agent_inflight.py does. Several: through the balancer, never retried.
         url = next(iter(pods.values())).url if replicas == 1 else balancer.url
-        puller = PullLoop(f"{url}/v2/{kept.repo}/blobs/{layer}", layer_bytes, retry_seconds=5.0 if replicas == 1 else 0.0)
+        puller = PullLoop(f"{url}/v2/{kept.repo}/blobs/{layer}", layer_bytes,
+                          retry_seconds=5.0 if replicas == 1 else 0.0)
         probes = {name: UploadProbe(pod.listen_host, pod.port) for name, pod in pods.items()}
         try:
             for probe in probes.values():
@@ -281,7 +282,8 @@ def flow(args, base: Path) -> None:
             print(f"{label}: {what}: {summary_ms([r[key] for r in rounds])}")
         pulls = [r["pulls"] for r in rounds]
         failures = [failure for p in pulls for failure in p.failures]
-        print(f"{label}: pulls of a kept blob during the runs ({'through the balancer' if replicas > 1 else 'one client'}"
+        clients = "through the balancer" if replicas > 1 else "one client"
+        print(f"{label}: pulls of a kept blob during the runs ({clients}"
               f"): {sum(p.requests for p in pulls)}, failed {len(failures)} (target 0)"
               + (f": {'; '.join(failures[:3])}" if failures else "")
               + (f"; retried, never reached a registry: {sum(p.refused_retries for p in pulls)} refused, "

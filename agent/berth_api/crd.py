@@ -71,7 +71,8 @@ PRINTER_COLUMNS = [
         # (issue 12), WaitingForPods during a rollout.
         "name": "Progress",
         "type": "string",
-        "description": "Reason of the Progressing condition (Available when idle; GarbageCollecting while read-only for GC).",
+        "description": "Reason of the Progressing condition (Available when idle; "
+                       "GarbageCollecting while read-only for GC).",
         "jsonPath": '.status.conditions[?(@.type=="Progressing")].reason',
     },
     {

@@ -131,7 +131,8 @@ class LeaderElector:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         body = self._lease_body(
-            acquire_time=spec.get("acquireTime") if mine and spec.get("acquireTime") else format_time(precision="microseconds"),
+            acquire_time=(spec.get("acquireTime") if mine and spec.get("acquireTime")
+                          else format_time(precision="microseconds")),
             transitions=transitions if mine else transitions + 1,
         )
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": lease["metadata"]["resourceVersion"]},

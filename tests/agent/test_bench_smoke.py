@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+pytestmark = pytest.mark.e2e  # each runs a benchmark: real agents, supervisors and registries
 
 
 def test_inflight_benchmark_runs_and_counts_no_failure():

@@ -15,13 +15,14 @@ import time
 
 import pytest
 
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import registry_object
 from support.pull_loop import PullLoop
 from support.registry import make_oci_image, push_image
 from support.s3 import REGION, running_moto
 from support.secretdir import current_data, swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 BUCKET = "registry-data"
 CREDS = "registry-creds"
@@ -51,7 +52,7 @@ def s3_spec(port: int) -> dict:
     }
 
 
-def start(pod, kube_api, moto, key, *, in_api: bool = True) -> None:  # noqa: F811
+def start(pod, kube_api, moto, key, *, in_api: bool = True) -> None:
     info = bucket_info(moto.endpoint, key)
     write_secret_dir(pod.mounts / "cosi", {"BucketInfo": info})
     if in_api:
@@ -63,7 +64,7 @@ def start(pod, kube_api, moto, key, *, in_api: bool = True) -> None:  # noqa: F8
     pod.wait_serving()
 
 
-def start_agent(pod, kube_api):  # noqa: F811
+def start_agent(pod, kube_api):
     return pod.start_agent(registry="default/reg", kube_host=kube_api.url, extra=["--api-secret", f"cosi={CREDS}"])
 
 
@@ -75,7 +76,7 @@ def only_one_registry(pod) -> bool:
     return len(pod.supervisor.registries()) == 1
 
 
-def test_api_update_applies_at_once_and_the_mount_never_regresses(pod, kube_api, tmp_path):  # noqa: F811
+def test_api_update_applies_at_once_and_the_mount_never_regresses(pod, kube_api, tmp_path):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
@@ -134,7 +135,7 @@ def test_api_update_applies_at_once_and_the_mount_never_regresses(pod, kube_api,
 
 
 @pytest.mark.parametrize("kept_copy", [False, True], ids=["api-list", "kept-copy"])
-def test_agent_restarted_with_a_stale_mount_uses_the_api_copy_at_once(pod, kube_api, tmp_path, kept_copy):  # noqa: F811
+def test_agent_restarted_with_a_stale_mount_uses_the_api_copy_at_once(pod, kube_api, tmp_path, kept_copy):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
@@ -161,7 +162,7 @@ def test_agent_restarted_with_a_stale_mount_uses_the_api_copy_at_once(pod, kube_
         assert pod.metric("reloads_total") == 0
 
 
-def test_secret_not_readable_over_the_api_leaves_the_mount_in_charge(pod, kube_api, tmp_path):  # noqa: F811
+def test_secret_not_readable_over_the_api_leaves_the_mount_in_charge(pod, kube_api, tmp_path):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()

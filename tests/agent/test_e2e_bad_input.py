@@ -16,13 +16,13 @@ import stat
 
 import pytest
 
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
 from support.ports import free_port
-from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 HTTP_SECRET = "PLANTED-http-secret-3f9a7c1e"
@@ -61,14 +61,14 @@ def _assert_kept_serving(pod, pid: int) -> None:
 
 
 @pytest.fixture
-def http_secret_pod(pod, kube_api):  # noqa: F811
+def http_secret_pod(pod, kube_api):
     write_secret_dir(pod.mounts / "http-secret", {"secret": HTTP_SECRET})
     _start(pod, kube_api, filesystem_spec(pod.port, http={
         "addr": f"127.0.0.1:{pod.port}", "drainTimeout": "5s", "secret": {"name": "http", "field": "secret"}}))
     return pod
 
 
-def test_an_invalid_cr_edit_keeps_the_last_good_config(http_secret_pod, kube_api):  # noqa: F811
+def test_an_invalid_cr_edit_keeps_the_last_good_config(http_secret_pod, kube_api):
     pod = http_secret_pod
     pid, good_hash = pod.registry_pid(), _record(kube_api)["configHash"]
 
@@ -89,7 +89,7 @@ def test_an_invalid_cr_edit_keeps_the_last_good_config(http_secret_pod, kube_api
     _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET])
 
 
-def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, kube_api):  # noqa: F811
+def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, kube_api):
     pod = http_secret_pod
     pid = pod.registry_pid()
     secret_dir = pod.mounts / "http-secret"
@@ -117,7 +117,7 @@ def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, 
     _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET, HTTP_SECRET + "-2"])
 
 
-def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api):  # noqa: F811
+def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api):
     pod = http_secret_pod
     good_hash = _record(kube_api)["configHash"]
     # An address taken by someone else. The same port on another loopback address: the pre-flight leaves an
@@ -145,7 +145,7 @@ def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api)
     _assert_no_secret_leaked(pod, kube_api, [HTTP_SECRET])
 
 
-def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_path):  # noqa: F811
+def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_path):
     with running_moto(tmp_path / "moto") as moto:
         key = moto.create_s3_user("registry", bucket="registry-data")
         moto.enforce_iam()
@@ -192,7 +192,7 @@ def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_p
 PLANTED = "PLANTED-by-an-attacker-5c2e91"
 
 
-def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # noqa: F811
+def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):
     """One pod reading all five Secret volumes (COSI on moto, htpasswd, an http secret, a real redis-server, TLS).
     Each attack is swapped into one volume as the kubelet swaps: a link out of the volume to a file holding a
     value that would render, a FIFO, a link to a device, a device node, a key over its limit, 200k-deep JSON.
@@ -201,7 +201,8 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
     A CR edit made while a FIFO sits in a volume is applied once the FIFO is gone. Nothing planted and no secret
     appears in the log, status, Events or metrics."""
     from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
-    from render.mountkit import htpasswd_entry, self_signed_pair
+    from render.mountkit import htpasswd_entry
+    from support.certs import self_signed_pair
     from support.redisserver import running_redis
     from support.secretdir import swap_payload
 
@@ -262,7 +263,8 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
             ("device link", "http-secret", "secret", lambda path: os.symlink("/dev/urandom", path),
              "leaves the Secret volume"),
             ("oversize cosi/BucketInfo", "cosi", "BucketInfo",
-             lambda path: path.write_bytes(padded(good["cosi"]["BucketInfo"], DOCUMENT_LIMIT, b" ")), "larger than 1 MiB"),
+             lambda path: path.write_bytes(padded(good["cosi"]["BucketInfo"], DOCUMENT_LIMIT, b" ")),
+             "larger than 1 MiB"),
             ("oversize htpasswd", "htpasswd", "htpasswd",
              lambda path: path.write_bytes(padded(good["htpasswd"]["htpasswd"], HTPASSWD_LIMIT, b"\n")),
              "larger than 4 MiB"),
@@ -291,7 +293,8 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):  # no
         for title, source, name, make, message in attacks:
             errors_before = pod.metric("render_errors_total", f'source="{source}"')
             swap(source, name, make)
-            wait_for(lambda: f"{source}/{name}: " in _error(kube_api) and message in _error(kube_api),
+            wait_for(lambda where=f"{source}/{name}: ", message=message:
+                     where in _error(kube_api) and message in _error(kube_api),
                      what=f"{title}: the error in status\n{_error(kube_api)}\n{pod.agent_log_text()[-3000:]}")
             _assert_kept_serving(pod, pid)
             assert _record(kube_api)["configHash"] == good_hash, title
@@ -343,7 +346,7 @@ def test_a_registry_file_is_as_strict_as_the_api_server(pod):
                            (deployment, "kind: must be Registry"),
                            (future, "apiVersion: must be berth.dev/v1alpha1")):
         pod.write_registry_file(document)
-        wait_for(lambda: failed_with(part), what=f"{part}\n{pod.agent_log_text()[-2000:]}")
+        wait_for(lambda part=part: failed_with(part), what=f"{part}\n{pod.agent_log_text()[-2000:]}")
         _assert_kept_serving(pod, pid)
     errors = pod.metric("render_errors_total", 'source="registry"')
     assert errors >= 3
@@ -362,7 +365,7 @@ def test_a_registry_file_is_as_strict_as_the_api_server(pod):
     wait_for(pod.serving, what="the registry on the new config")
 
 
-def test_a_wrong_redis_password_is_refused_by_the_preflight_in_status_and_events(pod, kube_api, redis_server):  # noqa: F811
+def test_a_wrong_redis_password_is_refused_by_the_preflight_in_status_and_events(pod, kube_api, redis_server):
     """Through the API: the pre-flight's refusal is on status.agents.<pod>.error and a ConfigRejected Event, and
     neither redis password is in the log, the status, the Events or the metrics."""
     write_secret_dir(pod.mounts / "redis", {"url": redis_server.url()})

@@ -12,14 +12,13 @@ from base64 import b64encode
 import bcrypt
 import pytest
 
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, registry_object
 from support.registry import http_get, registry_binaries
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
-pytestmark = pytest.mark.parametrize("dist", registry_binaries())
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("dist", registry_binaries())]
 SETTLE_SECONDS = 3.0  # longer than the debounce's maximum wait (2 s): time for any extra restart to show
 
 
@@ -61,7 +60,7 @@ def _applied(kube_api, pod, needle: str | None = None) -> bool:
 
 
 @pytest.fixture
-def api_pod(pod, kube_api, dist):  # noqa: F811
+def api_pod(pod, kube_api, dist):
     write_secret_dir(pod.mounts / "htpasswd", {"users": _htpasswd("alice", "alice-pw")})
     spec = filesystem_spec(pod.port, major=dist[0])
     spec["config"]["storage"]["auth"] = {"htpasswd": {"secret": {"name": "users", "field": "users"}}}
@@ -73,7 +72,7 @@ def api_pod(pod, kube_api, dist):  # noqa: F811
     return pod
 
 
-def test_readonly_edit_makes_pushes_fail_with_405_and_back(api_pod, kube_api):  # noqa: F811
+def test_readonly_edit_makes_pushes_fail_with_405_and_back(api_pod, kube_api):
     pod = api_pod
     alice = ("alice", "alice-pw")
     supervisor_pid = pod.supervisor.pid
@@ -93,7 +92,7 @@ def test_readonly_edit_makes_pushes_fail_with_405_and_back(api_pod, kube_api):  
     assert pod.registry_starts() == 3
 
 
-def test_log_level_edit_restarts_the_registry_exactly_once(api_pod, kube_api):  # noqa: F811
+def test_log_level_edit_restarts_the_registry_exactly_once(api_pod, kube_api):
     pod = api_pod
     first_pid = pod.registry_pid()
     starts, reloads = pod.registry_starts(), pod.metric("reloads_total")
@@ -110,7 +109,7 @@ def test_log_level_edit_restarts_the_registry_exactly_once(api_pod, kube_api):  
     assert pod.serving()
 
 
-def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_api):  # noqa: F811
+def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_api):
     pod = api_pod
     pid, starts = pod.registry_pid(), pod.registry_starts()
     config_before = (pod.config_dir / "config.yml").read_bytes()
@@ -129,7 +128,7 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     assert "bob-pw" not in pod.agent_log_text() and "alice-pw" not in pod.agent_log_text()
 
 
-def test_data_path_capacity_and_free_space_on_status(api_pod, kube_api):  # noqa: F811
+def test_data_path_capacity_and_free_space_on_status(api_pod, kube_api):
     """Filesystem storage: the agent reports the data path's size on its own status record (issue 3: the PVC
     path's capacity and free space, as metrics and status); the probe was switched on by the spec itself."""
     pod = api_pod

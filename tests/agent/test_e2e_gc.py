@@ -36,11 +36,12 @@ from support.gc import (
     wait_until,
     writable,
 )
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec, on_distribution
 from support.ports import free_port
 from support.registry import REGISTRY_BINARY, manifest_status, pull_image, push_image, registry_binaries
 from support.s3 import REGION, running_moto
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 BUCKET = "registry-data"
 POD = "pod-a"
@@ -77,7 +78,7 @@ def counts(run: dict) -> tuple:
 
 @pytest.mark.parametrize("dist", registry_binaries())
 @pytest.mark.parametrize("storage", ["filesystem", "s3"])
-def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tmp_path, kube_api):  # noqa: F811
+def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tmp_path, kube_api):
     major, binary = dist
     gated = GatedRegistry(tmp_path / "bin", binary)
     port = free_port()
@@ -173,7 +174,7 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
                           "bytesFreed": run.get("bytesFreed"), "gc_pid": gc_pid}))
 
 
-def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_path, kube_api):  # noqa: F811
+def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_path, kube_api):
     """One replica (the common case): kill -9 of the agent while its command runs, restarted at once as the
     kubelet does. The restarted agent is the next taker of its own gc Lease: the orphaned command in its pod is
     stopped, the run recorded Interrupted, the registry writable again, and no new run starts."""
@@ -208,7 +209,7 @@ def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_p
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
-def test_delete_untagged_removes_a_manifest_whose_tag_moved_only_when_asked(dist, tmp_path, kube_api):  # noqa: F811
+def test_delete_untagged_removes_a_manifest_whose_tag_moved_only_when_asked(dist, tmp_path, kube_api):
     """spec.garbageCollection.deleteUntagged reaches the command: B was `latest` until A was pushed as `latest`
     too. A run without the flag keeps B (still pullable by digest); a run with it deletes B's manifest and its
     unique blobs, and A, tagged twice, stays whole."""

@@ -47,12 +47,13 @@ from support.gc import (
     wait_until,
     writable,
 )
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec
 from support.ports import free_port
 from support.pull_loop import PullLoop
 from support.registry import REGISTRY_BINARY, make_oci_image, pull_image, push_image, registry_binaries
 from support.replicas import backends
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 LEAVE_SECONDS = 0.3  # > the balancer's readiness period (0.05 s), as the pod's value covers its probe's
 # The gc Lease lasts 15 s; a taker needs one more try (~2 s), a reload to writable and its record: generous.
@@ -60,7 +61,7 @@ LEASE_BOUND_WAIT = 60.0
 
 
 @pytest.fixture
-def gc_replicas(request, tmp_path, kube_api):  # noqa: F811
+def gc_replicas(request, tmp_path, kube_api):
     """Two pods on Distribution 2.8, or on the major a test asks for (indirect parametrisation)."""
     major, binary = getattr(request, "param", ("2", REGISTRY_BINARY))
     gated = GatedRegistry(tmp_path / "bin", binary)
@@ -80,7 +81,7 @@ def logs_of(pods) -> str:
 
 
 @pytest.mark.parametrize("gc_replicas", registry_binaries(), indirect=True)
-def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_replicas, kube_api, tmp_path):  # noqa: F811
+def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_replicas, kube_api, tmp_path):
     pods, gated = gc_replicas
     data = tmp_path / "pods" / "data"
     balancer = Balancer(backends(pods), check_interval=0.05).start()
@@ -169,7 +170,7 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
                       "min_ready": balancer.stats.min_ready, "runner": runner}))
 
 
-def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):  # noqa: F811
+def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):
     pods, gated = gc_replicas
     data = tmp_path / "pods" / "data"
     a, b = images_a_b(tmp_path / "images")

@@ -19,11 +19,12 @@ import yaml
 from berth_agent.gc import report as gc_report
 from berth_agent.kube.lease import ReloadLease
 from berth_api.leases import gc_lease_name
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import RegistryPod, filesystem_spec
 from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
 from support.replicas import create_registry
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 
@@ -42,7 +43,7 @@ def stamp(offset: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + offset))
 
 
-def status(kube_api) -> dict:  # noqa: F811
+def status(kube_api) -> dict:
     return (kube_api.get(REGISTRIES, "default", "reg") or {}).get("status") or {}
 
 
@@ -52,7 +53,7 @@ def read_only(pod: RegistryPod) -> bool:
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
-def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp_path, kube_api):  # noqa: F811
+def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp_path, kube_api):
     major, binary = dist
     pod = RegistryPod(tmp_path / "pod", binary=binary)
     spec = filesystem_spec(pod.port, major=major)

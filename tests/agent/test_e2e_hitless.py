@@ -17,6 +17,8 @@ from support.registry import registry_binaries
 from support.supervisor import wait_for
 from support.upload import ConnectProbe, SlowUpload
 
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
+
 
 def _spec(pod: RegistryPod, major: str, level: str = "info") -> dict:
     spec = filesystem_spec(pod.port, http={"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "30s"})

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from support.pod import filesystem_spec
 from support.ports import free_port
-from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.request_loop import RequestLoop
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 
 def _status_errors(pod) -> list[str]:
@@ -113,7 +116,7 @@ def _redis_spec(port: int) -> dict:
     return spec
 
 
-def test_a_wrong_redis_password_and_a_dead_redis_are_refused_before_any_restart(pod, redis_server):  # noqa: F811
+def test_a_wrong_redis_password_and_a_dead_redis_are_refused_before_any_restart(pod, redis_server):
     write_secret_dir(pod.mounts / "redis", {"url": redis_server.url()})
     _start(pod, _redis_spec(pod.port))
     assert "password: " in (pod.config_dir / "config.yml").read_text()

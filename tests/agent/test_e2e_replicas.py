@@ -3,8 +3,8 @@
 Two registry pods on this machine (agent subprocess + supervise.sh + docker-registry each), on their own
 loopback addresses (127.0.0.2 and 127.0.0.3, same port), sharing the data directory (a ReadWriteMany claim)
 and the http secret (the operator's generated Secret), watching one Registry (replicas: 2) on the test API
-server and taking turns through its reload Lease (made by the operator's own builder): support.replicas. Clients go through
-support.balancer, which sends new connections only to pods whose agent /readyz answers 200, as endpoints do.
+server and taking turns through its reload Lease (made by the operator's own builder): support.replicas. Clients go
+through support.balancer, which sends new connections only to pods whose agent /readyz answers 200, as endpoints do.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import threading
 import pytest
 
 from support.balancer import Balancer
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import RegistryPod, filesystem_spec
 from support.ports import free_port
 from support.pull_loop import PullLoop
@@ -25,6 +24,8 @@ from support.registry import make_oci_image, push_image
 from support.replicas import backends, running_replicas
 from support.supervisor import wait_for
 from support.upload import SlowUpload
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 PODS = ("pod-a", "pod-b")
@@ -68,7 +69,7 @@ class StatusWatcher(threading.Thread):
 
 
 @pytest.fixture
-def replicas(tmp_path, kube_api):  # noqa: F811
+def replicas(tmp_path, kube_api):
     port = free_port()
     spec = filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
     spec["config"]["log"]["level"] = "info"
@@ -76,7 +77,7 @@ def replicas(tmp_path, kube_api):  # noqa: F811
         yield pods
 
 
-def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(replicas, kube_api, tmp_path):  # noqa: F811
+def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(replicas, kube_api, tmp_path):
     pods = replicas
     balancer = Balancer(backends(pods), check_interval=0.05).start()
     watcher = StatusWatcher(kube_api)
@@ -100,7 +101,9 @@ def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(rep
             updated = kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"config": {"log": {"level": level}}}})
             generation = updated["metadata"]["generation"]
             for name, pod in pods.items():
-                wait_for(lambda pod=pod, name=name: _applied(kube_api, pod, name, generation, level), timeout=60,
+                wait_for(lambda pod=pod, name=name, generation=generation, level=level:
+                         _applied(kube_api, pod, name, generation, level),
+                         timeout=60,
                          what=f"{name} to apply generation {generation}\n{pod.agent_log_text()[-3000:]}")
 
         upload.join(60)
@@ -147,7 +150,7 @@ def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(rep
     assert all("holds Lease reg-reload" in message for _pod, message in watcher.seen)
     assert not any(_record(kube_api, name).get("waiting") for name in PODS)
     # Both end on the new config.
-    for name, pod in pods.items():
+    for pod in pods.values():
         assert f"level: {level}" in (pod.config_dir / "config.yml").read_text()
     print(json.dumps({"balancer": {"connections": balancer.stats.connections, "refused": balancer.stats.refused},
                       "pulls": [s.successes for s in stats], "turns": len(turns)}))

@@ -20,6 +20,8 @@ from support.s3 import REGION, running_moto
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
 
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
+
 BUCKET = "registry-data"
 
 

@@ -7,11 +7,14 @@ import stat
 import time
 
 import bcrypt
+import pytest
 
 from support.pod import filesystem_spec
 from support.registry import http_get
 from support.secretdir import write_secret_dir
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 
 def test_registry_starts_only_after_the_agent_wrote_its_config(pod):

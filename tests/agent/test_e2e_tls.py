@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import ssl
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
@@ -15,6 +16,8 @@ from support.pod import filesystem_spec, registry_object
 from support.request_loop import RequestLoop
 from support.secretdir import swap_secret_dir, write_secret_dir
 from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 
 def served_name(pod) -> str | None:

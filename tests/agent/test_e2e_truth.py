@@ -19,6 +19,8 @@ from support.pod import RegistryPod, filesystem_spec
 from support.secretdir import write_secret_dir
 from support.supervisor import available_shells, wait_for
 
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
+
 HTTP_SECRET = "PLANTED-http-secret-9c41d7e2ab"
 
 
@@ -87,7 +89,7 @@ def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
         wait_for(pod.serving, what="the registry serving the last good config again")
         assert (pod.config_dir / "config.yml").read_bytes() == good
         assert not pod.actions("config on disk is current") or all(
-            l.get("config_hash") != line["failed_hash"] for l in pod.actions("config on disk is current"))
+            current.get("config_hash") != line["failed_hash"] for current in pod.actions("config on disk is current"))
         assert line["failed_hash"] != line["restored_hash"]
         assert line["rollback_ok"] is True
         assert "address already in use" in line["error"], line["error"]
@@ -252,8 +254,8 @@ def test_a_crash_loop_on_the_running_config_is_reported_and_clears_when_it_serve
         os.kill(pod.supervisor.pid, signal.SIGCONT)
     try:
         # The message follows each exit (the count; the registry's words once its output is on the volume).
-        wait_for(lambda: [l for l in pod.actions("registry problem") if "crash-looping" in l["error"]
-                          and "address already in use" in l["error"]],
+        wait_for(lambda: [p for p in pod.actions("registry problem") if "crash-looping" in p["error"]
+                          and "address already in use" in p["error"]],
                  timeout=60, what=f"the crash loop reported with the registry's error\n{pod.agent_log_text()}")
         signals = pod.metric("registry_exits_total", 'reason="signal"')  # the kill -9 (more if a try lost)
         starts = pod.metric("registry_exits_total", 'reason="start-failure"')  # then the refused starts

@@ -14,7 +14,7 @@ import yaml
 
 from berth_agent.gc.cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
 from support.ports import free_port
-from support.redisserver import RedisServer, redis_server, running_redis  # noqa: F401  (fixture)
+from support.redisserver import RedisServer
 from support.registry import (
     OciImage,
     http_get,
@@ -55,7 +55,7 @@ def head_blob(registry, digest: str) -> int:
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
-def test_the_purge_makes_the_registry_forget_blobs_garbage_collection_deleted(dist, tmp_path, redis_server):  # noqa: F811
+def test_the_purge_makes_the_registry_forget_blobs_garbage_collection_deleted(dist, tmp_path, redis_server):
     major, binary = dist
     root = tmp_path / "storage"
     shared = {"shared.bin": os.urandom(64 * 1024)}
@@ -94,7 +94,8 @@ def test_the_purge_makes_the_registry_forget_blobs_garbage_collection_deleted(di
         assert redis_server.command("GET", "not-ours", db=3) == b"kept"  # only the registry's descriptors go
 
         assert head_blob(registry, layer) == 404
-        assert all(head_blob(registry, d) == 200 for d in set(a.blobs) - {a.manifest_digest})  # A's, from storage, cached again
+        # A's, from storage, cached again
+        assert all(head_blob(registry, d) == 200 for d in set(a.blobs) - {a.manifest_digest})
         push_image(b, registry, "demo/app:b")  # B's layer is uploaded again, not skipped
         assert data.exists()
 
@@ -106,7 +107,7 @@ def test_no_redis_cache_means_nothing_to_purge(tmp_path):
     assert purge_blob_descriptors({"storage": {}}) == 0
 
 
-def test_a_refused_password_names_the_field_not_the_password(tmp_path, redis_server):  # noqa: F811
+def test_a_refused_password_names_the_field_not_the_password(tmp_path, redis_server):
     document = {"storage": {"cache": {"blobdescriptor": "redis"}},
                 "redis": {**redis_section(redis_server, "2"), "password": "wrong-secret-xyz"}}
     with pytest.raises(CachePurgeError) as error:
@@ -121,7 +122,7 @@ def test_an_unreachable_redis_is_a_clear_error(tmp_path):
         purge_blob_descriptors(document, timeout=2)
 
 
-def test_many_keys_are_deleted_page_by_page(tmp_path, redis_server):  # noqa: F811
+def test_many_keys_are_deleted_page_by_page(tmp_path, redis_server):
     for start in range(0, 2500, 500):
         redis_server.command("MSET", *[x for i in range(start, start + 500) for x in (f"blobs::sha256:{i:064x}", "1")],
                              db=3)

@@ -181,7 +181,8 @@ def test_a_store_never_pushed_to_is_nothing_to_collect_not_a_failure(dist, stora
 
 
 def test_only_the_missing_repositories_root_is_nothing_to_collect():
-    missing_repo = "failed to garbage collect: failed to mark: s3aws: Path not found: /docker/registry/v2/repositories/x/y"
+    missing_repo = ("failed to garbage collect: failed to mark: s3aws: Path not found: "
+                    "/docker/registry/v2/repositories/x/y")
     assert not gc_report.parse(missing_repo, dry_run=False, exit_code=1).succeeded
     denied = "failed to garbage collect: failed to mark: s3aws: AccessDenied: Access Denied"
     assert not gc_report.parse(denied, dry_run=False, exit_code=1).succeeded

@@ -24,9 +24,7 @@ from berth_agent.kube.lease import ReloadLease
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun
 from berth_api.leases import gc_lease_name
 from support.gc import gc_outcome
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.pod import filesystem_spec
-from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.replicas import create_registry
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -87,19 +85,19 @@ def loop():
 
 
 @pytest.fixture
-def reg(kube_api):  # noqa: F811
+def reg(kube_api):
     create_registry(kube_api, filesystem_spec(5000))  # and its Leases, from the operator's builders
     return kube_api
 
 
-def request(kube_api, **overrides):  # noqa: F811
+def request(kube_api, **overrides):
     body = {"id": "r1", "trigger": "manual", "requestedAt": stamp(0), "dryRun": False, "deleteUntagged": False,
             "readOnlyTimeout": "10m", "deadline": stamp(720), **overrides}
     kube_api.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": {"request": body}}},
                    subresource="status")
 
 
-def ack(kube_api, pod, request_id="r1"):  # noqa: F811
+def ack(kube_api, pod, request_id="r1"):
     kube_api.patch(REGISTRIES, "default", "reg", {"status": {"agents": {pod: {"readOnlyFor": request_id}}}},
                    subresource="status")
 
@@ -120,7 +118,7 @@ def runner(reg, loop, tmp_path):
     return make
 
 
-def gc(kube_api):  # noqa: F811
+def gc(kube_api):
     return kube_api.get(REGISTRIES, "default", "reg")["status"]["garbageCollection"]
 
 
@@ -238,7 +236,7 @@ def test_the_lease_keeper_gives_up_before_the_lease_would_expire_when_renewals_f
     assert time.monotonic() - started >= 3.2 - 3.0 - 0.05
 
 
-def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared(reg, runner, redis_server):  # noqa: F811
+def test_after_a_run_the_redis_blob_descriptor_cache_is_cleared(reg, runner, redis_server):
     """A descriptor of a deleted blob left in redis makes the registry answer HEAD 200 for it (gc_cache.py)."""
     redis_server.command("HSET", "blobs::sha256:" + "b" * 64, "size", "3", db=2)
     redis_server.command("SET", "unrelated", "kept", db=2)

@@ -65,7 +65,9 @@ async def test_health_server_over_http():
     port = free_port()
     runner = await start_health_server(health, "127.0.0.1", port)
     try:
-        get = lambda path: asyncio.to_thread(_get, port, path)  # noqa: E731 - blocking client off the loop
+        def get(path):  # the blocking client off the loop
+            return asyncio.to_thread(_get, port, path)
+
         status, body = await get("/startupz")
         assert (status, body.strip()) == (503, "config not written yet")
         assert (await get("/readyz"))[0] == 503

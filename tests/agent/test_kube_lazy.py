@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from support.kube import kube_api  # noqa: F401  (fixture)
-
 SCRIPT = r"""
 import sys, re
 from berth_agent.kube import lazy as kube_lazy
@@ -33,7 +31,7 @@ print("ok", len(loaded), rss)
 """
 
 
-def test_the_lazy_client_talks_to_an_api_server_loading_few_models(kube_api):  # noqa: F811
+def test_the_lazy_client_talks_to_an_api_server_loading_few_models(kube_api):
     result = subprocess.run([sys.executable, "-c", SCRIPT, kube_api.url], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr

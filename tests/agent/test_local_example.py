@@ -30,7 +30,7 @@ from support.supervisor import wait_for
 REPO = Path(__file__).resolve().parents[2]
 README_ADDR = "127.0.0.1:5000"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def run_it_blocks() -> list[str]:

@@ -17,7 +17,7 @@ from berth_agent.core.errors import PreflightError
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from support.certs import key_body_line, self_signed
 from support.ports import free_port
-from support.redisserver import redis_server, running_redis  # noqa: F401  (fixture)
+from support.redisserver import running_redis
 
 DAY = datetime.timedelta(days=1)
 
@@ -114,13 +114,13 @@ def _target(server, **changes) -> RedisTarget:
     return RedisTarget(**values)
 
 
-def test_redis_with_the_right_password_answers(redis_server):  # noqa: F811
+def test_redis_with_the_right_password_answers(redis_server):
     check_redis(_target(redis_server))
     check_redis(_target(redis_server, db=3))
     check_redis(_target(redis_server, username="default"))
 
 
-def test_a_wrong_redis_password_is_refused_without_the_password(redis_server):  # noqa: F811
+def test_a_wrong_redis_password_is_refused_without_the_password(redis_server):
     wrong = "PLANTED-wrong-redis-password"
     with pytest.raises(PreflightError) as caught:
         check_redis(_target(redis_server, password=wrong))
@@ -130,7 +130,7 @@ def test_a_wrong_redis_password_is_refused_without_the_password(redis_server):  
     assert wrong not in message and redis_server.password not in message
 
 
-def test_redis_without_a_password_and_a_missing_database_are_refused(redis_server):  # noqa: F811
+def test_redis_without_a_password_and_a_missing_database_are_refused(redis_server):
     with pytest.raises(PreflightError, match="NOAUTH"):
         check_redis(_target(redis_server, password=None))
     with pytest.raises(PreflightError, match="database number"):

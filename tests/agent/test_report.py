@@ -12,7 +12,6 @@ import pytest
 from berth_agent.core import metrics
 from berth_agent.core.logs import setup_json_logging
 from berth_agent.pipeline.report import ApiReporter, LogReporter
-from support.kube import kube_api  # noqa: F401  (fixture)
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 REGISTRY = {
@@ -180,7 +179,7 @@ async def test_log_reporter_lines():
         logging.getLogger().removeHandler(handler)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     # DEBUG: at INFO the pipeline's one line per action says it already (a pod logs only that line too).
-    assert [(l["level"], l["msg"]) for l in lines] == [
+    assert [(line["level"], line["msg"]) for line in lines] == [
         ("debug", "config applied"),
         ("debug", "config not applied"),
         ("debug", "registry restarted on config hash-1"),

@@ -13,7 +13,6 @@ from berth_agent.core import metrics
 from berth_agent.kube.api import describe_api_error
 from berth_agent.sources.kube_watch import Backoff, content_digest
 from berth_agent.sources.registry_api import RegistryApiWatcher
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -108,11 +107,12 @@ async def test_dropped_watch_relists_and_still_delivers(kube_api, health, change
     errors_before = _sample(metrics.watch_errors_total, source="registry-api")
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
-        for round_, level in enumerate(("debug", "warn", "error"), start=1):
+        for level in ("debug", "warn", "error"):
             await _until(lambda: kube_api.open_watches == 1)
             lists_before = _lists(kube_api)
             assert kube_api.drop_watches() == 1
-            await _until(lambda: _lists(kube_api) > lists_before)  # a dropped connection means a fresh list
+            # A dropped connection means a fresh list.
+            await _until(lambda lists_before=lists_before: _lists(kube_api) > lists_before)
             await _until(lambda: kube_api.open_watches == 1)
             _set_level(kube_api, level)
             await changes.wait_for(lambda c, level=level: _level(c) == level)

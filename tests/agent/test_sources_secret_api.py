@@ -12,7 +12,6 @@ import pytest
 
 from berth_agent.core import metrics
 from berth_agent.sources.secret_api import SecretApiWatcher, SecretCopy, data_fingerprint, secret_copy
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.sources import running
 
 SECRETS = "v1/secrets"

@@ -58,7 +58,8 @@ def test_restarts_the_registry_when_it_exits(supervisor_factory, shell, registry
 
     for _ in range(3):
         os.kill(first.pid, signal.SIGTERM)
-        second = wait_for(lambda: [p for p in supervisor.registries() if p != first], what="a new registry")[0]
+        second = wait_for(lambda first=first: [p for p in supervisor.registries() if p != first],
+                          what="a new registry")[0]
         wait_for(lambda: _serving(registry_port), what="the new registry to answer")
         assert second.pid != first.pid
         assert supervisor.alive()

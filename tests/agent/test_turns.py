@@ -10,7 +10,6 @@ from berth_agent.apply.turns import ReplicaTurn
 from berth_agent.core.health import Health
 from berth_agent.kube.lease import LeaseError, ReloadLease
 from berth_api.leases import reload_lease_name as lease_name
-from support.kube import kube_api  # noqa: F401  (fixture)
 
 LEASES = "coordination.k8s.io/v1/leases"
 
@@ -24,16 +23,16 @@ class Clock:
 
 
 @pytest.fixture
-def lease_object(kube_api):  # noqa: F811
+def lease_object(kube_api):
     return kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                             "metadata": {"name": lease_name("reg"), "namespace": "default"}, "spec": {}})
 
 
-def _lease(kube_api, holder: str, clock=None) -> ReloadLease:  # noqa: F811
+def _lease(kube_api, holder: str, clock=None) -> ReloadLease:
     return ReloadLease(kube_api.client(), "default", lease_name("reg"), holder, **({"clock": clock} if clock else {}))
 
 
-def test_one_holder_at_a_time_and_release_hands_it_on(kube_api, lease_object):  # noqa: F811
+def test_one_holder_at_a_time_and_release_hands_it_on(kube_api, lease_object):
     a, b = _lease(kube_api, "pod-a"), _lease(kube_api, "pod-b")
     assert a.try_acquire(30) == (True, None)
     assert b.try_acquire(30) == (False, "pod-a")
@@ -45,7 +44,7 @@ def test_one_holder_at_a_time_and_release_hands_it_on(kube_api, lease_object):  
     assert b.try_acquire(30) == (True, None)
 
 
-def test_a_holder_that_let_it_expire_is_taken_over_on_our_clock(kube_api, lease_object):  # noqa: F811
+def test_a_holder_that_let_it_expire_is_taken_over_on_our_clock(kube_api, lease_object):
     clock = Clock()
     _lease(kube_api, "pod-dead").try_acquire(2)
     waiter = _lease(kube_api, "pod-b", clock)
@@ -58,7 +57,7 @@ def test_a_holder_that_let_it_expire_is_taken_over_on_our_clock(kube_api, lease_
     assert spec["holderIdentity"] == "pod-b" and spec["leaseTransitions"] == 2
 
 
-def test_of_two_racing_writers_one_gets_a_conflict(kube_api, lease_object):  # noqa: F811
+def test_of_two_racing_writers_one_gets_a_conflict(kube_api, lease_object):
     a, b = _lease(kube_api, "pod-a"), _lease(kube_api, "pod-b")
     stale = a.read()  # b writes between a's read and a's write: a's update carries a stale resourceVersion
     assert b.try_acquire(30) == (True, None)
@@ -69,7 +68,7 @@ def test_of_two_racing_writers_one_gets_a_conflict(kube_api, lease_object):  # n
     assert kube_api.get(LEASES, "default", "reg-reload")["spec"]["holderIdentity"] == "pod-b"
 
 
-def test_a_turn_waits_out_of_readiness_then_comes_back(kube_api, lease_object):  # noqa: F811
+def test_a_turn_waits_out_of_readiness_then_comes_back(kube_api, lease_object):
     health = Health()
     health.mark_config_written()
     other = _lease(kube_api, "pod-a")
@@ -91,7 +90,7 @@ def test_a_turn_waits_out_of_readiness_then_comes_back(kube_api, lease_object): 
     assert "holderIdentity" not in kube_api.get(LEASES, "default", "reg-reload")["spec"]
 
 
-def test_a_missing_lease_does_not_block_reloads_for_ever(kube_api):  # noqa: F811
+def test_a_missing_lease_does_not_block_reloads_for_ever(kube_api):
     health = Health()
     health.mark_config_written()
     turn = ReplicaTurn(_lease(kube_api, "pod-b"), health, leave_seconds=0.0)

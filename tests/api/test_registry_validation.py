@@ -286,7 +286,8 @@ def test_defaults_are_applied() -> None:
         ("mirror.example.com/registry@sha256:" + "b" * 64, "2", "2"),
     ],
 )
-def test_distribution_is_derived_from_the_image_unless_given(image: str, distribution: str | None, expected: str) -> None:
+def test_distribution_is_derived_from_the_image_unless_given(image: str, distribution: str | None,
+                                                             expected: str) -> None:
     extra = {"distribution": distribution} if distribution else {}
     document = registry(image=image, **extra)
     assert Registry.model_validate(document).spec.distribution_major == expected

@@ -19,7 +19,8 @@ def compliant() -> dict:
             "initContainers": [{"name": "agent", "image": "a", "securityContext": copy.deepcopy(context)}],
             "containers": [{"name": "registry", "image": "r", "securityContext": copy.deepcopy(context),
                             "ports": [{"containerPort": 5000}]}],
-            "volumes": [{"name": "config", "emptyDir": {"medium": "Memory"}}, {"name": "s", "secret": {"secretName": "s"}},
+            "volumes": [{"name": "config", "emptyDir": {"medium": "Memory"}},
+                        {"name": "s", "secret": {"secretName": "s"}},
                         {"name": "d", "persistentVolumeClaim": {"claimName": "d"}}],
         },
     }

@@ -29,7 +29,8 @@ OPERATOR_NAMESPACE = "berth-system"
 # Granted but not exercised by this scenario, and why each is still needed.
 UNEXERCISED_GRANTS = {
     ("berth.dev", "registries/finalizers", "update"):
-        "owner references set blockOwnerDeletion; the OwnerReferencesPermissionEnforcement admission plugin checks this",
+        "owner references set blockOwnerDeletion; the OwnerReferencesPermissionEnforcement admission plugin checks "
+        "this",
     ("events.k8s.io", "events", "create"): "the agent Role grants it (escalation prevention)",
     ("events.k8s.io", "events", "patch"): "the agent Role grants it (escalation prevention)",
     ("", "events", "patch"): "the agent Role grants it (escalation prevention)",
@@ -146,7 +147,8 @@ def requests() -> list[tuple[str, str]]:
                       {"spec": {"config": {"log": {"level": "debug"}}}})
             harness.wait_reconciled("cosi", "shared-registry")
             for kind, name in drifted:
-                wait_for(lambda: api.get(DRIFTED_KINDS[kind], "cosi", name)["metadata"].get("labels"),
+                wait_for(lambda kind=kind, name=name:
+                         api.get(DRIFTED_KINDS[kind], "cosi", name)["metadata"].get("labels"),
                          f"{kind} {name} labels restored")
             # Scale the COSI registry down: its PodDisruptionBudget is pruned.
             assert api.get("policy/v1/poddisruptionbudgets", "cosi", "shared-registry") is not None

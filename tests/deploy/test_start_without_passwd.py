@@ -23,7 +23,6 @@ import pytest
 
 from support.kube import (
     KubeApi,
-    kube_api,  # noqa: F401  (the fixture)
 )
 from support.operator_harness import REGISTRIES_PATH, wait_for
 from support.ports import free_port

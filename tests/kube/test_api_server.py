@@ -15,7 +15,7 @@ import kubernetes.watch
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from support.kube import KubeApi, kube_api  # noqa: F401  (fixture)
+from support.kube import KubeApi
 
 GROUP, VERSION, PLURAL = "berth.dev", "v1alpha1", "registries"
 NS = "ns1"
@@ -60,9 +60,11 @@ def test_generate_name_and_namespaces_list(core: kubernetes.client.CoreV1Api) ->
 
 def test_resource_version_bumps_on_every_write_and_never_on_a_noop(custom) -> None:
     created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, registry())
-    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1", {"metadata": {"labels": {"a": "1"}}})
+    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1",
+                                                    {"metadata": {"labels": {"a": "1"}}})
     assert int(patched["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
-    again = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1", {"metadata": {"labels": {"a": "1"}}})
+    again = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1",
+                                                  {"metadata": {"labels": {"a": "1"}}})
     assert again["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]
     assert again["metadata"]["uid"] == created["metadata"]["uid"]
 
@@ -71,7 +73,8 @@ def test_generation_counts_spec_changes_and_status_is_a_subresource(custom) -> N
     created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {**registry(), "status": {"x": 1}})
     assert created["metadata"]["generation"] == 1 and "status" not in created  # create drops status
 
-    labelled = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1", {"metadata": {"labels": {"a": "b"}}})
+    labelled = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1",
+                                                     {"metadata": {"labels": {"a": "b"}}})
     assert labelled["metadata"]["generation"] == 1
 
     # A main-resource write changes spec (generation 2) and cannot touch status.

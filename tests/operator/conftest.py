@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts
+from support.kube import KubeApi
+from support.operator_harness import OperatorHarness
 
 AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 
@@ -121,10 +123,6 @@ def builder_case(request: pytest.FixtureRequest) -> tuple[Registry, ClusterFacts
 # ----------------------------------------------------------------------------------------------------------
 # Controller tests: the operator in process (support.operator_harness) against the test API server.
 
-from collections.abc import Iterator  # noqa: E402
-
-from support.kube import KubeApi, kube_api  # noqa: E402,F401  (kube_api: the fixture)
-from support.operator_harness import OperatorHarness  # noqa: E402
 
 
 @pytest.fixture

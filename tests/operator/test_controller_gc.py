@@ -111,7 +111,7 @@ def test_the_annotation_runs_once_per_value(operator_harness, kube_api):
     harness.stop()
     clock.advance(datetime.timedelta(hours=1))
     harness = operator_harness([NS], clock=clock)
-    harness.ctx  # started
+    assert harness.ctx is not None  # started
     wait_for(lambda: harness.ctx.completed >= 1, "the resume reconcile")
     assert "request" not in gc_status(harness, "manual")
     assert len(events(harness, "manual", "GarbageCollectionRequested")) == 1

@@ -75,7 +75,8 @@ async def test_a_wake_up_may_arm_the_next_timer_for_its_own_key():
     wakeups.at(KEY, later(1), lambda: wake(1))
     for minute in (1, 2, 3):
         clock.set(later(minute))
-        await until(lambda: woken[-1:] == [minute] and wakeups.pending(KEY) == later(minute + 1), f"wake {minute}")
+        await until(lambda minute=minute: woken[-1:] == [minute] and wakeups.pending(KEY) == later(minute + 1),
+                    f"wake {minute}")
     assert woken == [1, 2, 3]
     await wakeups.close()
     assert wakeups.pending(KEY) is None

@@ -2,12 +2,9 @@
 
 import pytest
 
-from support.redisserver import redis_server  # noqa: F401  (pytest fixture)
 from support.registry import (
     registry_binaries,
-    registry_factory,  # noqa: F401  (pytest fixture)
 )
-from support.s3 import moto_server  # noqa: F401  (pytest fixture)
 
 
 @pytest.fixture(params=registry_binaries())

@@ -15,7 +15,7 @@ import bcrypt
 import yaml
 
 from berth_api import Registry, RegistrySpec
-from support.certs import self_signed_pair  # noqa: F401  (re-exported: tests import it from here)
+from support.certs import self_signed_pair
 from support.secretdir import write_secret_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -17,7 +17,6 @@ from berth_api.server import MAX_REDIS_CONNECTIONS
 from berth_api.types import INT32_MAX
 from render.mountkit import write_mounts_for
 from support.ports import free_port
-from support.redisserver import redis_server  # noqa: F401  (fixture)
 from support.registry import http_get, registry_binaries, start_registry
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,7 +52,7 @@ def _render(document: dict, major: str, tmp_path, redis_url: str | None = None) 
 
 @pytest.mark.parametrize("binary", registry_binaries())
 @pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "inmemory-cache"])
-def test_every_bound_starts_the_registry(binary, with_redis, tmp_path, redis_server):  # noqa: F811
+def test_every_bound_starts_the_registry(binary, with_redis, tmp_path, redis_server):
     major, path = binary
     port = free_port()
     url = redis_server.url(db=15) if with_redis else None

@@ -83,7 +83,8 @@ def test_unparseable_registry_file(content, part, tmp_path):
 
 
 def test_missing_registry_file(tmp_path):
-    assert_bad_input(berth_agent("render", "--registry", str(tmp_path / "absent.yaml")), "absent.yaml", "cannot be read")
+    assert_bad_input(berth_agent("render", "--registry", str(tmp_path / "absent.yaml")), "absent.yaml",
+                     "cannot be read")
 
 
 def test_malformed_mount_names_file_and_key_and_hides_the_secret(tmp_path):

@@ -23,7 +23,8 @@ from berth_agent.inputs.cosi import MAX_JSON_DEPTH, json_depth
 from berth_agent.inputs.mounts import read_inputs
 from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT, volume_fingerprint
 from berth_api import Registry
-from render.mountkit import htpasswd_entry, self_signed_pair
+from render.mountkit import htpasswd_entry
+from support.certs import self_signed_pair
 from support.secretdir import swap_payload, write_secret_dir
 
 PEM_CERT, PEM_KEY = self_signed_pair()

@@ -16,7 +16,8 @@ from berth_agent.core.errors import InputError
 from berth_agent.inputs.cosi import read_cosi
 from berth_agent.inputs.mounts import MountedInputs, parse_redis_url, read_inputs
 from berth_api import Registry
-from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example, self_signed_pair
+from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example
+from support.certs import self_signed_pair
 from support.secretdir import swap_secret_dir, write_secret_dir
 
 ACCESS_KEY_ID = "AKIAMOUNTTESTKEY0001"
@@ -76,7 +77,8 @@ def test_reads_follow_an_atomic_swap(tmp_path):
 def test_keys_come_from_the_spec_fields(tmp_path):
     cert, key = self_signed_pair()
     spec = spec_with(
-        config={"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "users.htpasswd"}}}}},
+        config={"storage": {"inmemory": {},
+                            "auth": {"htpasswd": {"secret": {"name": "u", "field": "users.htpasswd"}}}}},
         http={"secret": {"name": "h", "field": "shared"}, "tls": {"secretName": "t"}},
         redis={"secret": {"name": "r", "field": "url"}},
     )
@@ -147,7 +149,8 @@ def _set(path: str, value):
 
 
 INMEMORY = {"config": {"storage": {"inmemory": {}}}}
-HTPASSWD_SPEC = {"config": {"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "htpasswd"}}}}}}
+HTPASSWD_SPEC = {"config": {"storage": {"inmemory": {},
+                                        "auth": {"htpasswd": {"secret": {"name": "u", "field": "htpasswd"}}}}}}
 REDIS_SPEC = {**INMEMORY, "redis": {"secret": {"name": "r", "field": "url"}}}
 TLS_SPEC = {**INMEMORY, "http": {"tls": {"secretName": "t"}}}
 HTTP_SECRET_SPEC = {**INMEMORY, "http": {"secret": {"name": "h", "field": "token"}}}
@@ -158,7 +161,8 @@ PEM_CERT, PEM_KEY = self_signed_pair()
 MALFORMED = [
     ("bucketinfo-not-json", COSI, {"cosi": {"BucketInfo": f'{{"spec": {{"accessSecretKey": "{SECRET_KEY}"'}},
      "cosi/BucketInfo", "is not JSON"),
-    ("bucketinfo-json-array", COSI, {"cosi": {"BucketInfo": json.dumps([SECRET_KEY])}}, "cosi/BucketInfo", "not a JSON object"),
+    ("bucketinfo-json-array", COSI, {"cosi": {"BucketInfo": json.dumps([SECRET_KEY])}}, "cosi/BucketInfo",
+     "not a JSON object"),
     ("bucketinfo-empty", COSI, {"cosi": {"BucketInfo": "\n"}}, "cosi/BucketInfo", "is empty"),
     ("bucketinfo-no-spec", COSI, {"cosi": bucket_info_with(_drop("spec"))}, "cosi/BucketInfo: spec", "is missing"),
     ("bucketinfo-no-bucket", COSI, {"cosi": bucket_info_with(_drop("spec.bucketName"))},
@@ -194,17 +198,21 @@ MALFORMED = [
     ("htpasswd-empty", HTPASSWD_SPEC, {"htpasswd": {"htpasswd": ""}}, "htpasswd/htpasswd", "is empty"),
     ("htpasswd-plaintext", HTPASSWD_SPEC, {"htpasswd": {"htpasswd": f"alice:{SECRET_KEY}\n"}},
      "htpasswd/htpasswd", "line 1 is not a bcrypt"),
-    ("http-secret-missing", HTTP_SECRET_SPEC, {"http-secret": {"secret": SECRET_KEY}}, "http-secret/token", "is missing"),
+    ("http-secret-missing", HTTP_SECRET_SPEC, {"http-secret": {"secret": SECRET_KEY}}, "http-secret/token",
+     "is missing"),
     ("http-secret-empty", HTTP_SECRET_SPEC, {"http-secret": {"token": "  \n"}}, "http-secret/token", "is empty"),
     ("redis-not-mounted", REDIS_SPEC, {"redis": None}, "redis/url", "not mounted"),
     ("redis-bad-scheme", REDIS_SPEC, {"redis": {"url": f"http://:{REDIS_PW}@h:1"}}, "redis/url", "redis://"),
-    ("redis-bad-port", REDIS_SPEC, {"redis": {"url": f"redis://:{REDIS_PW}@h:port"}}, "redis/url", "not a valid redis URL"),
+    ("redis-bad-port", REDIS_SPEC, {"redis": {"url": f"redis://:{REDIS_PW}@h:port"}}, "redis/url",
+     "not a valid redis URL"),
     ("redis-no-host", REDIS_SPEC, {"redis": {"url": "redis://"}}, "redis/url", "has no host"),
     ("redis-bad-db", REDIS_SPEC, {"redis": {"url": f"redis://:{REDIS_PW}@h:1/zero"}}, "redis/url", "database"),
     ("redis-not-utf8", REDIS_SPEC, {"redis": {"url": b"\xff\xfe" + REDIS_PW.encode()}}, "redis/url", "not UTF-8"),
     ("tls-no-key", TLS_SPEC, {"tls": {"tls.crt": PEM_CERT}}, "tls/tls.key", "is missing"),
-    ("tls-key-not-pem", TLS_SPEC, {"tls": {"tls.crt": PEM_CERT, "tls.key": SECRET_KEY}}, "tls/tls.key", "PEM private key"),
-    ("tls-cert-not-pem", TLS_SPEC, {"tls": {"tls.crt": SECRET_KEY, "tls.key": PEM_KEY}}, "tls/tls.crt", "PEM certificate"),
+    ("tls-key-not-pem", TLS_SPEC, {"tls": {"tls.crt": PEM_CERT, "tls.key": SECRET_KEY}}, "tls/tls.key",
+     "PEM private key"),
+    ("tls-cert-not-pem", TLS_SPEC, {"tls": {"tls.crt": SECRET_KEY, "tls.key": PEM_KEY}}, "tls/tls.crt",
+     "PEM certificate"),
 ]
 
 

@@ -60,7 +60,8 @@ def test_filesystem_root_and_config_files_follow_render_paths(tmp_path):
     config = parsed(rendered)
     assert config["storage"]["filesystem"] == {"rootdirectory": str(tmp_path / "d")}
     assert config["auth"]["htpasswd"]["path"] == str(tmp_path / "c" / "htpasswd")
-    assert config["http"]["tls"] == {"certificate": str(tmp_path / "c/tls/tls.crt"), "key": str(tmp_path / "c/tls/tls.key")}
+    assert config["http"]["tls"] == {"certificate": str(tmp_path / "c/tls/tls.crt"),
+                                     "key": str(tmp_path / "c/tls/tls.key")}
     assert rendered.files == {"htpasswd": HTPASSWD, "tls/tls.crt": b"CERT", "tls/tls.key": b"KEY"}
     defaults = parsed(render(spec, inputs))
     assert defaults["storage"]["filesystem"]["rootdirectory"] == "/var/lib/registry"
@@ -161,10 +162,12 @@ def test_redis_tls_from_spec_or_rediss_scheme_on_3_is_rootcas():
     paths = RenderPaths(ca_bundle=Path("/trust/ca.pem"))
     assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://c:1"), distribution="3",
                          paths=paths))["redis"]["tls"] == {"rootcas": ["/trust/ca.pem"]}
-    assert "tls" not in parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="redis://c:1"), distribution="3"))["redis"]
+    plain = parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="redis://c:1"), distribution="3"))
+    assert "tls" not in plain["redis"]
 
 
-@pytest.mark.parametrize("image", ["docker.io/library/registry:3.0.0", "registry:3.0", "example.com/r/registry:v3.0-rc"])
+@pytest.mark.parametrize("image", ["docker.io/library/registry:3.0.0", "registry:3.0",
+                                   "example.com/r/registry:v3.0-rc"])
 def test_redis_tls_is_refused_on_3_0(image):
     """3.0 turns TLS to redis on only with a client certificate; without one it would send the password in clear."""
     with pytest.raises(InputError) as caught:

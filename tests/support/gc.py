@@ -129,7 +129,8 @@ def wait_until(predicate, timeout: float, what) -> Any:
     try:
         return wait_for(predicate, timeout, interval=0.1, what="")
     except AssertionError:
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}") from None
+        waited_for = what() if callable(what) else what
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {waited_for}") from None
 
 
 # ---- a GC exactly as slow as the test needs ------------------------------------------------------------------

@@ -1,8 +1,6 @@
 """A Kubernetes API server for tests: kmock's emulator plus our gap fillers, over real HTTP on 127.0.0.1.
 
-Use the pytest fixture (import it into your test module or conftest)::
-
-    from support.kube import kube_api  # noqa: F401  (the fixture)
+Use the pytest fixture `kube_api` (tests/conftest.py registers this module's fixtures for every test)::
 
     def test_something(kube_api):
         core = kubernetes.client.CoreV1Api(kube_api.client())
@@ -301,8 +299,8 @@ def run_kopf(
 
     Yields once kopf reports ready; on exit sets the stop flag and waits for a clean stop, then re-raises
     anything the operator raised. Peering is off (standalone). With `namespaces=[...]`, kopf watches a
-    namespace only once its Namespace object exists (as on a cluster): create it first. Give `settings` to tune kopf; by default
-    watches use a 60 s server timeout and posted events start at INFO.
+    namespace only once its Namespace object exists (as on a cluster): create it first. Give `settings` to tune kopf;
+    by default watches use a 60 s server timeout and posted events start at INFO.
     """
     registry = registry if registry is not None else kopf.get_default_registry()
     _ensure_login_handler(registry)

@@ -225,7 +225,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     # ------------------------------------------------------------------------------ fault injection
 
-    def fail_next(self, count: int = 1, *, status: int = 500, verb: str | None = None, plural: str | None = None) -> None:
+    def fail_next(self, count: int = 1, *, status: int = 500, verb: str | None = None,
+                  plural: str | None = None) -> None:
         """Make the next `count` requests (optionally only of one verb and/or resource plural) fail."""
         self._faults.append(Fault(count, status, verb, plural))
 
@@ -373,13 +374,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         base = self._scale_of(resource, current) if subresource == "scale" else current
         if content_type == JSON_PATCH:
             if not isinstance(patch, list):
-                raise api_error(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+                raise api_error(400, "BadRequest",
+                                "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
             try:
                 result = jsonpatch.apply_patch(copy.deepcopy(base), patch)
             except jsonpatch.JsonPatchTestFailed as error:
-                raise api_error(422, "Invalid", f"the server rejected our request due to an error in our request: {error}")
+                raise api_error(422, "Invalid",
+                                f"the server rejected our request due to an error in our request: {error}") from None
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
-                raise api_error(422, "Invalid", f"json patch could not be applied: {error}")
+                raise api_error(422, "Invalid", f"json patch could not be applied: {error}") from None
         elif content_type == STRATEGIC_PATCH:
             if not isinstance(patch, Mapping):
                 raise api_error(400, "BadRequest", "a strategic merge patch must be an object")
@@ -613,7 +616,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 allowed=lambda path: not custom or path in ("metadata.name", "metadata.namespace"),
             )
         except SelectorError as error:
-            raise api_error(400, "BadRequest", str(error))
+            raise api_error(400, "BadRequest", str(error)) from None
         return lambda obj: labels(obj) and fields(obj)
 
     def _serve_object(self, request: rendering.Request, target: Target, verb: str) -> tuple[int, Any]:
@@ -727,7 +730,7 @@ def _body(request: rendering.Request) -> Any:
         try:
             return yaml.safe_load(request.body)  # apply patches may come as YAML
         except yaml.YAMLError:
-            raise api_error(400, "BadRequest", "the request body is neither JSON nor YAML")
+            raise api_error(400, "BadRequest", "the request body is neither JSON nor YAML") from None
 
 
 def _delete_options(request: rendering.Request, body: Any) -> dict[str, Any]:

@@ -45,7 +45,8 @@ class PullLoop(threading.Thread):
     def _open(self):
         request = urllib.request.Request(self.url)
         if self.auth:
-            request.add_header("Authorization", "Basic " + b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode())
+            token = b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            request.add_header("Authorization", "Basic " + token)
         try:
             return urllib.request.urlopen(request, timeout=30)
         except urllib.error.HTTPError as exc:

@@ -56,7 +56,8 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as raw:
             sock = raw
             if self.tls:
-                sock = ssl.create_default_context(cafile=str(self.ca_file)).wrap_socket(raw, server_hostname="127.0.0.1")
+                context = ssl.create_default_context(cafile=str(self.ca_file))
+                sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
             stream = sock.makefile("rwb")
             stream.write(_encode("AUTH", self.password) + _encode("SELECT", str(db)) + _encode(*args))
             stream.flush()

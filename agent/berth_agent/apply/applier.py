@@ -231,7 +231,8 @@ class Applier:
             return None  # the very first config: nothing on disk, nothing running
         if self.serving(disk) is not None:
             self._verified(disk)
-            log.info("config on disk is current", extra={"fields": {"config_hash": disk.config_hash, "seen_serving": True}})
+            log.info("config on disk is current",
+                     extra={"fields": {"config_hash": disk.config_hash, "seen_serving": True}})
             return None
         gone = self.supervisor_gone()
         detail = gone

@@ -113,7 +113,8 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
         except PreflightError as exc:
             if previous is not None:
                 raise
-            warnings.append(PreflightWarning("RedisUnavailable", f"{exc}; starting without it (a failing cache lookup falls back to storage)"))
+            warnings.append(PreflightWarning(
+                "RedisUnavailable", f"{exc}; starting without it (a failing cache lookup falls back to storage)"))
     return warnings
 
 

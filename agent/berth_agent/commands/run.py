@@ -37,11 +37,14 @@ def add_parser(subparsers: Any) -> None:
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--registry", metavar="NAMESPACE/NAME", help="watch this Registry through the Kubernetes API")
-    which.add_argument("--registry-file", type=Path, metavar="FILE", help="watch a Registry YAML file (outside Kubernetes)")
+    which.add_argument("--registry-file", type=Path, metavar="FILE",
+                       help="watch a Registry YAML file (outside Kubernetes)")
     parser.add_argument("--mounts", type=Path, default=DEFAULT_MOUNTS, metavar="DIR",
-                        help=f"mount root holding cosi/, htpasswd/, http-secret/, redis/, tls/ (default {DEFAULT_MOUNTS})")
+                        help=f"mount root holding {', '.join(v + '/' for v in SECRET_VOLUMES)} "
+                             f"(default {DEFAULT_MOUNTS})")
     parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
-                        help=f"where config.yml, htpasswd, tls/ and supervise.sh are written (default {DEFAULT_CONFIG_DIR})")
+                        help=f"where config.yml, htpasswd, tls/ and supervise.sh are written "
+                             f"(default {DEFAULT_CONFIG_DIR})")
     parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR",
                         help="where supervise.sh keeps its pid, the last registry exit and the registry's output "
                              "(its BERTH_STATE_DIR; default: the config dir)")
@@ -55,7 +58,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
     parser.add_argument("--registry-bin", default="registry", metavar="NAME",
-                        help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set (default registry)")
+                        help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set "
+                             "(default registry)")
     parser.add_argument("--debounce", type=float, default=0.03, metavar="SECONDS",
                         help="quiet time that ends a burst of changes before rendering (default 0.03)")
     parser.add_argument("--max-wait", type=float, default=2.0, metavar="SECONDS",
@@ -73,7 +77,8 @@ def add_parser(subparsers: Any) -> None:
                         help="listen on HOST instead of the host in spec.http.addr (the port is kept): several local "
                              "pods on one machine, each on its own loopback address")
     parser.add_argument("--kube-host", metavar="URL", help="API server URL without credentials (tests, kubectl proxy)")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="(default info)")
     parser.set_defaults(func=run)
@@ -133,7 +138,8 @@ def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
 
     script = supervisor_script().decode()
     script = script.replace("${BERTH_REGISTRY_BIN:-registry}", f"${{BERTH_REGISTRY_BIN:-{registry_bin}}}")
-    script = script.replace(f"${{BERTH_CONFIG:-{CONFIG_DIR}/{CONFIG_NAME}}}", f"${{BERTH_CONFIG:-{config_dir / CONFIG_NAME}}}")
+    script = script.replace(f"${{BERTH_CONFIG:-{CONFIG_DIR}/{CONFIG_NAME}}}",
+                            f"${{BERTH_CONFIG:-{config_dir / CONFIG_NAME}}}")
     return script.encode()
 
 

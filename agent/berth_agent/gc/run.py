@@ -185,7 +185,8 @@ class GcRunner:
                                       message=f"the agent in pod {self.pod} stopped before the run"))
                 return False
             if not acks.complete:
-                self._record(last_run(hold, result="TimedOut", started_at=started_at, finished_at=format_time(self.wall()),
+                self._record(last_run(hold, result="TimedOut", started_at=started_at,
+                                      finished_at=format_time(self.wall()),
                                       runner=self.pod, message=f"not every replica served read-only within the "
                                       f"bound: {acks.describe()}"))
                 return False

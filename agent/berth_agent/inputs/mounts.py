@@ -80,7 +80,8 @@ def parse_redis_url(url: str, where: str) -> RedisAddress:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise InputError(where, "is not a valid redis URL (expected redis[s]://[user:password@]host:port[/db])") from None
+        raise InputError(where,
+                         "is not a valid redis URL (expected redis[s]://[user:password@]host:port[/db])") from None
     if parts.scheme not in ("redis", "rediss"):
         raise InputError(where, "must start with redis:// or rediss://")
     if not parts.hostname:

@@ -134,4 +134,5 @@ def wait_until_serving(
     return None, f"the registry answered HTTP {last_status} on GET / instead of 200 within {timeout:g}s"
 
 
-__all__ = ["CRASHES_AFTER_HANDOVER", "CRASHES_BEFORE_GIVING_UP", "LISTENER_POLL_SECONDS", "NUDGE_SECONDS", "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "answers", "is_up", "wait_until_serving"]
+__all__ = ["CRASHES_AFTER_HANDOVER", "CRASHES_BEFORE_GIVING_UP", "LISTENER_POLL_SECONDS", "NUDGE_SECONDS",
+           "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "answers", "is_up", "wait_until_serving"]

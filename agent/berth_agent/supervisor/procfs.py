@@ -194,5 +194,6 @@ def send_signal(pid: int, sig: int) -> None:
         pass
 
 
-__all__ = ["PROC", "RegistryProcess", "find_registry_processes", "holds_socket", "listener_inodes", "listening", "parent_pid", "runs_gc", "send_signal", "start_ticks", "started_after",
+__all__ = ["PROC", "RegistryProcess", "find_registry_processes", "holds_socket", "listener_inodes", "listening",
+           "parent_pid", "runs_gc", "send_signal", "start_ticks", "started_after",
            "supervised_with", "takes_handover"]

@@ -1,6 +1,6 @@
 """The agent's Role: its own Registry (read, and patch status), Events, its Registry's reload and garbage
-collection Leases (get and update, those two objects by name), and read access to exactly the Secrets its pod mounts (by name), which it
-also watches over the API so a rotation applies before the kubelet updates the volume."""
+collection Leases (get and update, those two objects by name), and read access to exactly the Secrets its pod
+mounts (by name), which it also watches over the API so a rotation applies before the kubelet updates the volume."""
 
 from __future__ import annotations
 

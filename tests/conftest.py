@@ -1,0 +1,4 @@
+"""Fixtures every test folder shares, from tests/support: registered once here, not imported into each module
+(an imported fixture is an unused name to a linter, and a test's parameter of that name shadows it)."""
+
+pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3"]
