@@ -238,3 +238,65 @@ def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pip
     asyncio.run(scenario())
     # The first config was read-only already (a pod starting while a request stands), then one restart.
     assert supervisor.log().count("started registry") == 2
+
+
+class RecordingReporter(LogReporter):
+    """Keeps every applied record the pipeline asks for; refuses the writes the test tells it to (as an API
+    server answering 500 would)."""
+
+    def __init__(self) -> None:
+        super().__init__("test")
+        self.applied_records: list[tuple[str, int | None]] = []
+        self.refuse = 0
+
+    async def applied(self, config_hash: str, generation: int | None) -> bool:
+        self.applied_records.append((config_hash, generation))
+        if self.refuse:
+            self.refuse -= 1
+            return False
+        return True
+
+
+def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp_path, supervisor_factory,
+                                                                               registry_port):
+    """The record rule (docs/design.md §4.2): a new generation rendering what runs is reported at once with no
+    restart; the same generation again is not rewritten; a refused write is made again on the next round."""
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (tmp_path / "data").mkdir()
+    write_secret_dir(tmp_path / "mounts" / "http-secret", {"secret": "s"})
+    supervisor = supervisor_factory(config_dir=config_dir)
+    reporter = RecordingReporter()
+    pipeline = Pipeline(PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data",
+                                         mount_root=tmp_path / "mounts"), reporter, Health())
+
+    def at(generation: int, **spec_changes) -> dict:
+        obj = _registry(registry_port)
+        obj["metadata"]["generation"] = generation
+        obj["spec"].update(spec_changes)
+        return obj
+
+    async def scenario() -> None:
+        pipeline.registry = at(1)
+        await pipeline.apply_once()
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        first_hash = pipeline.applier.current.config_hash
+        assert reporter.applied_records == [(first_hash, 1)]
+
+        pipeline.registry = at(2, replicas=3)  # not rendered: the same config
+        await pipeline.apply_once()
+        assert reporter.applied_records[-1] == (first_hash, 2)
+        for _ in range(3):  # resyncs: nothing new to say
+            await pipeline.apply_once()
+        assert len(reporter.applied_records) == 2
+
+        reporter.refuse = 1
+        pipeline.registry = at(3, resources={"limits": {"memory": "1Gi"}})
+        await pipeline.apply_once()  # the write is refused
+        await pipeline.apply_once()  # the next round (the retry timer's, or a resync) writes it again
+        assert reporter.applied_records[-2:] == [(first_hash, 3), (first_hash, 3)]
+        await pipeline.apply_once()
+        assert len(reporter.applied_records) == 4
+
+    asyncio.run(scenario())
+    assert supervisor.log().count("started registry") == 1
