@@ -14,12 +14,13 @@ import os
 
 import pytest
 
-from support.kube import kube_api  # noqa: F401  (fixture)
 from support.operator_harness import REGISTRIES_PATH, OperatorHarness, wait_for
 from support.pod import filesystem_spec, on_distribution, registry_object
 from support.ports import free_port
 from support.secretdir import swap_secret_dir
 from support.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
 # A bound for every wait on Ready: a pod start is ~1-3 s, a reload turn 2 x leave + the restart; a loaded
 # 2-core run takes several times the idle figures, which are stated beside each case.
@@ -37,7 +38,7 @@ def _records(api) -> dict:
 
 
 @pytest.fixture
-def cluster(tmp_path, kube_api):  # noqa: F811
+def cluster(tmp_path, kube_api):
     """Start the operator and the workload for a Registry made from `spec` (call it with the spec)."""
     started: list = []
 
@@ -72,7 +73,7 @@ def _serves_its_record(pod, record: dict) -> bool:
     return hashlib.sha256((pod.config_dir / "config.yml").read_bytes()).hexdigest() == record.get("configHash")
 
 
-def test_scaling_2_3_2_ends_ready_with_no_restart(cluster, kube_api):  # noqa: F811
+def test_scaling_2_3_2_ends_ready_with_no_restart(cluster, kube_api):
     """`kubectl scale reg --replicas 3` and back: the new pod starts on the current config, the others report
     the new generation without a restart (idle: Ready about 3 s after each scale)."""
     workload = cluster(_spec(), replicas=2)
@@ -88,7 +89,7 @@ def test_scaling_2_3_2_ends_ready_with_no_restart(cluster, kube_api):  # noqa: F
     assert all(count == 0 for count in workload.restarts().values()), workload.restarts()
 
 
-def test_a_resources_edit_replaces_the_pods_and_ends_ready(cluster, kube_api):  # noqa: F811
+def test_a_resources_edit_replaces_the_pods_and_ends_ready(cluster, kube_api):
     """`resources` shapes the Deployment only: the pods are replaced (a rolling update), each new one starts on
     the current config, none of them restarts its registry (idle: Ready about 6 s after the edit)."""
     workload = cluster(_spec(), replicas=2)
@@ -100,7 +101,7 @@ def test_a_resources_edit_replaces_the_pods_and_ends_ready(cluster, kube_api):  
     assert all(count == 0 for count in workload.restarts().values()), workload.restarts()
 
 
-def test_garbage_collection_added_changed_and_removed_ends_ready_with_no_restart(cluster, kube_api):  # noqa: F811
+def test_garbage_collection_added_changed_and_removed_ends_ready_with_no_restart(cluster, kube_api):
     """`garbageCollection` is the operator's and the runner's, not rendered: each edit is Ready at once."""
     workload = cluster(_spec())
     for patch in ({"garbageCollection": {"schedule": "0 3 * * sun"}},
@@ -111,7 +112,7 @@ def test_garbage_collection_added_changed_and_removed_ends_ready_with_no_restart
     assert all(count == 0 for count in workload.restarts().values()), workload.restarts()
 
 
-def test_a_config_edit_restarts_each_pod_once_and_ends_ready(cluster, kube_api):  # noqa: F811
+def test_a_config_edit_restarts_each_pod_once_and_ends_ready(cluster, kube_api):
     workload = cluster(_spec(), replicas=2)
     gen = _edit(kube_api, {"config": {"log": {"level": "debug"}}})
     reg = ready_at_generation(kube_api, gen, timeout=READY_TIMEOUT, workload=workload)
@@ -121,7 +122,7 @@ def test_a_config_edit_restarts_each_pod_once_and_ends_ready(cluster, kube_api):
     assert all(count == 1 for count in workload.restarts().values()), workload.restarts()
 
 
-def test_a_secret_rotation_restarts_each_pod_once_and_stays_ready_at_the_same_generation(cluster, kube_api):  # noqa: F811
+def test_a_secret_rotation_restarts_each_pod_once_and_stays_ready_at_the_same_generation(cluster, kube_api):
     """A new http secret on every pod's volume: no generation change, a new config hash in every record."""
     workload = cluster(_spec(), replicas=2)
     gen = kube_api.get(REGISTRIES_PATH, "default", "reg")["metadata"]["generation"]
@@ -136,7 +137,7 @@ def test_a_secret_rotation_restarts_each_pod_once_and_stays_ready_at_the_same_ge
 
 @pytest.mark.parametrize("major", ["2", pytest.param("3", marks=pytest.mark.skipif(
     not REGISTRY3, reason="BERTH_REGISTRY3_BIN names no Distribution 3.x registry binary"))])
-def test_an_edit_back_while_a_replica_waits_for_its_turn_ends_ready_at_the_last_generation(cluster, kube_api, major):  # noqa: F811
+def test_an_edit_back_while_a_replica_waits_for_its_turn_ends_ready_at_the_last_generation(cluster, kube_api, major):
     """log.level A -> B -> A while one pod waits for the reload Lease (a rotated Secret on both pods put it in the
     queue behind the other): the waiting pod finds the spec rendering what it then runs, restarts for nothing
     more, and still reports the last generation. Every record reaches it; no pod restarts more often than its
@@ -159,7 +160,7 @@ def test_an_edit_back_while_a_replica_waits_for_its_turn_ends_ready_at_the_last_
     assert restarts[waiter] == 1 and all(count <= 3 for count in restarts.values()), restarts
 
 
-def test_a_lost_status_write_is_made_again_and_the_record_reaches_the_generation(tmp_path, kube_api):  # noqa: F811
+def test_a_lost_status_write_is_made_again_and_the_record_reaches_the_generation(tmp_path, kube_api):
     """The API refuses the agent's one status patch for a new generation (an edit it does not render): the
     record still reaches that generation, on the agent's retry, with no restart."""
     from support.pod import RegistryPod
