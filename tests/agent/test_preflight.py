@@ -6,7 +6,9 @@ import datetime
 
 import pytest
 
-from berth_agent.apply.preflight import PreflightError, S3Target, check_bucket, check_config, sign_v4
+from berth_agent.apply.preflight import PreflightError, check_bucket, check_config, sign_v4
+from berth_agent.render import Rendered
+from berth_agent.render.targets import S3Target
 from support.s3 import REGION, running_moto
 
 
@@ -42,15 +44,15 @@ def _config(moto, key, bucket="registry-data") -> bytes:
 
 
 def test_a_live_key_passes(moto):
-    check_config(_config(moto, moto.user))
+    check_config(Rendered(_config(moto, moto.user)))
 
 
 def test_a_deleted_key_is_refused_and_the_error_holds_no_secret(moto):
     key = moto.create_access_key("registry")
-    check_config(_config(moto, key))
+    check_config(Rendered(_config(moto, key)))
     moto.delete_access_key("registry", key.access_key_id)
     with pytest.raises(PreflightError) as caught:
-        check_config(_config(moto, key))
+        check_config(Rendered(_config(moto, key)))
     message = str(caught.value)
     assert message.startswith("storage.s3: ") and "HTTP 403" in message and "InvalidAccessKeyId" in message
     assert key.access_key_id not in message and key.secret_access_key not in message
@@ -64,7 +66,7 @@ def test_a_wrong_secret_is_refused(moto):
 
 def test_a_key_for_another_bucket_is_refused(moto):
     with pytest.raises(PreflightError, match="'other-data' refused the new credentials"):
-        check_config(_config(moto, moto.user, bucket="other-data"))
+        check_config(Rendered(_config(moto, moto.user, bucket="other-data")))
 
 
 def test_an_unreachable_endpoint_is_reported(moto):
@@ -74,4 +76,4 @@ def test_an_unreachable_endpoint_is_reported(moto):
 
 
 def test_filesystem_storage_needs_no_check():
-    check_config(b"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: /var/lib/registry\n")
+    check_config(Rendered(b"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: /var/lib/registry\n"))

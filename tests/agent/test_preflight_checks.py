@@ -11,10 +11,11 @@ import threading
 import pytest
 
 from berth_agent.apply.preflight import check_render
-from berth_agent.apply.preflight_net import RedisTarget, check_bindable, check_redis, redis_target
+from berth_agent.apply.preflight_net import check_bindable, check_redis
 from berth_agent.apply.preflight_tls import check_pair, leaf_not_after
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
+from berth_agent.render.targets import RedisTarget, redis_target
 from support.certs import key_body_line, self_signed
 from support.ports import free_port
 from support.redisserver import running_redis

@@ -14,13 +14,14 @@ then review the diff against the v3 reference before committing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from berth_agent.inputs.mounts import MountedInputs, S3Credentials
+from berth_agent.inputs.mounts import MountedInputs, S3Credentials, parse_redis_url
 from berth_agent.render.config import render
 from berth_api import Registry
 from render.mountkit import EXAMPLES
@@ -37,7 +38,7 @@ INPUTS = MountedInputs(
     s3=S3_PATH,
     htpasswd=b"alice:$2y$05$" + b"A" * 53 + b"\n",
     http_secret="golden-http-secret",
-    redis_url="redis://:golden-redis-password@redis.cache.svc:6379/0",
+    redis=parse_redis_url("redis://:golden-redis-password@redis.cache.svc:6379/0", "redis/url"),
 )
 
 # Everything the API can turn on, for Distribution 3 only keys in particular.
@@ -62,7 +63,7 @@ FEATURES = {
 }
 FEATURE_INPUTS = MountedInputs(
     s3=S3_VIRTUAL, htpasswd=INPUTS.htpasswd, http_secret=INPUTS.http_secret,
-    redis_url="rediss://:golden-redis-password@redis.cache.svc:6380/1",
+    redis=parse_redis_url("rediss://:golden-redis-password@redis.cache.svc:6380/1", "redis/url"),
     tls_cert=b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
     tls_key=b"-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n",
 )
@@ -117,7 +118,7 @@ def render_case(name: str, major: str) -> bytes:
     if major == "2" and name == "features":
         # Redis TLS is refused for 2.8 (it would connect in clear text): compare with the nearest 2.8 config.
         document = {**document, "spec": {**document["spec"], "redis": {**document["spec"]["redis"], "tls": {}}}}
-        inputs = MountedInputs(**{**inputs.__dict__, "redis_url": inputs.redis_url.replace("rediss:", "redis:")})
+        inputs = dataclasses.replace(inputs, redis=dataclasses.replace(inputs.redis, tls=False))  # redis://
     return render(Registry.model_validate(document).spec, inputs, distribution=major).config
 
 

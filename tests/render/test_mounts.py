@@ -90,7 +90,9 @@ def test_keys_come_from_the_spec_fields(tmp_path):
     inputs = read_inputs(spec, tmp_path)
     assert inputs.htpasswd == entry
     assert inputs.http_secret == "the-http-secret"  # trailing newline of --from-file dropped
-    assert inputs.redis_url == "rediss://user:pw@cache:6380/2"
+    redis = inputs.redis  # parsed where it was read: render takes the address, not the URL
+    assert (redis.host, redis.port, redis.username, redis.password, redis.db, redis.tls, redis.source) == (
+        "cache", 6380, "user", "pw", 2, True, "redis/url")
     assert (inputs.tls_cert, inputs.tls_key) == (cert, key)
     for text in (repr(inputs), str(inputs)):
         for value in ("the-http-secret", "pw@", "PRIVATE", entry.decode()):

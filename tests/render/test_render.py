@@ -9,10 +9,15 @@ import pytest
 import yaml
 
 from berth_agent.core.errors import InputError
-from berth_agent.inputs.mounts import MountedInputs, S3Credentials
+from berth_agent.inputs.mounts import MountedInputs, S3Credentials, parse_redis_url
 from berth_agent.render.config import Rendered, RenderPaths, render
 from berth_api import Registry
 from render.mountkit import load_example
+
+
+def redis_at(url: str):
+    """The redis URL as read_inputs hands it on: parsed, read from redis/url."""
+    return parse_redis_url(url, "redis/url")
 
 S3 = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "AKIARENDERTEST000001", "render-secret-key")
 HTPASSWD = b"alice:$2y$04$" + b"a" * 53 + b"\n"
@@ -42,7 +47,7 @@ def test_defaults_render_a_complete_minimal_config():
 
 def test_same_inputs_same_bytes_and_the_hash_is_sha256_of_them():
     spec = load_example("full.yaml").spec
-    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis_url="redis://:pw@cache:6379")
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis=redis_at("redis://:pw@cache:6379"))
     first = render(spec, inputs)
     again = render(load_example("full.yaml").spec, MountedInputs(**{**inputs.__dict__}))
     assert first.config == again.config and first.files == again.files
@@ -141,7 +146,7 @@ REDIS = {"secret": {"name": "r", "field": "url"}, "db": 0, "dialtimeout": "10ms"
 
 def test_redis_shape_differs_between_2_and_3():
     spec = spec_of(redis=REDIS)
-    inputs = MountedInputs(redis_url="redis://:pw@cache:6380/2")
+    inputs = MountedInputs(redis=redis_at("redis://:pw@cache:6380/2"))
     assert parsed(render(spec, inputs, distribution="2"))["redis"] == {
         "addr": "cache:6380", "password": "pw", "db": 2, "dialtimeout": "10ms", "readtimeout": "20ms",
         "writetimeout": "30ms", "pool": {"maxidle": 4, "maxactive": 8, "idletimeout": "60s"},
@@ -155,14 +160,15 @@ def test_redis_shape_differs_between_2_and_3():
 def test_redis_tls_from_spec_or_rediss_scheme_on_3_is_rootcas():
     """3.1 has no redis.tls.enabled: TLS is on when rootcas is given (tests/render/test_real_redis.py)."""
     bundle = {"rootcas": ["/etc/ssl/certs/ca-certificates.crt"]}
-    assert parsed(render(spec_of(redis={**REDIS, "tls": {"enabled": True}}),
-                         MountedInputs(redis_url="redis://cache:6379"), distribution="3"))["redis"]["tls"] == bundle
-    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://cache:6379"),
+    enabled = render(spec_of(redis={**REDIS, "tls": {"enabled": True}}), MountedInputs(redis=redis_at("redis://cache:6379")),
+                     distribution="3")
+    assert parsed(enabled)["redis"]["tls"] == bundle
+    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis=redis_at("rediss://cache:6379")),
                          distribution="3"))["redis"]["tls"] == bundle
     paths = RenderPaths(ca_bundle=Path("/trust/ca.pem"))
-    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="rediss://c:1"), distribution="3",
+    assert parsed(render(spec_of(redis=REDIS), MountedInputs(redis=redis_at("rediss://c:1")), distribution="3",
                          paths=paths))["redis"]["tls"] == {"rootcas": ["/trust/ca.pem"]}
-    plain = parsed(render(spec_of(redis=REDIS), MountedInputs(redis_url="redis://c:1"), distribution="3"))
+    plain = parsed(render(spec_of(redis=REDIS), MountedInputs(redis=redis_at("redis://c:1")), distribution="3"))
     assert "tls" not in plain["redis"]
 
 
@@ -172,12 +178,12 @@ def test_redis_tls_is_refused_on_3_0(image):
     """3.0 turns TLS to redis on only with a client certificate; without one it would send the password in clear."""
     with pytest.raises(InputError) as caught:
         render(spec_of(image=image, redis={**REDIS, "tls": {"enabled": True}}),
-               MountedInputs(redis_url="redis://:pw@cache:6379"), distribution="3")
+               MountedInputs(redis=redis_at("redis://:pw@cache:6379")), distribution="3")
     assert caught.value.source == "spec.redis.tls.enabled" and "3.0" in caught.value.message
     assert "pw" not in str(caught.value)
     for newer in ("registry:3", "registry:3.1.1", "registry:30.0"):
         render(spec_of(image=newer, redis={**REDIS, "tls": {"enabled": True}}),
-               MountedInputs(redis_url="redis://:pw@cache:6379"), distribution="3")
+               MountedInputs(redis=redis_at("redis://:pw@cache:6379")), distribution="3")
 
 
 @pytest.mark.parametrize("tls, url, source", [
@@ -187,14 +193,14 @@ def test_redis_tls_is_refused_on_3_0(image):
 def test_redis_tls_is_refused_on_2(tls, url, source):
     """2.8.2 ignores redis.tls and would send the password in clear text (seen against a TLS-only redis)."""
     with pytest.raises(InputError) as caught:
-        render(spec_of(redis={**REDIS, "tls": {"enabled": tls}}), MountedInputs(redis_url=url), distribution="2")
+        render(spec_of(redis={**REDIS, "tls": {"enabled": tls}}), MountedInputs(redis=redis_at(url)), distribution="2")
     assert caught.value.source == source and "Distribution 2" in caught.value.message
     assert "pw" not in str(caught.value)
 
 
 def test_redis_user_needs_distribution_3_and_the_error_hides_the_password():
     spec = spec_of(redis=REDIS)
-    inputs = MountedInputs(redis_url="redis://svc:hunter2secret@cache:6379")
+    inputs = MountedInputs(redis=redis_at("redis://svc:hunter2secret@cache:6379"))
     assert parsed(render(spec, inputs, distribution="3"))["redis"]["username"] == "svc"
     with pytest.raises(InputError) as caught:
         render(spec, inputs, distribution="2")
@@ -203,7 +209,7 @@ def test_redis_user_needs_distribution_3_and_the_error_hides_the_password():
 
 def test_redis_db_in_spec_and_url_must_agree():
     with pytest.raises(InputError) as caught:
-        render(spec_of(redis={**REDIS, "db": 1}), MountedInputs(redis_url="redis://:pw@cache:6379/2"))
+        render(spec_of(redis={**REDIS, "db": 1}), MountedInputs(redis=redis_at("redis://:pw@cache:6379/2")))
     assert caught.value.source == "spec.redis.db" and "pw" not in caught.value.message
 
 
@@ -223,9 +229,9 @@ def test_missing_inputs_name_the_spec_field(spec, field):
 
 def test_distribution_defaults_to_the_image_tag():
     spec = spec_of(image="registry.example.com/mirror/registry:2.8.3", redis=REDIS)
-    assert "addr" in parsed(render(spec, MountedInputs(redis_url="redis://cache:1")))["redis"]
+    assert "addr" in parsed(render(spec, MountedInputs(redis=redis_at("redis://cache:1"))))["redis"]
     spec3 = spec_of(redis=REDIS)  # default image registry:3
-    assert "addrs" in parsed(render(spec3, MountedInputs(redis_url="redis://cache:1")))["redis"]
+    assert "addrs" in parsed(render(spec3, MountedInputs(redis=redis_at("redis://cache:1"))))["redis"]
 
 
 def test_restart_needed_ignores_an_htpasswd_only_change():
@@ -243,7 +249,7 @@ def test_restart_needed_ignores_an_htpasswd_only_change():
 
 def test_reprs_hide_secrets():
     inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="http-secret-value",
-                           redis_url="redis://:redis-pw@cache:1", tls_key=b"-----BEGIN PRIVATE KEY-----")
+                           redis=redis_at("redis://:redis-pw@cache:1"), tls_key=b"-----BEGIN PRIVATE KEY-----")
     rendered = render(spec_of(**S3_SPEC, redis=REDIS), inputs)
     for text in (repr(inputs), str(inputs), repr(S3), str(S3), repr(rendered)):
         for value in (S3.access_key_id, S3.secret_access_key, "http-secret-value", "redis-pw", "PRIVATE"):
@@ -251,8 +257,12 @@ def test_reprs_hide_secrets():
 
 
 def test_every_example_renders_for_both_versions():
-    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis_url="redis://:pw@cache:6379")
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis=redis_at("redis://:pw@cache:6379"))
     for path in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")):
         spec = Registry.model_validate(yaml.safe_load(path.read_text())).spec
         for major in ("2", "3"):
-            assert parsed(render(spec, inputs, distribution=major))["version"] == "0.1"
+            rendered = render(spec, inputs, distribution=major)
+            assert parsed(rendered)["version"] == "0.1"
+            # The document render() hands on is the one its YAML holds: nobody needs to parse it again.
+            assert rendered.document == yaml.safe_load(rendered.config)
+            assert Rendered(rendered.config).document == rendered.document

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ..core.write import remove_stale, write_atomic, write_tree
 from ..render.config import Rendered
 from ..supervisor.endpoint import Endpoint
@@ -31,7 +29,7 @@ from ..supervisor.probe import CRASHES_BEFORE_GIVING_UP, STOPPED, answers, is_up
 from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
 from ..supervisor.restart import RestartResult, restart_registry
 from .last_good import load_good, save_good
-from .preflight import PreflightError, PreflightWarning, check_config, check_render, s3_target
+from .preflight import PreflightError, PreflightWarning, check_config, check_render
 from .turns import ReplicaTurn
 
 log = logging.getLogger(__name__)
@@ -56,15 +54,13 @@ def go_duration_seconds(text: str | None) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
-def endpoint_of(config: bytes) -> Endpoint:
-    http = (yaml.safe_load(config) or {}).get("http") or {}
-    return Endpoint.from_addr(str(http.get("addr", ":5000")), tls=bool(http.get("tls")))
+def endpoint_of(rendered: Rendered) -> Endpoint:
+    return Endpoint.from_addr(rendered.listen_addr, tls=rendered.serves_tls)
 
 
-def restart_bound(config: bytes) -> float:
+def restart_bound(rendered: Rendered) -> float:
     """How long a restart may take: the old registry's drain plus the new one's start."""
-    http = (yaml.safe_load(config) or {}).get("http") or {}
-    return go_duration_seconds(http.get("draintimeout")) + START_ALLOWANCE_SECONDS
+    return go_duration_seconds(rendered.drain_timeout) + START_ALLOWANCE_SECONDS
 
 
 @dataclass
@@ -138,7 +134,7 @@ class Applier:
             return None
         fresh = [p for p in find_registry_processes(self.config_path)
                  if p not in self.draining and started_after(p, self.config_path)]
-        if fresh and is_up(answers(endpoint_of(rendered.config), timeout=2.0)):
+        if fresh and is_up(answers(endpoint_of(rendered), timeout=2.0)):
             return max(fresh, key=lambda p: p.start_ticks)
         return None
 
@@ -182,7 +178,7 @@ class Applier:
                     warnings = check_render(rendered, against, scratch_dir=self.config_dir)
                     timings["preflight_start"] = round(time.monotonic() - began, 4)
                 if _storage_changed(previous, rendered):
-                    check_config(rendered.config)
+                    check_config(rendered)
             except PreflightError as exc:
                 return Outcome("preflight-failed", False, detail=str(exc), failed_hash=rendered.config_hash)
             timings["preflight"] = round(time.monotonic() - began, 4)
@@ -207,7 +203,7 @@ class Applier:
                 turn.end(self.stopping)
 
     def _bound(self, previous: Rendered | None, rendered: Rendered) -> float:
-        return self.restart_timeout or restart_bound(previous.config if previous else rendered.config)
+        return self.restart_timeout or restart_bound(previous or rendered)
 
     def _supervisor_started(self) -> bool:
         return (self.state_dir / SUPERVISOR_PID_NAME).exists()
@@ -269,7 +265,7 @@ class Applier:
                     extra={"fields": {"config_hash": disk.config_hash, "restore_hash": good.config_hash,
                                       "reason": detail}})
         self._write(good, disk)
-        rollback = restart_registry(self.config_path, endpoint_of(good.config), timeout=self._bound(None, good),
+        rollback = restart_registry(self.config_path, endpoint_of(good), timeout=self._bound(None, good),
                                     stop=self.stopping, draining=self.draining)
         if rollback.ok:
             self._verified(good)
@@ -310,18 +306,18 @@ class Applier:
             if self.on_written is not None:
                 self.on_written()
             began = time.monotonic()
-            new, detail = wait_until_serving(self.config_path, endpoint_of(rendered.config),
+            new, detail = wait_until_serving(self.config_path, endpoint_of(rendered),
                                              timeout=self._start_wait(bound), exclude=self.draining,
                                              stop=self.stopping)
             if new is None and detail != STOPPED and self._supervisor_started():
-                new, detail = wait_until_serving(self.config_path, endpoint_of(rendered.config),
+                new, detail = wait_until_serving(self.config_path, endpoint_of(rendered),
                                                  timeout=max(0.0, bound - (time.monotonic() - began)),
                                                  exclude=self.draining, stop=self.stopping)
             result = RestartResult(ok=new is not None, old=[], new=new, seconds=time.monotonic() - began,
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
-            result = restart_registry(self.config_path, endpoint_of(rendered.config), timeout=bound,
+            result = restart_registry(self.config_path, endpoint_of(rendered), timeout=bound,
                                       stop=self.stopping, draining=self.draining, running=running)
             action = "restarted"
         timings["restart"] = round(result.seconds, 4)
@@ -343,8 +339,8 @@ class Applier:
                     extra={"fields": {"config_hash": rendered.config_hash, "restore_hash": previous.config_hash,
                                       "reason": detail}})
         self._write(previous, rendered)
-        rollback = restart_registry(self.config_path, endpoint_of(previous.config),
-                                    timeout=self.restart_timeout or restart_bound(previous.config), stop=self.stopping,
+        rollback = restart_registry(self.config_path, endpoint_of(previous),
+                                    timeout=self.restart_timeout or restart_bound(previous), stop=self.stopping,
                                     draining=self.draining)
         if not rollback.ok:
             # On disk again, but not seen serving: nothing is verified until a registry answers on it.
@@ -372,12 +368,12 @@ def _exit_line(config_dir: Path) -> str:
 
 def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:
     """Check the bucket only when the S3 target or key changes: other edits must not depend on S3 being up."""
-    new = s3_target(yaml.safe_load(rendered.config) or {})
+    new = rendered.s3
     if new is None:
         return False
     if previous is None:
         return True
-    old = s3_target(yaml.safe_load(previous.config) or {})
+    old = previous.s3
     return old is None or (old.endpoint, old.bucket, old.region, old.access_key, old.secret_key) != (
         new.endpoint, new.bucket, new.region, new.access_key, new.secret_key)
 

@@ -27,52 +27,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import yaml
-
 from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
-from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis, redis_target, split_addr
+from ..render.targets import RedisTarget, S3Target, split_addr
+from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis
 from .preflight_tls import check_pair
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-# libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
-# machine), and check_render parses two on every restart.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TIMEOUT_SECONDS = 5.0
-
-
-@dataclass(frozen=True, repr=False)
-class S3Target:
-    bucket: str
-    region: str
-    access_key: str
-    secret_key: str
-    endpoint: str | None  # scheme://host[:port]; None means AWS
-    secure: bool = True
-    path_style: bool = True
-
-    def __repr__(self) -> str:
-        return f"S3Target(bucket={self.bucket!r}, region={self.region!r}, endpoint={self.endpoint!r}, keys=<hidden>)"
-
-
-def s3_target(config: dict[str, Any]) -> S3Target | None:
-    """The S3 bucket and key a rendered config uses, or None for other storage."""
-    s3 = (config.get("storage") or {}).get("s3")
-    if not isinstance(s3, dict):
-        return None
-    endpoint = s3.get("regionendpoint")
-    secure = bool(s3.get("secure", True))
-    # 2.8 uses path style whenever regionendpoint is set; 3 only with forcepathstyle (field-notes §1).
-    path_style = bool(endpoint) and s3.get("forcepathstyle", True) is not False
-    return S3Target(
-        bucket=str(s3.get("bucket", "")),
-        region=str(s3.get("region") or "us-east-1"),
-        access_key=str(s3.get("accesskey", "")),
-        secret_key=str(s3.get("secretkey", "")),
-        endpoint=str(endpoint) if endpoint else None,
-        secure=secure,
-        path_style=path_style,
-    )
 
 
 @dataclass(frozen=True)
@@ -93,21 +55,18 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
     With nothing running yet, a redis that does not answer is a warning, not a refusal: both registry versions
     connect to redis lazily and serve without their cache, which beats not serving at all.
     """
-    new = load_config(rendered.config)
-    old = load_config(previous.config) if previous is not None else {}
     warnings: list[PreflightWarning] = []
-    if (new.get("http") or {}).get("tls"):
+    if rendered.serves_tls:
         pair = (rendered.files.get(TLS_CERT_FILE, b""), rendered.files.get(TLS_KEY_FILE, b""))
         old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
-        if previous is None or not (old.get("http") or {}).get("tls") or pair != old_pair:
+        if previous is None or not previous.serves_tls or pair != old_pair:
             warnings += [PreflightWarning("CertificateExpiresSoon", text)
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
-    addr = str((new.get("http") or {}).get("addr", ":5000"))
-    old_addr = (old.get("http") or {}).get("addr") if previous is not None else None
-    if old_addr is None or split_addr(addr)[1] != split_addr(str(old_addr))[1]:
+    addr = rendered.listen_addr
+    if previous is None or split_addr(addr)[1] != split_addr(previous.listen_addr)[1]:
         check_bindable(addr)
-    target = redis_target(new)
-    if target is not None and _redis_fields(new) != _redis_fields(old):
+    target = rendered.redis
+    if target is not None and _redis_fields(target) != _redis_fields(previous.redis if previous else None):
         try:
             check_redis(target, timeout=redis_timeout)
         except PreflightError as exc:
@@ -118,21 +77,15 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
     return warnings
 
 
-def load_config(config: bytes) -> dict[str, Any]:
-    loaded = yaml.load(config, Loader=_LOADER)
-    return loaded if isinstance(loaded, dict) else {}
-
-
-def _redis_fields(config: dict[str, Any]) -> tuple:
-    target = redis_target(config)
+def _redis_fields(target: RedisTarget | None) -> tuple:
     if target is None:
         return ()
     return (target.host, target.port, target.username, target.password, target.db, target.tls)
 
 
-def check_config(config: bytes, *, timeout: float = TIMEOUT_SECONDS) -> None:
+def check_config(rendered: Rendered, *, timeout: float = TIMEOUT_SECONDS) -> None:
     """Raise PreflightError when the rendered config's storage cannot be reached with its credentials."""
-    target = s3_target(load_config(config))
+    target = rendered.s3
     if target is not None:
         check_bucket(target, timeout=timeout)
 

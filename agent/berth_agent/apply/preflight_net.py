@@ -11,10 +11,9 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
-from dataclasses import dataclass
-from typing import Any
 
 from ..core.errors import PreflightError
+from ..render.targets import RedisTarget, split_addr
 from .redis_wire import encode as _encode
 from .redis_wire import read_line as _read_line
 from .redis_wire import tls_context
@@ -23,11 +22,6 @@ REDIS_TIMEOUT_SECONDS = 3.0
 
 
 # ---- http.addr ------------------------------------------------------------------------------------------------
-
-
-def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = str(addr).rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def check_bindable(addr: str) -> None:
@@ -80,42 +74,6 @@ def _bind_candidates(host: str, port: int) -> list[tuple[int, tuple]]:
 
 
 # ---- redis ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, repr=False)
-class RedisTarget:
-    host: str
-    port: int
-    username: str | None
-    password: str | None
-    db: int
-    tls: bool
-    rootcas: tuple[str, ...] = ()  # CA files the registry trusts for redis (3.1: redis.tls.rootcas); () = system
-
-    @property
-    def addr(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    def __repr__(self) -> str:
-        return f"RedisTarget(addr={self.addr!r}, db={self.db}, tls={self.tls}, credentials=<hidden>)"
-
-
-def redis_target(config: dict[str, Any]) -> RedisTarget | None:
-    """The redis a rendered config uses (2.8 `addr`, 3 `addrs`), or None."""
-    section = config.get("redis")
-    if not isinstance(section, dict):
-        return None
-    addr = section.get("addr") or (section.get("addrs") or [None])[0]
-    if not addr:
-        return None
-    host, port = split_addr(str(addr))
-    tls = section.get("tls") if isinstance(section.get("tls"), dict) else {}
-    # 3.1 turns TLS on with rootcas (or a client certificate), and has no `enabled` (render.py); `enabled` is
-    # still read, so a config that asks for TLS in any of these ways is checked over TLS.
-    rootcas = tuple(str(path) for path in tls.get("rootcas") or ())
-    return RedisTarget(host=host, port=port, username=section.get("username"), password=section.get("password"),
-                       db=int(section.get("db") or 0),
-                       tls=bool(tls.get("enabled") or rootcas or tls.get("certificate")), rootcas=rootcas)
 
 
 def check_redis(target: RedisTarget, *, timeout: float = REDIS_TIMEOUT_SECONDS,

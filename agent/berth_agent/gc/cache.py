@@ -19,8 +19,9 @@ import socket
 import ssl
 from typing import Any
 
-from ..apply.preflight_net import REDIS_TIMEOUT_SECONDS, RedisTarget, redis_target
+from ..apply.preflight_net import REDIS_TIMEOUT_SECONDS
 from ..apply.redis_wire import RedisReplyError, encode, read_reply, tls_context
+from ..render.targets import RedisTarget, redis_target
 
 DESCRIPTOR_PATTERN = "blobs::*"
 SCAN_COUNT = 1000

@@ -41,7 +41,7 @@ class MountedInputs:
     s3: S3Credentials | None = None
     htpasswd: bytes | None = None
     http_secret: str | None = None
-    redis_url: str | None = None
+    redis: RedisAddress | None = None  # the redis URL, parsed where it was read
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
 
@@ -64,6 +64,7 @@ class RedisAddress:
     password: str | None
     db: int | None
     tls: bool
+    source: str = "redis"  # where it was read ("redis/<key>"), for messages that must not quote the URL
 
     @property
     def addr(self) -> str:
@@ -98,6 +99,7 @@ def parse_redis_url(url: str, where: str) -> RedisAddress:
         password=unquote(parts.password) if parts.password is not None else None,
         db=int(db_text) if db_text else None,
         tls=parts.scheme == "rediss",
+        source=where,
     )
 
 
@@ -152,8 +154,7 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     if spec.redis is not None:
         key = spec.redis.secret.field
         url = read_text(root("redis"), "redis", key, why="spec.redis.secret")
-        parse_redis_url(url, f"redis/{key}")
-        values["redis_url"] = url
+        values["redis"] = parse_redis_url(url, f"redis/{key}")
 
     if spec.http.tls is not None:
         cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)

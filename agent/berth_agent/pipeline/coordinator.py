@@ -14,6 +14,7 @@ the log, and the next Change (or the periodic resync) re-renders, so fixing the 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import logging
@@ -485,12 +486,13 @@ def render_fingerprint(rendered: Rendered) -> str:
 
 def listen_on(rendered: Rendered, host: str) -> Rendered:
     """The same render with http.addr on `host` (its port kept): two local pods on two loopback addresses."""
-    document = yaml.safe_load(rendered.config)
-    port = str(document["http"]["addr"]).rpartition(":")[2]
+    document = copy.deepcopy(rendered.document)
+    port = rendered.listen_addr.rpartition(":")[2]
     document["http"]["addr"] = f"{host}:{port}"
     config = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=False,
                             width=1000).encode()
-    return dataclasses.replace(rendered, config=config, config_hash=hashlib.sha256(config).hexdigest())
+    return dataclasses.replace(rendered, config=config, config_hash=hashlib.sha256(config).hexdigest(),
+                               parsed=document)
 
 
 def _source_label(source: str) -> str:

@@ -16,7 +16,7 @@ import yaml
 from berth_api import RegistrySpec
 
 from ..core.errors import InputError
-from ..inputs.mounts import MountedInputs, parse_redis_url
+from ..inputs.mounts import MountedInputs
 from .paths import HTPASSWD_FILE, TLS_CERT_FILE, TLS_KEY_FILE, RenderPaths
 from .rendered import Rendered
 from .storage import storage_section
@@ -61,7 +61,8 @@ def render(
 
     data = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False, width=1000)
     config_bytes = data.encode("utf-8")
-    return Rendered(config=config_bytes, files=files, config_hash=hashlib.sha256(config_bytes).hexdigest())
+    return Rendered(config=config_bytes, files=files, config_hash=hashlib.sha256(config_bytes).hexdigest(),
+                    parsed=config)  # the document just dumped: nobody parses it again
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
@@ -93,10 +94,10 @@ def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths:
 def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths) -> dict[str, Any]:
     redis = spec.redis
     assert redis is not None
-    where = f"redis/{redis.secret.field}"
-    if inputs.redis_url is None:
+    address = inputs.redis
+    if address is None:
         raise InputError("spec.redis.secret", "is set but no redis URL was read")
-    address = parse_redis_url(inputs.redis_url, where)
+    where = address.source
     if address.db is not None and redis.db not in (0, address.db):
         raise InputError("spec.redis.db", f"disagrees with the database number in the URL in {where}")
     db = address.db if address.db is not None else redis.db
