@@ -159,7 +159,11 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
     assert max(read_only.values()) <= started[0] <= command_started, (read_only, started, command_started)
     recorded = datetime.datetime.fromisoformat(run["finishedAt"].replace("Z", "+00:00"))  # whole seconds
     for name in pods:
-        went_writable = agent_line_times(lines[name], "gc writable", run_id)
+        # The registry answers writable a moment before its agent logs it: the agent's round still ends its
+        # reload turn (ready again, then leave_seconds before the Lease goes on) first.
+        wait_until(lambda name=name: agent_line_times(pods[name].agent_lines(), "gc writable", run_id), 30,
+                   f"{name}'s gc writable line")
+        went_writable = agent_line_times(pods[name].agent_lines(), "gc writable", run_id)
         assert len(went_writable) == 1 and went_writable[0] >= recorded, (name, went_writable, run["finishedAt"])
     assert [agent_line_times(lines[name], "gc started", run_id) for name in pods if name != runner] == [[]]
 
