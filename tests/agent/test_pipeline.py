@@ -199,6 +199,7 @@ def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pip
     """A1/A2 in process: a standing request renders readonly (the hot reload) and is acknowledged; at its deadline
     the pipeline's own timer renders the spec's readonly again, with no other Change (operator and runner gone)."""
     from berth_agent.gc.ack import GcAck
+    from berth_agent.gc.read_only import GcReadOnly
 
     config_dir, data = tmp_path / "config", tmp_path / "data"
     config_dir.mkdir()
@@ -214,7 +215,7 @@ def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pip
     settings = PipelineSettings(config_dir=config_dir, data_dir=data, mount_root=tmp_path / "mounts")
     ack = GcAck(write, "pod-a", config_dir / "config.yml",
                 lambda: pipeline.applier.current.config if pipeline.applier.current else None, poll_seconds=0.05)
-    pipeline = Pipeline(settings, LogReporter("test"), Health(), gc_ack=ack)
+    pipeline = Pipeline(settings, LogReporter("test"), Health(), gc=GcReadOnly(ack))
     registry = _registry(registry_port)
     deadline_at = int(time.time()) + 5
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline_at))

@@ -143,125 +143,47 @@ def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
     return script.encode()
 
 
-def _kube_api_client(args: argparse.Namespace) -> Any:
-    from ..kube import lazy as kube_lazy
-
-    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube_lazy.py).
-    kube_lazy.install()
-    from kubernetes import client, config
-
-    if args.kube_host:
-        configuration = client.Configuration()
-        configuration.host = args.kube_host
-        return client.ApiClient(configuration)
-    if args.kubeconfig:
-        return config.new_client_from_config(config_file=str(args.kubeconfig))
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
-
-
-def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
-    """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
-    in the registry container through the supervisor (gc_command.py)."""
-    from berth_api.leases import gc_lease_name
-
-    from ..gc.api import GcStatusApi
-    from ..gc.command import GcCommand
-    from ..gc.run import GcRunner
-    from ..kube.lease import ReloadLease
-
-    state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
-    command = GcCommand(state_dir, args.config_dir)
-    return GcRunner(GcStatusApi(api_client, namespace, name),
-                    ReloadLease(api_client, namespace, gc_lease_name(name), args.pod_name),
-                    command, reporter, args.pod_name, args.data_dir, args.config_dir / "config.yml")
-
-
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
+    from ..apply.registry_watch import RegistryWatch
     from ..core.health import Health, start_health_server
     from ..core.write import write_atomic
     from ..pipeline.coordinator import Pipeline, PipelineSettings
-    from ..pipeline.report import ApiReporter, LogReporter
     from ..sources import Change, queue_emitter
     from ..sources.mount_watch import MountWatcher
     from ..sources.pvc import PvcProbe
+    from .wiring import api_mode, file_mode
 
-    health = Health(config_path=args.config_dir / "config.yml")
-    api_secrets = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
+    health = Health(config_path=args.config_dir / CONFIG_NAME)
     queue: asyncio.Queue[Change] = asyncio.Queue()
-    emit = queue_emitter(queue)
     loop = asyncio.get_running_loop()
     pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
-    turn: Any = None
-    sources: list[Any] = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc]
-    if args.registry is not None:
-        from ..sources.registry_api import RegistryApiWatcher
-
-        namespace, name = args.registry.split("/")
-        api_client = _kube_api_client(args)
-        sources.append(RegistryApiWatcher(api_client, namespace, name, health))
-        if args.api_secrets:
-            from ..sources.api_secrets import STORE_NAME, ApiSecrets
-            from ..sources.secret_api import SecretApiWatcher
-
-            api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts, args.api_secrets)
-            sources += [SecretApiWatcher(api_client, namespace, secret, volume, health)
-                        for volume, secret in args.api_secrets.items()]
-        reporter: Any = ApiReporter(api_client, namespace, name, args.pod_name)
-        subject = args.registry
-        from berth_api.leases import reload_lease_name
-
-        from ..apply.turns import ReplicaTurn
-        from ..kube.lease import ReloadLease
-
-        def waiting(message: str | None) -> None:  # called from the applier's worker thread
-            asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
-
-        turn = ReplicaTurn(ReloadLease(api_client, namespace, reload_lease_name(name), args.pod_name), health,
-                           leave_seconds=args.leave_seconds, on_wait=waiting)
-    else:
-        from ..sources.registry_file import RegistryFileWatcher
-
-        sources.append(RegistryFileWatcher(args.registry_file, health))
-        reporter = LogReporter(str(args.registry_file))
-        subject = str(args.registry_file)
-
+    wiring = api_mode(args, health, loop) if args.registry is not None else file_mode(args, health)
     settings = PipelineSettings(
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
         listen_host=args.listen_host, resync_seconds=args.resync,
         state_dir=args.state_dir.absolute() if args.state_dir else None,
     )
-    pvc.on_state = reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    gc_ack = None
-    if args.registry is not None:
-        # Garbage collection (docs/design.md §4.5): read-only while a request stands, acknowledged on status.
-        from ..gc.ack import GcAck
-
-        gc_ack = GcAck(reporter.read_only_for, args.pod_name, args.config_dir / "config.yml",
-                       lambda: pipeline.applier.current.config if pipeline.applier.current else None)
-    pipeline = Pipeline(settings, reporter, health, pvc=pvc, api_secrets=api_secrets, turn=turn, gc_ack=gc_ack)
-    if args.registry is not None:
-        runner = _gc_runner(args, api_client, namespace, name, reporter)
-        pipeline.on_registry = runner.offer
-        sources.append(runner)
-    from ..apply.registry_watch import RegistryWatch
-
+    pvc.on_state = wiring.reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
+    pipeline = Pipeline(settings, wiring.reporter, health, pvc=pvc, api_secrets=wiring.api_secrets,
+                        turn=wiring.turn)
+    wiring.join(pipeline)
     watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
     watch.report = pipeline.watch_problem
-    sources.append(watch)
+    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch]
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
                             supervisor_for(args.registry_bin, args.config_dir), mode=0o644)
-    runner = await start_health_server(health, host, port)
+    server = await start_health_server(health, host, port)
     log.info("agent started", extra={"fields": {
-        "registry": subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
+        "registry": wiring.subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
         "health_addr": f"{host}:{port}", "pod": args.pod_name}})
+    return await _serve(pipeline, sources, queue_emitter(queue), queue, loop, server)
 
+
+async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Queue, loop: Any, server: Any) -> int:
+    """Run the pipeline and every source until SIGTERM or SIGINT, or until one of them ends (a bug: exit 1)."""
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -281,6 +203,6 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         for task in [*tasks, stopper]:
             task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        await runner.cleanup()
+        await server.cleanup()
         log.info("agent stopped", extra={"fields": {"exit_status": status}})
     return status

@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +36,7 @@ from ..core.clock import Clock, LoopClock
 from ..core.errors import InputError, describe_internal_error
 from ..core.health import Health
 from ..core.write import local_http_secret
-from ..gc.mode import GcHold, read_only_for, with_read_only
+from ..gc.mode import with_read_only
 from ..inputs.mounts import read_inputs
 from ..render.config import Rendered, RenderPaths, render
 from ..sources import Change
@@ -47,7 +46,7 @@ from .guard import BoundedThread, Overrun, inputs_fingerprint, newer_input_pendi
 from .report import Reporter
 
 if TYPE_CHECKING:  # API mode only: local mode never loads the API sources
-    from ..gc.ack import GcAck
+    from ..gc.read_only import GcReadOnly
     from ..sources.api_secrets import ApiSecrets
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
                  *, pvc: PvcProbe | None = None, clock: Clock | None = None,
                  api_secrets: ApiSecrets | None = None, turn: ReplicaTurn | None = None,
-                 gc_ack: GcAck | None = None) -> None:
+                 gc: GcReadOnly | None = None) -> None:
         self.settings = settings
         self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
@@ -117,13 +116,7 @@ class Pipeline:
         self._pending_reported = False  # "waiting for the registry container" is on status
         self._forced = False  # this round was asked for by a retry, a resync or the registry watch
         self.applies = 0  # apply rounds run (tests and benchmarks count them)
-        # Garbage collection (API mode, docs/design.md §4.5): read-only while a GC request stands (gc_mode.py),
-        # acknowledged on status once served (gc_ack.py); the runner (gc_run.py) hears of every Registry read.
-        self.gc_ack = gc_ack
-        self.on_registry: Callable[[dict], None] | None = None
-        self.wall: Callable[[], float] = time.time  # the GC deadline's clock (a test sets it)
-        self._gc_hold: GcHold | None = None  # the hold the latest render was made under
-        self._gc_timer: tuple[float, asyncio.TimerHandle] | None = None  # (deadline, timer) back to writable
+        self.gc = gc  # garbage collection's read-only window (API mode, docs/design.md §4.5; gc/read_only.py)
         self._retry: asyncio.TimerHandle | None = None
         self._queue: asyncio.Queue[Change] | None = None
 
@@ -151,10 +144,8 @@ class Pipeline:
             self.health.unregister("pipeline")
             if self._retry is not None:
                 self._retry.cancel()
-            if self._gc_timer is not None:
-                self._gc_timer[1].cancel()
-            if self.gc_ack is not None:
-                self.gc_ack.close()
+            if self.gc is not None:
+                self.gc.close()
 
     async def _debounce(self, queue: asyncio.Queue[Change]) -> None:
         clock = self.clock
@@ -181,8 +172,8 @@ class Pipeline:
                 self.registry_error = change.error  # keep the last object read: its config keeps serving
             elif change.registry is not None:
                 self.registry, self.registry_error = change.registry, None
-                if self.on_registry is not None:
-                    self.on_registry(change.registry)
+                if self.gc is not None:
+                    self.gc.read(change.registry)
 
     def _schedule_retry(self, delay: float | None = None) -> None:
         if self._queue is None or (self._retry is not None and not self._retry.cancelled()):
@@ -203,30 +194,45 @@ class Pipeline:
         return value if isinstance(value, int) else None
 
     async def apply_once(self) -> None:
-        """Render from the latest inputs and apply when the result differs from what runs."""
+        """Render from the latest inputs and apply when the result differs from what runs; report the result."""
         if self.api_secrets is not None and (wait := self.api_secrets.start_wait()) > 0:
             # At start, the Secrets' API copies are due: a render now could restart onto a stale mount.
             self._schedule_retry(wait)
             return
         self.applies += 1
         started = time.monotonic()
-        rendered, error = await self._render_current()
+        rendered, error = await self._render_step()
+        if rendered is None:
+            return
         render_seconds = time.monotonic() - started
+        outcome = await self._apply_step(rendered)
+        fields = {"config_hash": rendered.config_hash, "action": outcome.action,
+                  "seconds": round(time.monotonic() - started, 3),
+                  "timings": {"render": round(render_seconds, 4), **outcome.timings}}
+        await self._report_step(rendered, outcome, fields, error)
+
+    async def _render_step(self) -> tuple[Rendered | None, str | None]:
+        """The render to apply and the input error to report beside it; (None, _) when there is none to apply
+        (the failure is reported here)."""
+        rendered, error = await self._render_current()
         if rendered is None:
             if error:
                 await self._fail(error)
             # else: no Registry read yet (a mount event came first); its source will emit it shortly
-            return
-        self._arm_gc_deadline(self._gc_hold)
-        fingerprint = render_fingerprint(rendered)
+            return None, error
+        if self.gc is not None:
+            self.gc.arm_deadline(self._queue)
         forced, self._forced = self._forced, False
-        if self.refused is not None and self.refused[0] == fingerprint and self.applier.current is not None \
-                and not forced:
+        if self.refused is not None and self.refused[0] == render_fingerprint(rendered) \
+                and self.applier.current is not None and not forced:
             # Already refused by the registry: tried again on the backoff timer and on every resync, at once when
             # an input changes (a new render), not on every unrelated event.
             await self._fail(self.refused[1])
-            return
+            return None, error
+        return rendered, error
 
+    async def _apply_step(self, rendered: Rendered) -> Outcome:
+        """Put `rendered` into service (in a worker thread: writes, pre-flight, the restart)."""
         turn = self.turn if self.replicas > 1 else None  # one replica: nobody to wait for, nowhere to go
         outcome = await asyncio.to_thread(self.applier.apply, rendered, turn)
         for warning in outcome.warnings:
@@ -235,14 +241,16 @@ class Pipeline:
             await self.reporter.event(warning.reason, warning.message, warning=True)
         if outcome.ok and self.api_secrets is not None:
             self.api_secrets.settled(changed=outcome.action != "unchanged")
-        fields = {"config_hash": rendered.config_hash, "action": outcome.action,
-                  "seconds": round(time.monotonic() - started, 3),
-                  "timings": {"render": round(render_seconds, 4), **outcome.timings}}
         if outcome.ok:
             # self.registry does not move during a round (only the loop absorbs Changes): this is the
             # generation just rendered, and the registry now serves its render.
             self.served_generation = self.generation
-            self._gc_served(rendered)
+            if self.gc is not None:
+                self.gc.served(self.registry, rendered.config)
+        return outcome
+
+    async def _report_step(self, rendered: Rendered, outcome: Outcome, fields: dict, error: str | None) -> None:
+        """Log, count and report the outcome; schedule the retry of one that failed."""
         if outcome.action == "unchanged":
             self.refused, self.backoff = None, self.settings.retry_seconds
             await self._settle(error)
@@ -255,7 +263,6 @@ class Pipeline:
             self._mark_written(rendered)
             await self._settle(error)
             return
-
         if outcome.action == "pending":
             if not self._pending_reported:  # status.agents.<pod>.waiting until a registry answers (applied clears it)
                 self._pending_reported = True
@@ -263,6 +270,9 @@ class Pipeline:
                 await self.reporter.waiting(outcome.detail)
             self._schedule_retry(PENDING_RETRY_SECONDS)
             return
+        await self._report_failure(rendered, outcome, fields)
+
+    async def _report_failure(self, rendered: Rendered, outcome: Outcome, fields: dict) -> None:
         self._show_current()  # config_info names what is verified serving, or nothing
         failed = outcome.failed_hash or rendered.config_hash
         message = f"config {failed[:12]} not applied: {outcome.detail}"
@@ -271,48 +281,33 @@ class Pipeline:
         elif outcome.detail != STOPPED:
             metrics.reload_failures_total.labels(reason="restart").inc()
             if failed == rendered.config_hash:
-                self.refused = (fingerprint, message)
+                self.refused = (render_fingerprint(rendered), message)
         if outcome.action == "rolled-back":
-            metrics.rollbacks_total.inc()
-            back = outcome.rollback
-            restored = outcome.restored_hash
-            fields.update(action="rolled back",  # the log's name for it, as in the message (Outcome: rolled-back)
-                          failed_hash=failed, restored_hash=restored, rollback_ok=bool(back and back.ok),
-                          new_pid=back.new.pid if back and back.new else None)
-            log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
-            if back is not None and back.ok:
-                await self.reporter.event("RolledBack", f"config {failed[:12]} did not come up: {outcome.detail}; "
-                                          f"restored the last good config {restored[:12]}, serving again",
-                                          warning=True)
-            else:
-                why = back.detail if back is not None else "not restarted"
-                message = (f"config {failed[:12]} did not come up ({outcome.detail}), and the last good config "
-                           f"{restored[:12]} written back did not come up either: {why}")
-                await self.reporter.event("RollbackFailed", message, warning=True)
+            message = await self._report_rollback(outcome, fields, failed, message)
         # Retried on a backoff (doubling to MAX_BACKOFF) and on every resync; a new input retries at once.
         self._schedule_retry(self.backoff)
         self.backoff = min(self.backoff * 2, MAX_BACKOFF_SECONDS)
         await self._fail(message)
 
-    def _gc_served(self, rendered: Rendered) -> None:
-        """The registry serves `rendered`: acknowledge the GC request it is read-only for, or clear it."""
-        if self.gc_ack is not None:
-            hold = self._gc_hold
-            self.gc_ack.observe(self.registry, hold.request_id if hold else None, rendered.config)
-
-    def _arm_gc_deadline(self, hold: GcHold | None) -> None:
-        """A timer at the hold's deadline: the pod renders writable again by itself, even with the operator
-        and the runner gone (a Change like any other; the render then finds the hold over)."""
-        if hold is None or self._queue is None:
-            return
-        if self._gc_timer is not None:
-            if self._gc_timer[0] == hold.deadline:
-                return
-            self._gc_timer[1].cancel()
-        queue = self._queue
-        delay = max(0.0, hold.deadline - self.wall()) + 0.01
-        handle = asyncio.get_running_loop().call_later(delay, lambda: queue.put_nowait(Change("gc-deadline")))
-        self._gc_timer = (hold.deadline, handle)
+    async def _report_rollback(self, outcome: Outcome, fields: dict, failed: str, message: str) -> str:
+        """The rollback's log line and Event; the status message when it failed too, else `message`."""
+        metrics.rollbacks_total.inc()
+        back = outcome.rollback
+        restored = outcome.restored_hash
+        fields.update(action="rolled back",  # the log's name for it, as in the message (Outcome: rolled-back)
+                      failed_hash=failed, restored_hash=restored, rollback_ok=bool(back and back.ok),
+                      new_pid=back.new.pid if back and back.new else None)
+        log.error("rolled back", extra={"fields": {**fields, "error": outcome.detail}})
+        if back is not None and back.ok:
+            await self.reporter.event("RolledBack", f"config {failed[:12]} did not come up: {outcome.detail}; "
+                                      f"restored the last good config {restored[:12]}, serving again",
+                                      warning=True)
+            return message
+        why = back.detail if back is not None else "not restarted"
+        message = (f"config {failed[:12]} did not come up ({outcome.detail}), and the last good config "
+                   f"{restored[:12]} written back did not come up either: {why}")
+        await self.reporter.event("RollbackFailed", message, warning=True)
+        return message
 
     async def _internal_error(self, exc: Exception) -> None:
         """Log where it happened, not the message (it could quote file contents), report, and retry later."""
@@ -356,8 +351,7 @@ class Pipeline:
             return None, self.registry_error or describe_validation_error(exc, "spec")
         self.replicas = spec.replicas
         # Read-only while a GC request stands (A1): the same hot reload as an edit of the spec's readonly.
-        self._gc_hold = read_only_for(self.registry, self.wall()) if self.gc_ack is not None else None
-        if self._gc_hold is not None:
+        if self.gc is not None and self.gc.hold_for(self.registry) is not None:
             spec = with_read_only(spec)
         filesystem = spec.config.storage.filesystem is not None
         if self.pvc is not None:

@@ -1,0 +1,123 @@
+"""How `berth-agent run` wires the layers, in each of its two modes.
+
+API mode (--registry NAMESPACE/NAME): the Registry and the Secrets over the Kubernetes API, status written
+back, the reload Lease between replicas, garbage collection. File mode (--registry-file): a Registry YAML file,
+status in the log. Both give the pipeline the same things (Wiring); run.py starts what they give.
+Imports stay inside the functions: a file-mode agent never loads the kubernetes client (its memory budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..supervisor.files import CONFIG_NAME
+
+if TYPE_CHECKING:
+    from ..core.health import Health
+    from ..pipeline.coordinator import Pipeline
+
+
+@dataclass
+class Wiring:
+    """What one mode hands the pipeline: its sources of change, where status goes, what it names in the log."""
+
+    sources: list[Any]
+    reporter: Any
+    subject: str
+    api_secrets: Any = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
+    turn: Any = None  # API mode: the reload Lease between replicas
+    # API mode: garbage collection joins the pipeline once it exists (its acknowledgement reads what serves).
+    join: Callable[[Pipeline], None] = field(default=lambda pipeline: None)
+
+
+def file_mode(args: argparse.Namespace, health: Health) -> Wiring:
+    from ..pipeline.report import LogReporter
+    from ..sources.registry_file import RegistryFileWatcher
+
+    return Wiring([RegistryFileWatcher(args.registry_file, health)], LogReporter(str(args.registry_file)),
+                  str(args.registry_file))
+
+
+def api_mode(args: argparse.Namespace, health: Health, loop: asyncio.AbstractEventLoop) -> Wiring:
+    from berth_api.leases import reload_lease_name
+
+    from ..apply.turns import ReplicaTurn
+    from ..kube.lease import ReloadLease
+    from ..pipeline.report import ApiReporter
+    from ..sources.registry_api import RegistryApiWatcher
+
+    namespace, name = args.registry.split("/")
+    api_client = _kube_api_client(args)
+    sources: list[Any] = [RegistryApiWatcher(api_client, namespace, name, health)]
+    api_secrets = None
+    if args.api_secrets:
+        from ..sources.api_secrets import STORE_NAME, ApiSecrets
+        from ..sources.secret_api import SecretApiWatcher
+
+        api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts, args.api_secrets)
+        sources += [SecretApiWatcher(api_client, namespace, secret, volume, health)
+                    for volume, secret in args.api_secrets.items()]
+    reporter = ApiReporter(api_client, namespace, name, args.pod_name)
+
+    def waiting(message: str | None) -> None:  # called from the applier's worker thread
+        asyncio.run_coroutine_threadsafe(reporter.waiting(message), loop)
+
+    turn = ReplicaTurn(ReloadLease(api_client, namespace, reload_lease_name(name), args.pod_name), health,
+                       leave_seconds=args.leave_seconds, on_wait=waiting)
+
+    def join(pipeline: Pipeline) -> None:
+        # Garbage collection (docs/design.md §4.5): read-only while a request stands, acknowledged on status.
+        from ..gc.ack import GcAck
+        from ..gc.read_only import GcReadOnly
+
+        ack = GcAck(reporter.read_only_for, args.pod_name, args.config_dir / CONFIG_NAME,
+                    lambda: pipeline.applier.current.config if pipeline.applier.current else None)
+        runner = _gc_runner(args, api_client, namespace, name, reporter)
+        pipeline.gc = GcReadOnly(ack, on_registry=runner.offer)
+        sources.append(runner)
+
+    return Wiring(sources, reporter, args.registry, api_secrets=api_secrets, turn=turn, join=join)
+
+
+def _kube_api_client(args: argparse.Namespace) -> Any:
+    from ..kube import lazy as kube_lazy
+
+    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube_lazy.py).
+    kube_lazy.install()
+    from kubernetes import client, config
+
+    if args.kube_host:
+        configuration = client.Configuration()
+        configuration.host = args.kube_host
+        return client.ApiClient(configuration)
+    if args.kubeconfig:
+        return config.new_client_from_config(config_file=str(args.kubeconfig))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
+    """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
+    in the registry container through the supervisor (gc_command.py)."""
+    from berth_api.leases import gc_lease_name
+
+    from ..gc.api import GcStatusApi
+    from ..gc.command import GcCommand
+    from ..gc.run import GcRunner
+    from ..kube.lease import ReloadLease
+
+    state_dir = args.state_dir.absolute() if args.state_dir else args.config_dir
+    command = GcCommand(state_dir, args.config_dir)
+    return GcRunner(GcStatusApi(api_client, namespace, name),
+                    ReloadLease(api_client, namespace, gc_lease_name(name), args.pod_name),
+                    command, reporter, args.pod_name, args.data_dir, args.config_dir / CONFIG_NAME)
+
+
+__all__ = ["Wiring", "api_mode", "file_mode"]
