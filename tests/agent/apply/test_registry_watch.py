@@ -1,0 +1,88 @@
+"""The registry watch on its own: what it reads from supervise.sh's files and what it reports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from berth_agent.apply.applier import Applier
+from berth_agent.apply.registry_watch import CRASH_LOOP_EXITS, Finding, RegistryWatch, exit_reason
+from berth_agent.core.health import Health
+from berth_agent.supervisor.files import EXIT_NAME, SUPERVISOR_PID_NAME
+
+
+@pytest.mark.parametrize("status, lived, reason", [
+    (0, 10, None),  # the exit the agent asked for (SIGTERM, drained)
+    (143, 10, "signal"),
+    (1, 0, "start-failure"),
+    (1, 60, "crash"),
+])
+def test_exit_reasons(status, lived, reason):
+    assert exit_reason(status, lived) == reason
+
+
+def _watch(tmp_path) -> RegistryWatch:
+    return RegistryWatch(Applier(tmp_path), Health())
+
+
+def test_before_any_config_nothing_serves_and_a_supervisor_not_seen_yet_counts_as_running(tmp_path):
+    finding = _watch(tmp_path).check()
+    assert (finding.serving, finding.serving_reason, finding.supervisor, finding.exit_line) == (
+        False, "config not written yet", True, "")
+
+
+def test_a_supervisor_pid_that_is_gone_and_the_last_exit_are_read(tmp_path):
+    (tmp_path / SUPERVISOR_PID_NAME).write_text("999999999\n")
+    (tmp_path / EXIT_NAME).write_text("41 1 0\n")
+    finding = _watch(tmp_path).check()
+    assert (finding.supervisor, finding.exit_line) == (False, "41 1 0")
+
+
+def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
+    (tmp_path / SUPERVISOR_PID_NAME).write_text(f"{os.getpid()}\n")  # a live process, but not supervise.sh
+    assert _watch(tmp_path).check().supervisor is False
+
+
+def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = False) -> Finding:
+    return Finding(serving, "" if serving else "down", supervisor, exit_line, "bind: address already in use")
+
+
+def _act(watch: RegistryWatch, finding: Finding) -> list[str]:
+    emitted: list[str] = []
+    asyncio.run(watch._act(finding, lambda change: emitted.append(change.source)))
+    return emitted
+
+
+def test_repeated_exits_are_a_crash_loop_reported_once_with_the_registry_s_words(tmp_path):
+    watch = _watch(tmp_path)
+    reports: list[tuple[str, str | None]] = []
+
+    async def report(reason, problem):
+        reports.append((reason, problem))
+
+    watch.report = report
+    _act(watch, _finding("1 1 0"))  # at the agent's start: an exit from before is not news
+    assert reports == []
+    for n in range(2, 2 + CRASH_LOOP_EXITS):
+        _act(watch, _finding(f"{n} 1 0"))
+    assert [reason for reason, _ in reports] == ["RegistryCrashLooping"]
+    assert f"exited {CRASH_LOOP_EXITS} times" in reports[0][1] and "address already in use" in reports[0][1]
+    _act(watch, _finding(f"{n} 1 0"))  # nothing new: nothing more reported
+    assert len(reports) == 1
+
+
+def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_path):
+    watch = _watch(tmp_path)
+    reports: list[tuple[str, str | None]] = []
+
+    async def report(reason, problem):
+        reports.append((reason, problem))
+
+    watch.report = report
+    _act(watch, _finding(supervisor=True, serving=True))
+    assert _act(watch, _finding(supervisor=False, serving=True)) == []
+    assert reports[-1][0] == "SupervisorMissing" and "supervise.sh" in reports[-1][1]
+    assert _act(watch, _finding(supervisor=True, serving=True)) == ["registry-watch"]
+    assert reports[-1] == ("", None)
