@@ -1,6 +1,6 @@
 """Every file the agent and supervise.sh share, by name: the one place the agent spells them.
 
-supervise.sh (a shell script) spells the same names; tests/agent/test_supervise.py holds the two in step.
+supervise.sh (a shell script) spells the same names; tests/agent/supervisor/test_files.py holds the two in step.
 The config and the handover sit in the config dir (the registry container reads them); the rest sit in the
 state dir (BERTH_STATE_DIR), which supervise.sh writes and the agent reads.
 """

@@ -1,7 +1,7 @@
 """The GC runner's coordination against the test API server (A3 to A7): the `<registry>-gc` Lease, waiting for
 every acknowledgement, recording, a dead runner, a lost Lease.
 
-The registry command is not what these tests are about (tests/agent/test_gc_command.py and the end-to-end tests
+The registry command is not what these tests are about (tests/agent/gc/test_command.py and the end-to-end tests
 run the real one): `Command` stands in for GcCommand with the same `run`/`stop_orphan` methods and records what
 the status said when it was started.
 """

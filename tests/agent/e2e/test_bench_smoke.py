@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 pytestmark = pytest.mark.e2e  # each runs a benchmark: real agents, supervisors and registries
 
 

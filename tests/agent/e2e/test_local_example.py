@@ -27,7 +27,7 @@ from support.ports import free_port
 from support.registry import http_get, read_oci_image
 from support.supervisor import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 README_ADDR = "127.0.0.1:5000"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
