@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
@@ -167,6 +167,11 @@ class GarbageCollectionRun(ApiModel):
         None, alias="bytesFreed", description="Storage freed, where measurable (filesystem storage)."
     )
     message: str = Field("", max_length=4096, description="Why it failed, or a summary.")
+
+    def status(self) -> dict[str, Any]:
+        """As status.garbageCollection.lastRun is written, by the runner and by the operator: every key present
+        (null when unknown), so nothing of the previous run survives the merge patch."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 class GarbageCollectionStatus(ApiModel):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, cron
+from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection, GarbageCollectionRequest, GarbageCollectionRun, cron
 from berth_api.gc import parse_gc_duration
 from berth_api.timestamps import format_time, parse_time
 
@@ -125,15 +125,15 @@ def decide(
             active = _mapping(live.get("active"))
             started = active.get("startedAt") if active.get("id") == pending.id else None
             runner = active.get("runner") if active.get("id") == pending.id else None
-            interrupted = {
-                "id": pending.id, "trigger": pending.trigger, "dryRun": pending.dry_run,
-                "deleteUntagged": pending.delete_untagged, "result": "Interrupted",
-                "startedAt": started, "finishedAt": format_time(now), "runner": runner,
-                "blobsMarked": None, "manifestsMarked": None, "blobsDeleted": None, "manifestsDeleted": None,
-                "bytesFreed": None,
-                "message": (f"no result was recorded by the deadline {pending.deadline}: "
-                            + (f"the runner in pod {runner} stopped" if runner else "no runner took the request")),
-            }
+            started = started if isinstance(started, str) else None  # the agents' words: strings, or none
+            runner = runner if isinstance(runner, str) else None
+            interrupted = GarbageCollectionRun(
+                id=pending.id, trigger=pending.trigger, dry_run=pending.dry_run,
+                delete_untagged=pending.delete_untagged, result="Interrupted", started_at=started,
+                finished_at=format_time(now), runner=runner,
+                message=(f"no result was recorded by the deadline {pending.deadline}: "
+                         + (f"the runner in pod {runner} stopped" if runner else "no runner took the request")),
+            ).status()
             patch.update(request=None, active=None, lastRun=interrupted)
             events.append(_finished_event(interrupted))
             pending = None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from berth_api import GC_STORAGE_MESSAGE
-from berth_api.gc import gc_status
+from berth_api.gc import GarbageCollectionRun, gc_status
 from berth_api.timestamps import parse_epoch
 
 from .mode import GcHold, read_only_for
@@ -115,12 +115,11 @@ def last_run(hold: GcHold, *, result: str, started_at: str | None, finished_at: 
              report: Any = None, bytes_freed: int | None = None, message: str = "") -> dict[str, Any]:
     """status.garbageCollection.lastRun; every count key present (null when unknown), so nothing of the
     previous run survives the merge patch."""
-    counts = report.status_fields(bytes_freed) if report is not None else {
-        "blobsMarked": None, "manifestsMarked": None, "blobsDeleted": None, "manifestsDeleted": None,
-        "bytesFreed": bytes_freed}
-    return {"id": hold.request_id, "trigger": hold.trigger, "dryRun": hold.dry_run,
-            "deleteUntagged": hold.delete_untagged, "result": result, "startedAt": started_at,
-            "finishedAt": finished_at, "runner": runner, **counts, "message": message[:4096]}
+    counts = report.counts() if report is not None else {}
+    return GarbageCollectionRun(
+        id=hold.request_id, trigger=hold.trigger, dry_run=hold.dry_run, delete_untagged=hold.delete_untagged,
+        result=result, started_at=started_at, finished_at=finished_at, runner=runner, **counts,
+        bytes_freed=bytes_freed, message=message[:4096]).status()
 
 
 def interrupted_run(step: Interrupt, finished_at: str, taker: str) -> dict[str, Any]:

@@ -57,15 +57,10 @@ class GcReport:
     manifests_eligible: tuple[str, ...] = ()
     empty_store: bool = False  # the command found no repository at all (see _EMPTY_STORE)
 
-    def status_fields(self, bytes_freed: int | None = None) -> dict[str, int | None]:
-        """The counts as status.garbageCollection.lastRun spells them (berth_api.GarbageCollectionRun)."""
-        return {
-            "blobsMarked": self.blobs_marked,
-            "manifestsMarked": self.manifests_marked,
-            "blobsDeleted": self.blobs_deleted,
-            "manifestsDeleted": self.manifests_deleted,
-            "bytesFreed": bytes_freed,
-        }
+    def counts(self) -> dict[str, int | None]:
+        """The counts, by berth_api.GarbageCollectionRun's field names."""
+        return {"blobs_marked": self.blobs_marked, "manifests_marked": self.manifests_marked,
+                "blobs_deleted": self.blobs_deleted, "manifests_deleted": self.manifests_deleted}
 
     def summary(self) -> str:
         if self.empty_store:

@@ -133,10 +133,11 @@ def test_garbage_collect_on_a_read_only_registry(dist, tmp_path):
         assert (again.blobs_deleted, again.manifests_deleted) == (0, 0)
 
     # What the runner will record: the counts fit the API's lastRun as they are.
-    last_run = GarbageCollectionRun.model_validate({
-        "id": "r", "trigger": "manual", "dryRun": False, "deleteUntagged": False, "result": "Succeeded",
-        "finishedAt": "2026-11-30T10:00:00Z", "message": run.summary(),
-        **run.status_fields(gc_report.bytes_freed(before_bytes, after_bytes))})
+    last_run = GarbageCollectionRun(
+        id="r", trigger="manual", dry_run=False, delete_untagged=False, result="Succeeded",
+        finished_at="2026-11-30T10:00:00Z", message=run.summary(), **run.counts(),
+        bytes_freed=gc_report.bytes_freed(before_bytes, after_bytes))
+    assert GarbageCollectionRun.model_validate(last_run.status()) == last_run  # as written to status, read back
     assert (last_run.blobs_deleted, last_run.bytes_freed) == (3, before_bytes - after_bytes)
     assert run.summary() == "7 blobs and 2 manifests in use; deleted 3 blobs and 0 manifests"
     assert dry.summary() == "7 blobs and 2 manifests in use; would delete 3 blobs and 0 manifests"
