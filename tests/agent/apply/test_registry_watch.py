@@ -49,6 +49,17 @@ def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = Fa
     return Finding(serving, "" if serving else "down", supervisor, exit_line, "bind: address already in use")
 
 
+def _reporting(watch: RegistryWatch) -> tuple[RegistryWatch, list[tuple[str, str | None]]]:
+    """The watch, and the (reason, problem) pairs it reports, as the pipeline's watch_problem receives them."""
+    reports: list[tuple[str, str | None]] = []
+
+    async def report(reason, problem):
+        reports.append((reason, problem))
+
+    watch.report = report
+    return watch, reports
+
+
 def _act(watch: RegistryWatch, finding: Finding) -> list[str]:
     emitted: list[str] = []
     asyncio.run(watch._act(finding, lambda change: emitted.append(change.source)))
@@ -56,13 +67,7 @@ def _act(watch: RegistryWatch, finding: Finding) -> list[str]:
 
 
 def test_repeated_exits_are_a_crash_loop_reported_once_with_the_registry_s_words(tmp_path):
-    watch = _watch(tmp_path)
-    reports: list[tuple[str, str | None]] = []
-
-    async def report(reason, problem):
-        reports.append((reason, problem))
-
-    watch.report = report
+    watch, reports = _reporting(_watch(tmp_path))
     _act(watch, _finding("1 1 0"))  # at the agent's start: an exit from before is not news
     assert reports == []
     for n in range(2, 2 + CRASH_LOOP_EXITS):
@@ -74,13 +79,7 @@ def test_repeated_exits_are_a_crash_loop_reported_once_with_the_registry_s_words
 
 
 def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_path):
-    watch = _watch(tmp_path)
-    reports: list[tuple[str, str | None]] = []
-
-    async def report(reason, problem):
-        reports.append((reason, problem))
-
-    watch.report = report
+    watch, reports = _reporting(_watch(tmp_path))
     _act(watch, _finding(supervisor=True, serving=True))
     assert _act(watch, _finding(supervisor=False, serving=True)) == []
     assert reports[-1][0] == "SupervisorMissing" and "supervise.sh" in reports[-1][1]
