@@ -1,7 +1,7 @@
 """Put a rendered config in place: pre-flight, atomic write, restart in place, verify, roll back on failure.
 
 At the agent's start it first checks that the config on disk is served, else rolls back to the last config
-verified good (good.py).
+verified good (last_good.py).
 
 Blocking (file writes, /proc scans, HTTP polls): the pipeline runs it in a worker thread, one call at a time.
 Returns an Outcome the pipeline turns into logs, metrics and status. Every message is secret-free: it names
@@ -83,7 +83,7 @@ class Applier:
 
     `current` is the config a registry was seen answering on (verified), or None: nothing verified yet, at the
     agent's start or after a rollback that did not come up either. Each verified config is also recorded on the
-    config volume (good.py), so a new agent process knows what to roll back to.
+    config volume (last_good.py), so a new agent process knows what to roll back to.
     """
 
     def __init__(self, config_dir: Path, *, restart_timeout: float | None = None, preflight: bool = True,
@@ -187,7 +187,7 @@ class Applier:
         running = [p for p in find_registry_processes(self.config_path) if p not in self.draining]
         first = previous is None
         if turn is not None and not first:
-            # Another pod may be restarting: wait for our turn, then leave the Service (turns.py).
+            # Another pod may be restarting: wait for our turn, then leave the Service (apply/turns.py).
             waited = turn.begin(self.stopping, hold_seconds=self._bound(previous, rendered) * 2)
             timings.update(lease_wait=waited.lease_wait, drain_wait=waited.drain_wait)
             if waited.stopped:

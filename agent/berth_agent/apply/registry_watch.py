@@ -1,7 +1,7 @@
 """The registry watch: once a second, what the registry process and its supervisor are doing (issue 9).
 
 - Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
-  disk) answers on its address. That is /readyz (health.py) and berth_agent_registry_serving.
+  disk) answers on its address. That is /readyz (core/health.py) and berth_agent_registry_serving.
 - Unexpected exits: supervise.sh writes "pid status seconds" to registry-exit each time a registry exits on
   its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".

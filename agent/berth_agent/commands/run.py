@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from ..core.logs import setup_json_logging
 
     setup_json_logging(args.log_level)
-    # Absolute paths: the registry's command line names the config path, and restart.py matches it exactly.
+    # Absolute paths: the registry's command line names the config path, and supervisor/procfs.py matches it exactly.
     args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
     try:
         host, port = _split_addr(args.health_addr)

@@ -28,7 +28,7 @@ class Wiring:
     sources: list[Any]
     reporter: Any
     subject: str
-    api_secrets: Any = None  # API mode with --api-secret: the mounted Secrets' API copies (api_secrets.py)
+    api_secrets: Any = None  # API mode with --api-secret: the mounted Secrets' API copies (sources/api_secrets.py)
     turn: Any = None  # API mode: the reload Lease between replicas
     # API mode: garbage collection joins the pipeline once it exists (its acknowledgement reads what serves).
     join: Callable[[Pipeline], None] = field(default=lambda pipeline: None)
@@ -86,7 +86,7 @@ def api_mode(args: argparse.Namespace, health: Health, loop: asyncio.AbstractEve
 def _kube_api_client(args: argparse.Namespace) -> Any:
     from ..kube import lazy as kube_lazy
 
-    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube_lazy.py).
+    # The full client costs ~55 MiB of RSS on import; load only what the agent touches (kube/lazy.py).
     kube_lazy.install()
     from kubernetes import client, config
 
@@ -104,8 +104,8 @@ def _kube_api_client(args: argparse.Namespace) -> Any:
 
 
 def _gc_runner(args: argparse.Namespace, api_client: Any, namespace: str, name: str, reporter: Any) -> Any:
-    """The GC runner (gc_run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
-    in the registry container through the supervisor (gc_command.py)."""
+    """The GC runner (gc/run.py): takes the `<registry>-gc` Lease when a request stands and runs the command
+    in the registry container through the supervisor (gc/command.py)."""
     from berth_api.leases import gc_lease_name
 
     from ..gc.api import GcStatusApi

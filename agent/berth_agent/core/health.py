@@ -55,7 +55,7 @@ class Health:
         self._config_written = True
 
     def set_ready(self, ready: bool) -> None:
-        """False while this replica leaves the Service for a reload (turns.py), whatever the registry does."""
+        """False while this replica leaves the Service for a reload (apply/turns.py), whatever the registry does."""
         self._ready = ready
 
     def set_serving(self, ok: bool, reason: str = "") -> None:

@@ -34,7 +34,7 @@ reload_lease_wait_seconds = Histogram(
     buckets=(0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
 )
 config_info = Gauge(_P + "config_info", "1 for the hash of the config the registry runs now.", ["hash"])
-# The registry watch (registry_watch.py): registry exits the agent did not ask for, by reason ("crash": it ran
+# The registry watch (apply/registry_watch.py): registry exits the agent did not ask for, by reason ("crash": it ran
 # a while; "signal": killed by a signal, e.g. kill -9 or the OOM killer; "start-failure": within 2 s of its
 # start, a config or a port it refuses), and whether supervise.sh runs.
 registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent did not ask for, by reason.",
@@ -60,7 +60,7 @@ _pvc_exposed = False
 # Not in the fixed list: failures to write status or Events (the reporter never raises, so this is where
 # they show), by kind ("status", "event", "lookup").
 report_errors_total = Counter(_P + "report_errors", "Failed writes of status or Events to the API, by kind.", ["kind"])
-# Mounted Secrets also watched over the API (api_secrets.py): which path brought each applied Secret change
+# Mounted Secrets also watched over the API (sources/api_secrets.py): which path brought each applied Secret change
 # ("api" or "mount"), and how long the kubelet's volume took to show what the API already had.
 secret_changes_applied_total = Counter(
     _P + "secret_changes_applied", "Secret changes applied, by the path that delivered them (api, mount).", ["path"]

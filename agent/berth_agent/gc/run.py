@@ -1,4 +1,4 @@
-"""The GC runner (docs/design.md §4.5, A3 to A7): the I/O around gc_decide.py's decisions.
+"""The GC runner (docs/design.md §4.5, A3 to A7): the I/O around decide.py's decisions.
 
 Every agent that sees a standing, unfinished request tries the Registry's `<registry>-gc` Lease every ~2 s
 (jittered). The holder is the runner: it writes `active` (SwitchingReadOnly), renews the Lease every 5 s,
@@ -115,7 +115,7 @@ class GcRunner:
                 else:
                     timeout = IDLE_SECONDS  # the next Registry read wakes it; this bounds a missed one
                 try:
-                    async with asyncio.timeout(timeout):  # not wait_for: see sources/mounts.py
+                    async with asyncio.timeout(timeout):  # not wait_for: see sources/mount_watch.py
                         await self._wake.wait()
                 except TimeoutError:
                     pass
@@ -273,7 +273,7 @@ class GcRunner:
         return result, message, outcome.report, outcome.seconds
 
     def _purge_cache(self) -> tuple[int, str | None]:
-        """With a redis blob descriptor cache, forget the descriptors (gc_cache.py): (keys deleted, problem)."""
+        """With a redis blob descriptor cache, forget the descriptors (cache.py): (keys deleted, problem)."""
         try:
             config = yaml.safe_load(self.config_path.read_bytes()) or {}
         except (OSError, yaml.YAMLError) as exc:

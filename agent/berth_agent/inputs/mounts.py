@@ -123,7 +123,7 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     """Read every source the spec needs from the mount root; raises InputError on the first problem.
 
     `roots` reads some sources from another root laid out the same way (`<root>/<source>/<key>`): the agent's
-    copy of a Secret read over the API (api_secrets.py), so it gets exactly the parsing and checks below.
+    copy of a Secret read over the API (sources/api_secrets.py), so it gets exactly the parsing and checks below.
     """
     mount_root = Path(mount_root)
 

@@ -317,7 +317,7 @@ class Pipeline:
 
     async def _render_current(self) -> tuple[Rendered | None, str | None]:
         """Render within a time bound, and hand on only a render whose inputs did not move while it was made:
-        one overtaken by a newer input is stale, made again (render_guard.py), never applied."""
+        one overtaken by a newer input is stale, made again (pipeline/guard.py), never applied."""
         for _ in range(STALE_RENDERS):
             outcome = await self.bounded.run(self._render_and_recheck)
             if isinstance(outcome, Overrun):

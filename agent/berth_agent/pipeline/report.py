@@ -116,7 +116,7 @@ class ApiReporter:
 
         self._custom = client.CustomObjectsApi(api_client)
         # Events go through ApiClient.call_api, not CoreV1Api: that one class is ~3 MiB of RSS to load
-        # (kube_lazy.py loads client classes on first use) for two calls.
+        # (kube/lazy.py loads client classes on first use) for two calls.
         self._api_client = api_client
         self.namespace, self.name, self.pod_name = namespace, name, pod_name
         self.request_timeout = request_timeout

@@ -43,7 +43,7 @@ def redis_target(config: dict[str, Any]) -> RedisTarget | None:
         return None
     host, port = split_addr(str(addr))
     tls = section.get("tls") if isinstance(section.get("tls"), dict) else {}
-    # 3.1 turns TLS on with rootcas (or a client certificate), and has no `enabled` (render.py); `enabled` is
+    # 3.1 turns TLS on with rootcas (or a client certificate), and has no `enabled` (render/config.py); `enabled` is
     # still read, so a config that asks for TLS in any of these ways is checked over TLS.
     rootcas = tuple(str(path) for path in tls.get("rootcas") or ())
     return RedisTarget(host=host, port=port, username=section.get("username"), password=section.get("password"),

@@ -170,7 +170,7 @@ class PvcProbe:
         """Wait one interval, or less when set_enabled switches the probe."""
         assert self._wake is not None
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.interval):  # not wait_for: see sources/mounts.py
+            async with asyncio.timeout(self.interval):  # not wait_for: see sources/mount_watch.py
                 await self._wake.wait()
         self._wake.clear()
 

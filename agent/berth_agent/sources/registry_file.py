@@ -136,7 +136,7 @@ class RegistryFileWatcher(DirectorySource):
                 if self._observer.alive():
                     self.health.beat(self.name)
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.recheck_seconds):  # not wait_for: see sources/mounts.py
+                    async with asyncio.timeout(self.recheck_seconds):  # not wait_for: see sources/mount_watch.py
                         await self._wake.wait()
                 # Trailing debounce: read once the directory has been quiet for settle_seconds, so one save
                 # (truncate, write, close; or write aside and rename) is read once, whole.

@@ -150,7 +150,7 @@ def takes_handover(process: RegistryProcess, proc: Path = PROC) -> bool:
 
 
 def runs_gc(process: RegistryProcess, proc: Path = PROC) -> bool:
-    """Whether the supervisor that started this registry runs garbage-collect on SIGUSR2 (gc_command.py)."""
+    """Whether the supervisor that started this registry runs garbage-collect on SIGUSR2 (gc/command.py)."""
     return supervised_with(process, GC_MARKER, proc)
 
 
