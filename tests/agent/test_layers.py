@@ -103,6 +103,18 @@ def test_no_import_cycle():
     assert not cycles, "\n".join(cycles)
 
 
+def test_every_package_says_what_it_is_for_and_its_exports_resolve():
+    import importlib
+
+    for name in sorted(_graph()):
+        if _layer(name) is None or not (ROOT / name.split(".", 1)[1].replace(".", "/") / "__init__.py").exists():
+            continue
+        package = importlib.import_module(name)
+        assert (package.__doc__ or "").strip(), f"{name} has no docstring"
+        for export in getattr(package, "__all__", ()):
+            assert getattr(package, export) is not None, f"{name}.{export}"
+
+
 def test_the_checks_see_imports_of_every_kind(tmp_path):
     """The walker is not blind: relative, absolute, in-function and TYPE_CHECKING imports are all found."""
     source = tmp_path / "mod.py"

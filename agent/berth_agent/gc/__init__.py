@@ -13,6 +13,7 @@ _EXPORTS = {
     "GcCommand": ".command",
     "GcHold": ".mode",
     "GcOutcome": ".command",
+    "GcReadOnly": ".read_only",
     "GcRunner": ".run",
     "GcStatusApi": ".api",
     "read_only_for": ".mode",

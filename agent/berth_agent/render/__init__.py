@@ -1,5 +1,6 @@
 """Spec + mounted inputs -> config.yml and the files beside it: a pure function (config), its storage
-section (storage), where the files go (paths), and the result, which carries its parsed document (rendered).
+section (storage), where the files go (paths), what the config points at (targets), and the result, which
+carries its parsed document (rendered).
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from ..core.exports import lazy_exports
 _EXPORTS = {
     "Distribution": ".config",
     "HTPASSWD_FILE": ".paths",
+    "RedisTarget": ".targets",
     "RenderPaths": ".paths",
     "Rendered": ".rendered",
+    "S3Target": ".targets",
     "TLS_CERT_FILE": ".paths",
     "TLS_KEY_FILE": ".paths",
     "render": ".config",
