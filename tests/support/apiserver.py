@@ -309,6 +309,9 @@ class KubeApiServer:
             headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
         response = self._http.request(method, url, body=data, headers=headers, timeout=30, retries=False)
+        if response.status < 300 and query and str(query.get("watch", "")).lower() == "true":
+            # A watch (give timeoutSeconds): its events, one JSON object a line, once the server ends it.
+            return {"events": [json.loads(line) for line in response.data.splitlines() if line.strip()]}
         decoded = json.loads(response.data) if response.data else {}
         if response.status >= 300:
             raise ApiError(response.status, decoded)
@@ -366,6 +369,18 @@ class KubeApiServer:
 
 def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
+
+
+def token_id(token: str) -> str:
+    """The audit log's credential-id of a ServiceAccount token (its JWT's jti): two holders of tokens of one
+    ServiceAccount (two operator replicas) are told apart by it."""
+    payload = token.split(".")[1]
+    return "JTI=" + json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["jti"]
+
+
+def forbidden(entry: Mapping[str, Any]) -> bool:
+    """An audit entry RBAC refused (not an admission refusal such as a namespace being terminated)."""
+    return (entry.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
 
 
 def _rsa_key_pem() -> bytes:
