@@ -350,20 +350,20 @@ class KubeApiServer:
                                "spec": {"expirationSeconds": seconds}})
         return answer["status"]["token"]
 
-    def audit(self, username: str | None = None) -> list[dict[str, Any]]:
-        """The audit log's entries so far (ResponseComplete, or Panic), of `username` if given."""
+    def audit(self, username: str | None = None, since: int = 0) -> list[dict[str, Any]]:
+        """The audit log's entries (ResponseComplete, or Panic) after position `since` (audit_mark()), of
+        `username` if given."""
         entries = []
         with contextlib.suppress(FileNotFoundError), self.audit_log_path.open() as log:
             for line in log:
                 entry = json.loads(line)
                 if entry.get("stage") == "ResponseStarted":
                     continue  # a watch logs ResponseStarted, then ResponseComplete when it ends
-                if username is None or entry["user"]["username"] == username:
-                    entries.append(entry)
-        return entries
+                entries.append(entry)
+        return [e for e in entries[since:] if username is None or e["user"]["username"] == username]
 
     def audit_mark(self) -> int:
-        """A position in the audit log: audit(...)[mark:] style slicing for requests after it."""
+        """The position of the audit log's end now, for audit(since=...)."""
         return len(self.audit())
 
 
