@@ -18,7 +18,7 @@ import json
 import pytest
 
 from support.apiserver import token_id
-from support.apiserver_identities import OPERATOR_USER, operator_token
+from support.apiserver_identities import OPERATOR_USER, start_operator
 from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess, wait_for
 from support.operator_harness import reconciled as reconciled_registry
 
@@ -26,18 +26,17 @@ WRITES = ("create", "update", "patch", "delete")
 
 
 class Cluster:
-    """The test's namespace, its own leader Lease name (the server is shared by the worker's tests), and the
-    operators started, each with a token of its own."""
+    """The test's namespace and the operators started in it, each with a token of its own."""
 
     def __init__(self, api, namespace, log_dir):
         self.api, self.namespace, self.log_dir = api, namespace, log_dir
-        self.lease = {"name": f"berth-operator-{namespace}"}
         self.tokens: dict[str, str] = {}
+        self.lease_name = ""
 
     def operator(self, name: str, **lease) -> OperatorProcess:
-        token = self.tokens[name] = operator_token(self.api)
-        return OperatorProcess(self.api, name, self.log_dir, namespaces=[self.namespace],
-                               lease={**self.lease, **lease}, kubeconfig=self.api.kubeconfig_for(token)).start()
+        process, self.tokens[name] = start_operator(self.api, name, self.log_dir, [self.namespace], **lease)
+        self.lease_name = process.lease["name"]
+        return process
 
     def requests(self, name: str, mark: int = 0) -> list[dict]:
         """Audit entries of operator `name` after audit position `mark`."""
@@ -59,7 +58,7 @@ class Cluster:
         return reconciled_registry(self.api, self.namespace, name) is not None
 
     def lease_object(self) -> dict:
-        return self.api.get(LEASES_PATH, TEST_LEASE["namespace"], self.lease["name"]) or {}
+        return self.api.get(LEASES_PATH, TEST_LEASE["namespace"], self.lease_name) or {}
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import yaml
 
 from support.apiserver import REPO, KubeApiServer, forbidden, token_id
 from support.apiserver_identities import (OPERATOR_NAMESPACE, OPERATOR_USER, cluster_role_grants, leader_role_grants,
-                                          operator_token)
-from support.operator_harness import OperatorProcess, reconciled, wait_for
+                                          start_operator)
+from support.operator_harness import reconciled, wait_for
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -104,10 +104,9 @@ def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
         ("cosi", "shared-registry"): api.create(cosi),
         ("full", "registry"): api.create(example("full", ns["full"])),  # its Secrets are missing: Degraded
     }
-    token = operator_token(api)
-    # Short Lease timings: renewals happen during the scenario.
-    operator = OperatorProcess(api, "berth-operator-0", tmp_path_factory.mktemp("operator"), kubeconfig=api.kubeconfig_for(token),
-                               lease={"duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.2}).start()
+    # Cluster-wide, as deploy/ runs it; short Lease timings: renewals happen during the scenario.
+    operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("operator"), None,
+                                     duration=3.0, renew_deadline=2.0, retry_period=0.2)
     failure = None
     try:
         for key, name in created:

@@ -11,8 +11,8 @@ them (kmock lets a /status patch change spec and stamps no generation: field-not
 
 from __future__ import annotations
 
-from support.apiserver_identities import operator_token
-from support.operator_harness import OperatorProcess, reconciled, wait_for
+from support.apiserver_identities import start_operator
+from support.operator_harness import reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 
@@ -58,9 +58,7 @@ def pod(namespace: str, name: str, labels: dict, service_account: str) -> dict:
 def test_the_operator_writes_status_through_the_subresource(kube_apiserver, apiserver_namespace, tmp_path) -> None:
     api, ns = kube_apiserver, apiserver_namespace
     api.create(registry(ns))
-    operator = OperatorProcess(api, "operator-status", tmp_path, namespaces=[ns],
-                               lease={"name": f"berth-operator-{ns}"},
-                               kubeconfig=api.kubeconfig_for(operator_token(api))).start()
+    operator, _ = start_operator(api, "operator-status", tmp_path, [ns])
     try:
         first = wait_for(lambda: reconciled(api, ns, "reg"), "reg reconciled", 60)
         assert {c["type"] for c in first["status"]["conditions"]} == {"Ready", "Progressing", "Degraded"}

@@ -16,7 +16,7 @@ import yaml
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, lease, names, role, role_binding, service_account
 from support.apiserver import REPO, ApiError, KubeApiServer, service_account_user
-from support.operator_harness import AGENT_IMAGE
+from support.operator_harness import AGENT_IMAGE, OperatorProcess
 
 OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_SA = "berth-operator"
@@ -62,6 +62,17 @@ def operator_token(server: KubeApiServer) -> str:
     """A token of the operator's ServiceAccount with deploy/'s RBAC (a new token each call, as each replica has)."""
     install_operator_rbac(server)
     return server.service_account_token(OPERATOR_NAMESPACE, OPERATOR_SA)
+
+
+def start_operator(server: KubeApiServer, name: str, log_dir: Any, namespaces: list[str] | None,
+                   **lease: Any) -> tuple[OperatorProcess, str]:
+    """`berth-operator` as pod `name`, with a token of its own (returned too: the audit log names it by
+    token_id). Its leader Lease is named after the first namespace, so the worker's tests never share one."""
+    token = operator_token(server)
+    lease = {"name": f"berth-operator-{namespaces[0] if namespaces else 'cluster'}", **lease}
+    process = OperatorProcess(server, name, log_dir, namespaces=namespaces, lease=lease,
+                              kubeconfig=server.kubeconfig_for(token))
+    return process.start(), token
 
 
 def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
