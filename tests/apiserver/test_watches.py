@@ -118,8 +118,8 @@ async def test_a_compacted_resource_version_is_410_gone_and_relisted(
 async def test_bookmarks_move_the_resource_version(kube_apiserver, apiserver_namespace, agent) -> None:
     api, ns = kube_apiserver, apiserver_namespace
     changes = ChangeCollector()
-    # The watch cache sends each watcher a bookmark shortly before its timeout (a few seconds here).
-    registry_watcher, secret_watcher = watchers(api, ns, agent, Health(), timeout_seconds=5)
+    # The watch cache sends each watcher a bookmark shortly before its timeout (a second or so here).
+    registry_watcher, secret_watcher = watchers(api, ns, agent, Health(), timeout_seconds=3)
     async with both_running(registry_watcher, secret_watcher, changes):
         await changes.wait_for(lambda c: c.registry is not None)
         await changes.wait_for(lambda c: c.secret is not None)
