@@ -65,8 +65,10 @@ def apiserver_xz() -> pathlib.Path | None:
 def skip_reason() -> str | None:
     """Why the real-API-server tier cannot run here, or None."""
     if apiserver_xz() is None:
-        return (f"no kube-apiserver: {APISERVER_XZ_ENV} is unset and {DEFAULT_XZ} is absent "
-                "(.ci/run exports it from ../shared/k8s)")
+        given = os.environ.get(APISERVER_XZ_ENV)
+        where = f"{APISERVER_XZ_ENV}={given} is not a file" if given else (
+            f"{APISERVER_XZ_ENV} is unset and {DEFAULT_XZ} is absent")
+        return f"no kube-apiserver: {where} (.ci/run exports it from ../shared/k8s)"
     if not os.access(ETCD, os.X_OK):
         return f"no etcd at {ETCD} (tests/run installs Debian's etcd-server)"
     return None
