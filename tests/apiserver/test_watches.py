@@ -72,17 +72,18 @@ async def until(predicate, what: str, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def watchers(server: KubeApiServer, namespace: str, token: str, health: Health, **options):
-    options = {"backoff_initial": 0.05, "backoff_cap": 0.2, **options}
-    client = server.client(token)
-    return (RegistryApiWatcher(client, namespace, "reg", health, **options),
-            SecretApiWatcher(client, namespace, "creds", "htpasswd", health, **options))
-
-
 @contextlib.asynccontextmanager
-async def both_running(registry_watcher, secret_watcher, changes):
+async def watching(server: KubeApiServer, namespace: str, token: str, **options):
+    """Both watchers running with `token`, yielded as (changes, registry watcher, secret watcher) once each has
+    delivered its object."""
+    options = {"backoff_initial": 0.05, "backoff_cap": 0.2, **options}
+    client, health, changes = server.client(token), Health(), ChangeCollector()
+    registry_watcher = RegistryApiWatcher(client, namespace, "reg", health, **options)
+    secret_watcher = SecretApiWatcher(client, namespace, "creds", "htpasswd", health, **options)
     async with running(registry_watcher, changes), running(secret_watcher, changes):
-        yield
+        await changes.wait_for(lambda c: c.registry is not None)
+        await changes.wait_for(lambda c: c.secret is not None)
+        yield changes, registry_watcher, secret_watcher
 
 
 @pytest.mark.asyncio
@@ -91,12 +92,8 @@ async def test_a_compacted_resource_version_is_410_gone_and_relisted(
 ) -> None:
     caplog.set_level(logging.INFO, logger="berth_agent")
     api, ns = kube_apiserver, apiserver_namespace
-    changes = ChangeCollector()
     # A short server timeout: each watch ends cleanly and is resumed from the last resourceVersion seen.
-    registry_watcher, secret_watcher = watchers(uncached_apiserver, ns, agent, Health(), timeout_seconds=1)
-    async with both_running(registry_watcher, secret_watcher, changes):
-        await changes.wait_for(lambda c: c.registry is not None)
-        await changes.wait_for(lambda c: value(c) == b"one")
+    async with watching(uncached_apiserver, ns, agent, timeout_seconds=1) as (changes, _, _):
         # Writes the watchers do not see move etcd past their resourceVersions; compaction forgets the rest.
         api.create(registry(ns, "other"))
         api.create(secret(ns, "other", name="other"))
@@ -117,12 +114,8 @@ async def test_a_compacted_resource_version_is_410_gone_and_relisted(
 @pytest.mark.asyncio
 async def test_bookmarks_move_the_resource_version(kube_apiserver, apiserver_namespace, agent) -> None:
     api, ns = kube_apiserver, apiserver_namespace
-    changes = ChangeCollector()
     # The watch cache sends each watcher a bookmark shortly before its timeout (a second or so here).
-    registry_watcher, secret_watcher = watchers(api, ns, agent, Health(), timeout_seconds=3)
-    async with both_running(registry_watcher, secret_watcher, changes):
-        await changes.wait_for(lambda c: c.registry is not None)
-        await changes.wait_for(lambda c: c.secret is not None)
+    async with watching(api, ns, agent, timeout_seconds=3) as (changes, registry_watcher, secret_watcher):
         start = api.audit_mark()
         other_registry = int(api.create(registry(ns, "other"))["metadata"]["resourceVersion"])
         other_secret = int(api.create(secret(ns, "x", name="other"))["metadata"]["resourceVersion"])
@@ -144,11 +137,8 @@ async def test_bookmarks_move_the_resource_version(kube_apiserver, apiserver_nam
 @pytest.mark.asyncio
 async def test_deleted_and_recreated(kube_apiserver, apiserver_namespace, agent) -> None:
     api, ns = kube_apiserver, apiserver_namespace
-    changes = ChangeCollector()
-    registry_watcher, secret_watcher = watchers(api, ns, agent, Health(), timeout_seconds=60)
-    async with both_running(registry_watcher, secret_watcher, changes):
-        first = await changes.wait_for(lambda c: c.registry is not None)
-        await changes.wait_for(lambda c: value(c) == b"one")
+    async with watching(api, ns, agent, timeout_seconds=60) as (changes, _, _):
+        first = next(c for c in changes.snapshot() if c.registry is not None)
         api.delete(REGISTRIES, ns, "reg")
         api.delete(SECRETS, ns, "creds")
         await changes.wait_for(lambda c: c.error == f"Registry {ns}/reg was deleted")
