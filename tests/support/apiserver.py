@@ -196,6 +196,8 @@ class KubeApiServer:
             "--feature-gates=WatchList=false",
             # blockOwnerDeletion needs update on the owner's finalizers (deploy/clusterrole.yaml says why).
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            # As kubeadm runs it: privileged pods are valid, so PodSecurity is what refuses them.
+            "--allow-privileged=true",
             f"--audit-policy-file={self.root / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log_path}",
             "--audit-log-mode=blocking",  # an entry is on disk before the answer: the tests read it right after
             *self.extra_args,
