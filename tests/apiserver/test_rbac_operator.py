@@ -4,8 +4,9 @@ need.
 
 `berth-operator -A` runs as a process, as deploy/deployment.yaml runs it (leader election on), with a real
 token of deploy/'s ServiceAccount bound by deploy/'s ClusterRoleBinding and RoleBinding (read from the files:
-remove a rule there and this fails). It goes through the examples, a drift of the owned objects, an edit, a
-scale-down, a claim expansion and a delete. The API server's audit log says what it asked and what RBAC
+remove a rule there and this fails). It goes through the examples, a hot edit of each (which must rewrite
+none of the objects as the server stored them: its defaults are not drift), a drift of the owned objects, an
+edit, a scale-down, a claim expansion and a delete. The API server's audit log says what it asked and what RBAC
 answered: nothing may be refused, every Registry must be reconciled, and every grant it did not use must be
 listed below with the reason it is needed. The API server also enforces what the kmock tier could only
 compare: a Role the operator creates for an agent may only grant what the operator holds (escalation
@@ -107,10 +108,19 @@ def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
     # Cluster-wide, as deploy/ runs it; short Lease timings: renewals happen during the scenario.
     operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("operator"), None,
                                      duration=3.0, renew_deadline=2.0, retry_period=0.2)
-    failure = None
+    failure, steady = None, []
     try:
         for key, name in created:
             wait_for(lambda key=key, name=name: reconciled(api, ns[key], name), f"{name} reconciled", 90)
+        # Steady state: a hot edit of each (the log level) is a reconcile that must rewrite none of the objects
+        # as the server stored them (its defaults and normalised quantities are not drift).
+        mark = api.audit_mark()
+        for key, name in created:
+            api.patch(REGISTRIES, ns[key], name, {"spec": {"config": {"log": {"level": "warn"}}}})
+        for key, name in created:
+            wait_for(lambda key=key, name=name: (reg := reconciled(api, ns[key], name))
+                     and reg["status"]["observedGeneration"] == 2, f"{name} reconciled at generation 2", 60)
+        steady = api.audit(OPERATOR_USER, since=mark)
         # Drift: strip the labels of what the COSI registry owns; the next reconcile patches them back.
         uid = created["cosi", "shared-registry"]["metadata"]["uid"]
         drifted = [(kind, obj["metadata"]["name"]) for kind, path in DRIFTED_KINDS.items()
@@ -150,7 +160,7 @@ def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
     mine = token_id(token)
     audit = [entry for entry in api.audit(OPERATOR_USER)
              if (entry["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
-    return {"audit": audit, "failure": failure}
+    return {"audit": audit, "failure": failure, "steady": steady}
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +189,14 @@ def test_nothing_the_operator_asked_was_refused(scenario: dict) -> None:
     refused = sorted({(e["verb"], e["requestURI"].split("?")[0]) for e in audit if forbidden(e)})
     assert refused == [], "RBAC refused the operator"
     assert scenario["failure"] is None, scenario["failure"]
+
+
+def test_a_hot_edit_rewrites_nothing_the_server_stored(scenario: dict) -> None:
+    assert scenario["steady"], "no requests recorded for the hot edits"
+    writes = sorted({(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("name", ""))
+                     for e in scenario["steady"] if e["verb"] in ("create", "update", "patch", "delete")
+                     and e["objectRef"].get("resource") not in ("registries", "events") and not is_leader_lease(e)})
+    assert writes == [], "the operator rewrote objects it had made, with nothing changed but a hot field"
 
 
 def test_every_request_is_allowed_by_the_cluster_role(audit: list[dict]) -> None:
