@@ -66,6 +66,15 @@ class Cluster:
 
     tokens: dict
 
+    def api_secret_args(self) -> list[str]:
+        """The `--api-secret DIR=SECRET` arguments the operator gave the agent container (each mounted Secret,
+        also watched over the API with the agent's token)."""
+        deployment = self.api.get("apps/v1/deployments", self.namespace, "reg")
+        [agent] = deployment["spec"]["template"]["spec"]["initContainers"]
+        args = agent["args"]
+        return [word for index, word in enumerate(args) if word == "--api-secret"
+                or (index and args[index - 1] == "--api-secret")]
+
     def deployment_ready(self, replicas: int) -> None:
         """The Deployment controller's part: every replica updated and ready."""
         deployment = self.api.get("apps/v1/deployments", self.namespace, "reg")
@@ -114,7 +123,9 @@ def test_two_replicas_report_status_post_events_and_take_turns(cluster: Cluster)
     operator, _ = start_operator(api, "operator", cluster.root, [ns])
     try:
         kubeconfigs = cluster.pods(["pod-a", "pod-b"])
-        with running_replicas(cluster.root / "pods", api, spec, count=2, namespace=ns,
+        api_secrets = cluster.api_secret_args()
+        assert api_secrets == ["--api-secret", "http-secret=reg-http-secret"], api_secrets
+        with running_replicas(cluster.root / "pods", api, spec, count=2, namespace=ns, extra=api_secrets,
                               kubeconfigs=kubeconfigs) as pods:
             wait_for(lambda: all(applied(pods[n], cluster.records().get(n) or {}, 1, "info") for n in pods),
                      "both agents to report generation 1", 60)
@@ -135,6 +146,15 @@ def test_two_replicas_report_status_post_events_and_take_turns(cluster: Cluster)
             assert all(200 in codes for codes in turns.values()), turns
             for pod in pods.values():
                 assert pod.registry_starts() >= 2, pod.agent_log_text()[-2000:]
+            # Each agent read and watched its mounted Secret over the API, by name, with its own token.
+            for token in cluster.tokens.values():
+                verbs = {e["verb"] for e in api.audit(agent_user(ns))
+                         if (e.get("objectRef") or {}).get("resource") == "secrets"
+                         and e["responseStatus"]["code"] == 200
+                         and "fieldSelector=metadata.name%3Dreg-http-secret" in e["requestURI"]
+                         and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id")
+                         == [token_id(token)]}
+                assert verbs >= {"list", "watch"}, verbs
         # The agents' Events are on the Registry, posted with their own tokens.
         events = [e for e in api.list("v1/events", ns) if (e.get("source") or {}).get("component") == "berth-agent"
                   or e.get("reportingComponent") == "berth-agent"]

@@ -69,7 +69,8 @@ def agent(kube_apiserver: KubeApiServer) -> Agent:
     created = server.create(registry_document(namespace))
     server.create(registry_document(namespace, "neighbour"))
     server.create(registry_document(elsewhere))
-    token = agent_token(server, created, ClusterFacts(agent_image=AGENT_IMAGE, bucket_access_secret=BUCKET_ACCESS_SECRET))
+    facts = ClusterFacts(agent_image=AGENT_IMAGE, bucket_access_secret=BUCKET_ACCESS_SECRET)
+    token = agent_token(server, created, facts)
     for name in ("neighbour-reload", "neighbour-gc"):
         server.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                        "metadata": {"name": name, "namespace": namespace}, "spec": {}})
@@ -91,7 +92,8 @@ def update_lease(agent: Agent, name: str) -> dict[str, Any]:
 
 
 def core_event(agent: Agent) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "registry-", "namespace": agent.namespace},
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": "registry-", "namespace": agent.namespace},
             "involvedObject": {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": "registry",
                                "namespace": agent.namespace}, "reason": "Test", "message": "m", "type": "Normal",
             "source": {"component": "berth-agent"}}

@@ -81,7 +81,8 @@ def test_the_operator_writes_status_through_the_subresource(kube_apiserver, apis
         assert operator.stop() == 0, operator.log()[-3000:]
     # Its writes to the Registry went through /status (kopf's own bookkeeping, a finalizer and an annotation,
     # is metadata): the spec never moved, so neither did generation.
-    writes = [e["objectRef"].get("subresource") for e in api.audit() if e["user"]["username"].endswith(":berth-operator")
+    writes = [e["objectRef"].get("subresource") for e in api.audit()
+              if e["user"]["username"].endswith(":berth-operator")
               and e["verb"] == "patch" and (e.get("objectRef") or {}).get("resource") == "registries"
               and e["objectRef"].get("namespace") == ns]
     assert "status" in writes

@@ -363,16 +363,14 @@ class KubeApiServer:
         return answer["status"]["token"]
 
     def audit(self, username: str | None = None, since: int = 0) -> list[dict[str, Any]]:
-        """The audit log's entries (ResponseComplete, or Panic) after position `since` (audit_mark()), of
-        `username` if given."""
-        entries = []
+        """The audit log's requests after position `since` (audit_mark()), of `username` if given: one entry a
+        request, its last stage (a watch logs ResponseStarted when it opens, ResponseComplete when it ends)."""
+        entries: dict[str, dict[str, Any]] = {}
         with contextlib.suppress(FileNotFoundError), self.audit_log_path.open() as log:
             for line in log:
                 entry = json.loads(line)
-                if entry.get("stage") == "ResponseStarted":
-                    continue  # a watch logs ResponseStarted, then ResponseComplete when it ends
-                entries.append(entry)
-        return [e for e in entries[since:] if username is None or e["user"]["username"] == username]
+                entries[entry["auditID"]] = entry  # keeps the first stage's place, the last stage's content
+        return [e for e in list(entries.values())[since:] if username is None or e["user"]["username"] == username]
 
     def audit_mark(self) -> int:
         """The position of the audit log's end now, for audit(since=...)."""
