@@ -183,7 +183,9 @@ class KubeApiServer:
         key = self.root / "sa.key"
         key.touch(mode=0o600)
         key.write_bytes(self.service_account_key)
-        (self.root / "tokens.csv").write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
+        tokens = self.root / "tokens.csv"
+        tokens.touch(mode=0o600)
+        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
         (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         self._spawn("kube-apiserver", [
             str(binary), f"--etcd-servers={self.etcd_url}",
