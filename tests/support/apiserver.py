@@ -240,7 +240,10 @@ class KubeApiServer:
             time.sleep(0.1)
 
     def _ready(self, ca: pathlib.Path) -> bool:
-        context = ssl.create_default_context(cafile=str(ca))
+        try:
+            context = ssl.create_default_context(cafile=str(ca))
+        except ssl.SSLError:  # the certificate is being written
+            return False
         return _http_ok(f"{self.url}/readyz", context=context, token=self.admin_token)
 
     def logs(self) -> str:
@@ -370,6 +373,8 @@ class KubeApiServer:
         entries: dict[str, dict[str, Any]] = {}
         with contextlib.suppress(FileNotFoundError), self.audit_log_path.open() as log:
             for line in log:
+                if not line.endswith("\n"):
+                    break  # being written by the server as we read: it belongs to a later call
                 entry = json.loads(line)
                 entries[entry["auditID"]] = entry  # keeps the first stage's place, the last stage's content
         return [e for e in list(entries.values())[since:] if username is None or e["user"]["username"] == username]
