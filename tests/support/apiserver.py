@@ -396,8 +396,12 @@ def token_id(token: str) -> str:
 
 
 def forbidden(entry: Mapping[str, Any]) -> bool:
-    """An audit entry RBAC refused (not an admission refusal such as a namespace being terminated)."""
-    return (entry.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+    """An audit entry RBAC refused: the authorizer's "forbid", or RBAC's escalation prevention (a Role granting
+    what its creator does not hold: authorized as a create, then refused). Not an admission refusal such as a
+    namespace being terminated."""
+    status = entry.get("responseStatus") or {}
+    return ((entry.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+            or (status.get("code") == 403 and "not currently held" in (status.get("message") or "")))
 
 
 def _rsa_key_pem() -> bytes:
