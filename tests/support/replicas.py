@@ -41,16 +41,11 @@ def create_registry(kube_api: Any, spec: dict[str, Any], *, count: int = 1, name
 @contextlib.contextmanager
 def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 2,
                      leave_seconds: float = 0.3, extra: list[str] = (), binary: str | None = None,
-                     mounts: Mapping[str, Mapping[str, str]] = {}, namespace: str = "default",
-                     kubeconfigs: Mapping[str, Path] | None = None) -> Iterator[dict[str, RegistryPod]]:
+                     mounts: Mapping[str, Mapping[str, str]] = {}) -> Iterator[dict[str, RegistryPod]]:
     """`count` pods "pod-a", "pod-b", ... on 127.0.0.2, 127.0.0.3, ...; `binary`: the pods' registry binary
-    (default the real one), `mounts`: more Secret volumes each pod gets (e.g. a COSI `cosi/` dir).
-
-    `kubeconfigs` (pod name -> kubeconfig with that pod's token, on the real API server): the operator already
-    made the Registry's objects, so none is created here; without it the Registry and its Leases are."""
+    (default the real one), `mounts`: more Secret volumes each pod gets (e.g. a COSI `cosi/` dir)."""
     port = int(str(spec["http"]["addr"]).rpartition(":")[2])
-    if kubeconfigs is None:
-        create_registry(kube_api, spec, count=count, namespace=namespace)
+    create_registry(kube_api, spec, count=count)
     pods: dict[str, RegistryPod] = {}
     for index in range(count):
         pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data",
@@ -61,8 +56,7 @@ def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: 
         pods[f"pod-{'abc'[index]}"] = pod
     try:
         for name, pod in pods.items():
-            pod.start_agent(registry=f"{namespace}/reg", kube_host=kube_api.url, pod_name=name,
-                            kubeconfig=(kubeconfigs or {}).get(name),
+            pod.start_agent(registry="default/reg", kube_host=kube_api.url, pod_name=name,
                             extra=["--listen-host", pod.listen_host, "--leave-seconds", str(leave_seconds), *extra])
             pod.start_supervisor()
         for pod in pods.values():
