@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import datetime
 import json
+import time
 
 import pytest
 
@@ -153,3 +154,40 @@ def test_a_stopped_leader_hands_over_at_once(cluster):
     finally:
         first.stop()
         assert second.stop() == 0, second.log()[-3000:]
+
+
+def test_a_missing_leader_election_namespace_is_said_once_and_the_lease_taken_once_it_exists(
+        kube_apiserver, apiserver_namespace, tmp_path):
+    """`berth-operator -n NS` on a cluster without its leader-election namespace (issue 16): the real server
+    answers the Lease create 404. One error line names the namespace and the ways out, however many retry
+    periods pass; once the namespace is created the operator takes the Lease and acts."""
+    missing = f"{apiserver_namespace}-lease"
+    operator = OperatorProcess(kube_apiserver, "lonely", tmp_path, namespaces=[apiserver_namespace],
+                               lease={"namespace": missing, "name": "berth-operator"},
+                               kubeconfig=kube_apiserver.kubeconfig_for(None)).start()
+    try:
+        def said() -> list[str]:
+            return [line for line in operator.log_path.read_text(errors="replace").splitlines()
+                    if "does not exist" in line]
+
+        wait_for(said, "the missing namespace to be said", timeout=60)
+        time.sleep(operator.lease["retry_period"] * 4)  # four more retry periods: each tries, none says it again
+        lines = said()
+        assert len(lines) == 1, lines
+        record = json.loads(lines[0])
+        assert record["severity"] == "error"
+        for words in (f"the namespace {missing!r} does not exist", "kubectl apply -k deploy",
+                      "--leader-election-namespace", "--no-leader-elect"):
+            assert words in record["message"], record["message"]
+        assert "HTTP 404" not in operator.log_path.read_text(errors="replace")
+
+        kube_apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": missing}})
+        wait_for(lambda: (kube_apiserver.get(LEASES_PATH, missing, "berth-operator") or {}).get("spec", {})
+                 .get("holderIdentity") == "lonely", "the Lease taken once the namespace exists", timeout=60)
+        kube_apiserver.create(Cluster(kube_apiserver, apiserver_namespace, tmp_path).registry("after"))
+        wait_for(lambda: reconciled_registry(kube_apiserver, apiserver_namespace, "after"),
+                 "a Registry reconciled by the operator that now leads", timeout=60)
+    finally:
+        operator.stop()
+        if kube_apiserver.get("v1/namespaces", None, missing) is not None:
+            kube_apiserver.delete("v1/namespaces", None, missing)
