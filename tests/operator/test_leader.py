@@ -1,5 +1,5 @@
 """leader.py against the test API server: who takes the Lease when, the fence on writes, release, and a
-leader that cannot renew stopping (the process test is test_leader_election.py). Each elector gets its
+leader that cannot renew stopping (the process test is tests/apiserver/test_leader_election.py). Each elector gets its
 own clock, so expiry is checked without waiting."""
 
 from __future__ import annotations

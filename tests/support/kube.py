@@ -52,7 +52,9 @@ def _cosi_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.objectstorage.k8s.io"},
+        # A *.k8s.io group needs this annotation on a real API server (the COSI project's CRDs carry it).
+        "metadata": {"name": f"{plural}.objectstorage.k8s.io", "annotations": {
+            "api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1383"}},
         "spec": {
             "group": "objectstorage.k8s.io",
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},

@@ -53,6 +53,16 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> 
         time.sleep(0.05)
 
 
+def reconciled(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Registry once its status reports the current generation, else None (on either test API server)."""
+    reg = api.get(REGISTRIES_PATH, namespace, name)
+    if reg is None:
+        return None
+    status = reg.get("status") or {}
+    done = status.get("observedGeneration") == reg["metadata"].get("generation") and status.get("conditions")
+    return reg if done else None
+
+
 class OperatorHarness:
     """Start and stop the operator in process; inspect what it did through the test API server."""
 
@@ -118,12 +128,7 @@ class OperatorHarness:
 
     def reconciled(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Registry once its status reports the current generation, else None."""
-        reg = self.registry(namespace, name)
-        if reg is None:
-            return None
-        status = reg.get("status") or {}
-        done = status.get("observedGeneration") == reg["metadata"].get("generation") and status.get("conditions")
-        return reg if done else None
+        return reconciled(self.api, namespace, name)
 
     def wait_reconciled(self, namespace: str, name: str) -> dict[str, Any]:
         return wait_for(lambda: self.reconciled(namespace, name), f"Registry {namespace}/{name} reconciled")
@@ -167,8 +172,10 @@ class OperatorProcess:
     """
 
     def __init__(self, api: KubeApi, name: str, log_dir: Any, namespaces: list[str] | None = None,
-                 lease: dict[str, Any] | None = None):
+                 lease: dict[str, Any] | None = None, kubeconfig: Any = None):
         self.api, self.name, self.namespaces = api, name, namespaces
+        # On the real API server (support.apiserver): a kubeconfig with a real token of the operator's account.
+        self.kubeconfig = kubeconfig
         self.lease = {**TEST_LEASE, **(lease or {})}
         self.log_path = log_dir / f"{name}.log"
         self.liveness_port = 0
@@ -178,7 +185,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         self.liveness_port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "WATCH_NAMESPACE")}
-        env.update(KUBECONFIG=str(self.api.kubeconfig_for(self.name)), POD_NAME=self.name,
+        env.update(KUBECONFIG=str(self.kubeconfig or self.api.kubeconfig_for(self.name)), POD_NAME=self.name,
                    POD_NAMESPACE=self.lease["namespace"], BERTH_AGENT_IMAGE=AGENT_IMAGE)
         scope = [arg for ns in self.namespaces for arg in ("--namespace", ns)] if self.namespaces else ["-A"]
         self._log = self.log_path.open("ab")

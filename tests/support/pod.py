@@ -94,14 +94,17 @@ class RegistryPod:
         temp.write_text(yaml.safe_dump(obj, sort_keys=False))
         os.replace(temp, self.registry_file)  # as an editor saves: whole file at once
 
-    def start_agent(self, *, registry: str | None = None, kube_host: str | None = None,
+    def start_agent(self, *, registry: str | None = None, kube_host: str | None = None, kubeconfig: Path | None = None,
                     pod_name: str = "pod-0", extra: list[str] = ()) -> subprocess.Popen:
+        """`berth-agent run`: from the Registry file, or with `registry` (NS/NAME) from the API server at
+        `kube_host` (no credentials: kmock) or through `kubeconfig` (a real token: support.apiserver)."""
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
                 "--registry-bin", self.binary, *extra]
         if registry is not None:
-            args += ["--registry", registry, "--kube-host", kube_host or ""]
+            args += ["--registry", registry, *(["--kubeconfig", str(kubeconfig)] if kubeconfig
+                                               else ["--kube-host", kube_host or ""])]
         else:
             args += ["--registry-file", str(self.registry_file)]
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}

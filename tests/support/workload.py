@@ -22,7 +22,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,13 @@ class RunningPod:
 class RegistryWorkload:
     def __init__(self, root: Path, api: Any, *, port: int, name: str = "reg", namespace: str = "default",
                  binary: str | None = None, leave_seconds: float = 0.3,
-                 mounts: Mapping[str, Mapping[str, str]] | None = None):
+                 mounts: Mapping[str, Mapping[str, str]] | None = None,
+                 kubeconfig: Callable[[str], Path] | None = None, api_secrets: bool = False):
+        """`kubeconfig` (on the real API server, support.apiserver): pod name -> a kubeconfig with that pod's
+        token, as the kubelet projects one into each pod. `api_secrets`: give each agent the `--api-secret`
+        arguments of the template's agent container (its mounted Secrets, also watched over the API)."""
         self.root, self.api, self.port = Path(root), api, port
+        self.kubeconfig, self.api_secrets = kubeconfig, api_secrets
         self.name, self.namespace = name, namespace
         self.binary, self.leave_seconds = binary, leave_seconds
         self.mounts = dict(mounts or {})
@@ -145,7 +150,9 @@ class RegistryWorkload:
                          "spec": pod_template.get("spec") or {"containers": []}})
         self.api.patch(PODS, self.namespace, name, {"status": {"phase": "Running"}}, subresource="status")
         pod.start_agent(registry=f"{self.namespace}/{self.name}", kube_host=self.api.url, pod_name=name,
-                        extra=["--listen-host", host, "--leave-seconds", str(self.leave_seconds)])
+                        kubeconfig=self.kubeconfig(name) if self.kubeconfig else None,
+                        extra=["--listen-host", host, "--leave-seconds", str(self.leave_seconds),
+                               *(api_secret_args(pod_template) if self.api_secrets else ())])
         pod.start_supervisor()
         with self._lock:
             self.pods[name] = RunningPod(name, pod, template, time.monotonic())
@@ -172,6 +179,14 @@ class RegistryWorkload:
         if status != self._written_status:
             self.api.patch(DEPLOYMENTS, self.namespace, self.name, {"status": status}, subresource="status")
             self._written_status = status
+
+
+def api_secret_args(pod_template: Mapping[str, Any]) -> list[str]:
+    """The `--api-secret DIR=SECRET` arguments the operator gave the template's agent container."""
+    [agent] = [c for c in (pod_template.get("spec") or {}).get("initContainers") or () if c["name"] == "agent"]
+    args = agent.get("args") or []
+    return [word for index, word in enumerate(args)
+            if word == "--api-secret" or (index and args[index - 1] == "--api-secret")]
 
 
 def ready_condition(api: Any, name: str = "reg", namespace: str = "default") -> tuple[int, dict[str, Any] | None]:

@@ -1,0 +1,225 @@
+"""deploy/clusterrole.yaml (and deploy/leader-election-role.yaml, for the leader Lease in the operator's
+namespace) suffice for everything berth-operator does, on the real API server, and grant nothing it does not
+need.
+
+`berth-operator -A` runs as a process, as deploy/deployment.yaml runs it (leader election on), with a real
+token of deploy/'s ServiceAccount bound by deploy/'s ClusterRoleBinding and RoleBinding (read from the files:
+remove a rule there and this fails). It goes through the examples, a hot edit of each (which must rewrite
+none of the objects as the server stored them: its defaults are not drift), a drift of the owned objects, an
+edit, a scale-down, a claim expansion and a delete. The API server's audit log says what it asked and what RBAC
+answered: nothing may be refused, every Registry must be reconciled, and every grant it did not use must be
+listed below with the reason it is needed. The API server also enforces what the kmock tier could only
+compare: a Role the operator creates for an agent may only grant what the operator holds (escalation
+prevention), and an owner reference with blockOwnerDeletion needs update on registries/finalizers
+(OwnerReferencesPermissionEnforcement is on).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import yaml
+
+from support.apiserver import REPO, KubeApiServer, forbidden, token_id
+from support.apiserver_identities import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_USER,
+    cluster_role_grants,
+    leader_role_grants,
+    start_operator,
+)
+from support.operator_harness import reconciled, wait_for
+
+COSI = "objectstorage.k8s.io/v1alpha1"
+REGISTRIES = "berth.dev/v1alpha1/registries"
+
+# Granted but not asked for in this scenario, and why each is still needed.
+UNEXERCISED_GRANTS = {
+    ("berth.dev", "registries/finalizers", "update"):
+        "owner references set blockOwnerDeletion; OwnerReferencesPermissionEnforcement checks this grant (it is "
+        "an authorization check, not a request: without it every owned object's create is refused)",
+    ("events.k8s.io", "events", "create"): "the agent Role grants it (escalation prevention)",
+    ("events.k8s.io", "events", "patch"): "the agent Role grants it (escalation prevention)",
+    ("", "events", "patch"): "the agent Role grants it (escalation prevention)",
+    ("", "namespaces", "list"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
+    ("", "namespaces", "watch"): "kopf watches Namespaces when run with --namespace instead of --all-namespaces",
+    ("coordination.k8s.io", "leases", "update"): "the agent Role grants it (escalation prevention)",
+    ("", "pods", "get"): "berth-operator reads its own Pod (POD_NAME) at start to learn the agent image",
+    ("", "secrets", "list"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
+    ("", "secrets", "watch"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
+    ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
+                                                          "Registry switches to an existing one",
+}
+
+# Kinds the apply layer patches only when the live object drifted from what the builders make.
+DRIFTED_KINDS = {
+    "ServiceAccount": "v1/serviceaccounts",
+    "Role": "rbac.authorization.k8s.io/v1/roles",
+    "RoleBinding": "rbac.authorization.k8s.io/v1/rolebindings",
+    "Service": "v1/services",
+    "PodDisruptionBudget": "policy/v1/poddisruptionbudgets",
+}
+
+
+def example(name: str, namespace: str) -> dict:
+    reg = yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text())
+    reg["metadata"]["namespace"] = namespace
+    return reg
+
+
+def bind_claim(api: KubeApiServer, namespace: str, name: str) -> None:
+    """What the PV controller does once a volume is bound (there is none here)."""
+    api.patch("v1/persistentvolumeclaims", namespace, name, {"status": {"phase": "Bound"}}, subresource="status")
+
+
+def seed(api: KubeApiServer, ns: dict[str, str]) -> None:
+    for namespace in ns.values():
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    suffix = ns["fs-class"]
+    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": f"standard-{suffix}"},
+                "provisioner": "example.com/none", "allowVolumeExpansion": True})
+    api.create({"apiVersion": COSI, "kind": "BucketClass", "metadata": {"name": f"s3-standard-{suffix}"},
+                "driverName": "example.com/none", "deletionPolicy": "Delete"})
+    api.create({"apiVersion": COSI, "kind": "BucketAccessClass", "metadata": {"name": f"s3-key-access-{suffix}"},
+                "driverName": "example.com/none", "authenticationType": "Key"})
+    api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "team-registry-data", "namespace": ns["fs-pvc"]},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    bind_claim(api, ns["fs-pvc"], "team-registry-data")
+
+
+@pytest.fixture(scope="module")
+def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
+    """{"audit": the audit entries of the operator's token across the scenario, "failure": why the scenario
+    stopped short, or None}. A failure is handed to the tests: a refusal in the audit log explains it best."""
+    api = kube_apiserver
+    suffix = secrets.token_hex(3)
+    ns = {key: f"{key}-{suffix}" for key in ("fs-class", "fs-pvc", "cosi", "full")}
+    seed(api, ns)
+    # The examples name cluster-wide classes: give each its own, so a session-mate's cannot be taken for it.
+    fs_class = example("filesystem-storageclass", ns["fs-class"])
+    fs_class["spec"]["config"]["storage"]["filesystem"]["storageClass"] += f"-{ns['fs-class']}"
+    cosi = example("cosi-classes", ns["cosi"])
+    storage = cosi["spec"]["config"]["storage"]["objectStorage"]
+    storage["bucketClass"] += f"-{ns['fs-class']}"
+    storage["bucketAccessClass"] += f"-{ns['fs-class']}"
+    created = {
+        ("fs-class", "ci-cache"): api.create(fs_class),
+        ("fs-pvc", "team-registry"): api.create(example("filesystem-pvc", ns["fs-pvc"])),
+        ("cosi", "shared-registry"): api.create(cosi),
+        ("full", "registry"): api.create(example("full", ns["full"])),  # its Secrets are missing: Degraded
+    }
+    # Cluster-wide, as deploy/ runs it; short Lease timings: renewals happen during the scenario.
+    operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("operator"), None,
+                                     duration=3.0, renew_deadline=2.0, retry_period=0.2)
+    failure, steady = None, []
+    try:
+        for key, name in created:
+            wait_for(lambda key=key, name=name: reconciled(api, ns[key], name), f"{name} reconciled", 90)
+        # Steady state: a hot edit of each (the log level) is a reconcile that must rewrite none of the objects
+        # as the server stored them (its defaults and normalised quantities are not drift).
+        mark = api.audit_mark()
+        for key, name in created:
+            api.patch(REGISTRIES, ns[key], name, {"spec": {"config": {"log": {"level": "warn"}}}})
+        for key, name in created:
+            wait_for(lambda key=key, name=name: (reg := reconciled(api, ns[key], name))
+                     and reg["status"]["observedGeneration"] == 2, f"{name} reconciled at generation 2", 60)
+        # Its writes in this scenario's namespaces (cluster-wide, it also reconciles the worker's other tests').
+        steady = [e for e in api.audit(OPERATOR_USER, since=mark)
+                  if (e.get("objectRef") or {}).get("namespace") in ns.values()]
+        # Drift: strip the labels of what the COSI registry owns; the next reconcile patches them back.
+        uid = created["cosi", "shared-registry"]["metadata"]["uid"]
+        drifted = [(kind, obj["metadata"]["name"]) for kind, path in DRIFTED_KINDS.items()
+                   for obj in api.list(path, ns["cosi"])
+                   if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ())]
+        assert {kind for kind, _ in drifted} == set(DRIFTED_KINDS)
+        for kind, name in drifted:
+            api.patch(DRIFTED_KINDS[kind], ns["cosi"], name, {"metadata": {"labels": None}})
+        api.patch(REGISTRIES, ns["cosi"], "shared-registry", {"spec": {"config": {"log": {"level": "debug"}}}})
+        wait_for(lambda: reconciled(api, ns["cosi"], "shared-registry"), "shared-registry reconciled", 60)
+        for kind, name in drifted:
+            wait_for(lambda kind=kind, name=name: api.get(DRIFTED_KINDS[kind], ns["cosi"], name)["metadata"].get(
+                "labels"), f"{kind} {name} labels restored", 60)
+        # Scale the COSI registry down: its PodDisruptionBudget is pruned.
+        assert api.get("policy/v1/poddisruptionbudgets", ns["cosi"], "shared-registry") is not None
+        api.patch(REGISTRIES, ns["cosi"], "shared-registry", {"spec": {"replicas": 1}})
+        wait_for(lambda: api.get("policy/v1/poddisruptionbudgets", ns["cosi"], "shared-registry") is None,
+                 "PodDisruptionBudget pruned", 60)
+        # An image edit patches the Deployment; a larger size grows the claim (once bound: the API server
+        # refuses to resize a pending claim); a delete goes through kopf's finalizer.
+        api.patch(REGISTRIES, ns["fs-class"], "ci-cache", {"spec": {"image": "registry:3.0.0"}})
+        wait_for(lambda: reconciled(api, ns["fs-class"], "ci-cache"), "ci-cache reconciled", 60)
+        bind_claim(api, ns["fs-class"], "ci-cache-data")
+        api.patch(REGISTRIES, ns["fs-class"], "ci-cache",
+                  {"spec": {"config": {"storage": {"filesystem": {"size": "60Gi"}}}}})
+        wait_for(lambda: api.get("v1/persistentvolumeclaims", ns["fs-class"], "ci-cache-data")["spec"]["resources"]
+                 ["requests"]["storage"] == "60Gi", "the claim to grow", 60)
+        api.delete(REGISTRIES, ns["fs-pvc"], "team-registry")
+        wait_for(lambda: api.get(REGISTRIES, ns["fs-pvc"], "team-registry") is None, "Registry deleted", 60)
+    except AssertionError as error:
+        failure = str(error)
+    finally:
+        code = operator.stop()
+    log = operator.log()
+    if failure is None and (code != 0 or "Traceback" in log):
+        failure = f"berth-operator exited {code}:\n{log[-3000:]}"
+    mine = token_id(token)
+    audit = [entry for entry in api.audit(OPERATOR_USER)
+             if (entry["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    return {"audit": audit, "failure": failure, "steady": steady}
+
+
+@pytest.fixture(scope="module")
+def audit(scenario: dict) -> list[dict]:
+    return scenario["audit"]
+
+
+def triple(entry: dict) -> tuple[str, str, str] | None:
+    ref = entry.get("objectRef")
+    if not ref or "resource" not in ref:
+        return None  # /api, /apis, /version: discovery, open to every authenticated user
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return ref.get("apiGroup", ""), resource, entry["verb"]
+
+
+def is_leader_lease(entry: dict) -> bool:
+    """The operator's own Lease (deploy/leader-election-role.yaml grants it, in its namespace); the Registries'
+    reload Leases, in their namespaces, are the ClusterRole's."""
+    ref = entry.get("objectRef") or {}
+    return ref.get("namespace") == OPERATOR_NAMESPACE and ref.get("resource") == "leases"
+
+
+def test_nothing_the_operator_asked_was_refused(scenario: dict) -> None:
+    audit = scenario["audit"]
+    assert audit, "the audit log has nothing of the operator's token"
+    refused = sorted({(e["verb"], e["requestURI"].split("?")[0]) for e in audit if forbidden(e)})
+    assert refused == [], "RBAC refused the operator"
+    assert scenario["failure"] is None, scenario["failure"]
+
+
+def test_a_hot_edit_rewrites_nothing_the_server_stored(scenario: dict) -> None:
+    assert scenario["steady"], "no requests recorded for the hot edits"
+    writes = sorted({(e["verb"], e["objectRef"]["resource"], e["objectRef"]["namespace"],
+                      e["objectRef"].get("name", ""))
+                     for e in scenario["steady"] if e["verb"] in ("create", "update", "patch", "delete")
+                     and e["objectRef"].get("resource") not in ("registries", "events") and not is_leader_lease(e)})
+    assert writes == [], "the operator rewrote objects it had made, with nothing changed but a hot field"
+
+
+def test_every_request_is_allowed_by_the_cluster_role(audit: list[dict]) -> None:
+    exercised = {t for e in audit if (t := triple(e)) and not is_leader_lease(e)}
+    assert exercised - cluster_role_grants() == set(), "the operator makes requests deploy/clusterrole.yaml forbids"
+
+
+def test_every_grant_is_used_or_justified(audit: list[dict]) -> None:
+    exercised = {t for e in audit if (t := triple(e)) and not is_leader_lease(e)}
+    unused = cluster_role_grants() - exercised
+    assert unused - set(UNEXERCISED_GRANTS) == set(), "grants nothing uses: drop them or say why in UNEXERCISED_GRANTS"
+    assert set(UNEXERCISED_GRANTS) <= cluster_role_grants(), "UNEXERCISED_GRANTS names something not granted"
+
+
+def test_the_leader_lease_requests_match_the_namespaced_role(audit: list[dict]) -> None:
+    lease = {t for e in audit if (t := triple(e)) and is_leader_lease(e)}
+    assert lease, "the scenario elected no leader"
+    assert lease == leader_role_grants()

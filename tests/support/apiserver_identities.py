@@ -1,0 +1,92 @@
+"""Who talks to the real API server (support.apiserver) in tests, with the permissions the product gives them:
+
+- an agent: its ServiceAccount, Role and RoleBinding exactly as the operator's builders make them, the Registry's
+  two Leases, and a real token from the TokenRequest API;
+- the operator: deploy/'s ServiceAccount, ClusterRole, ClusterRoleBinding and leader-election Role (read from the
+  files, so a rule removed there is removed here), and a token of that ServiceAccount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from berth_api import Registry
+from berth_operator.builders import ClusterFacts, lease, names, role, role_binding, service_account
+from support.apiserver import REPO, ApiError, KubeApiServer, service_account_user
+from support.operator_harness import AGENT_IMAGE, OperatorProcess
+
+OPERATOR_NAMESPACE = "berth-system"
+OPERATOR_SA = "berth-operator"
+OPERATOR_USER = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SA)
+DEPLOY_RBAC = ("namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml",
+               "leader-election-role.yaml")
+
+
+def agent_objects(registry: Mapping[str, Any], facts: ClusterFacts | None = None) -> list[dict[str, Any]]:
+    """What the operator creates for a Registry's agents to authenticate and take turns: SA, Role, RoleBinding,
+    the reload and GC Leases (builders; `registry` as stored, with its uid)."""
+    reg = Registry.model_validate(dict(registry))
+    facts = facts or ClusterFacts(agent_image=AGENT_IMAGE)
+    return [build(reg, facts) for build in (service_account.build, role.build, role_binding.build,
+                                            lease.build, lease.build_gc)]
+
+
+def agent_token(server: KubeApiServer, registry: Mapping[str, Any], facts: ClusterFacts | None = None) -> str:
+    """Create the agent's objects (agent_objects) and return a token of its ServiceAccount."""
+    for obj in agent_objects(registry, facts):
+        server.create(obj)
+    reg = Registry.model_validate(dict(registry))
+    return server.service_account_token(names.namespace(reg), names.service_account_name(reg))
+
+
+def install_operator_rbac(server: KubeApiServer) -> None:
+    """deploy/'s RBAC objects, once per server (they are cluster-wide and the same for every test)."""
+    if getattr(server, "_operator_rbac", False):
+        return
+    for filename in DEPLOY_RBAC:
+        for doc in yaml.safe_load_all((REPO / "deploy" / filename).read_text()):
+            if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+                doc["metadata"]["namespace"] = OPERATOR_NAMESPACE  # kustomize sets it in deploy/
+            try:
+                server.create(doc)
+            except ApiError as error:
+                if error.status != 409:  # a crashed earlier session-mate made it: the same file
+                    raise
+    server._operator_rbac = True
+
+
+def operator_token(server: KubeApiServer) -> str:
+    """A token of the operator's ServiceAccount with deploy/'s RBAC (a new token each call, as each replica has)."""
+    install_operator_rbac(server)
+    return server.service_account_token(OPERATOR_NAMESPACE, OPERATOR_SA)
+
+
+def start_operator(server: KubeApiServer, name: str, log_dir: Any, namespaces: list[str] | None,
+                   **lease: Any) -> tuple[OperatorProcess, str]:
+    """`berth-operator` as pod `name`, with a token of its own (returned too: the audit log names it by
+    token_id). Its leader Lease is named after the first namespace, so the worker's tests never share one."""
+    token = operator_token(server)
+    lease = {"name": f"berth-operator-{namespaces[0] if namespaces else 'cluster'}", **lease}
+    process = OperatorProcess(server, name, log_dir, namespaces=namespaces, lease=lease,
+                              kubeconfig=server.kubeconfig_for(token))
+    return process.start(), token
+
+
+def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every combination the rules name."""
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def cluster_role_grants() -> set[tuple[str, str, str]]:
+    return grants(yaml.safe_load((REPO / "deploy" / "clusterrole.yaml").read_text())["rules"])
+
+
+def leader_role_grants() -> set[tuple[str, str, str]]:
+    """The namespaced Role for the leader Lease: it holds in OPERATOR_NAMESPACE only."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "leader-election-role.yaml").read_text())
+    [leader_role] = [doc for doc in docs if doc["kind"] == "Role"]
+    return grants(leader_role["rules"])
