@@ -1,4 +1,5 @@
 """Fixtures every test folder shares, from tests/support: registered once here, not imported into each module
 (an imported fixture is an unused name to a linter, and a test's parameter of that name shadows it)."""
 
-pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3"]
+# Imported in this order: a later one imports an earlier one, which must be registered (assert-rewritten) first.
+pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3", "support.apiserver"]

@@ -5,9 +5,7 @@ collected, a deleted namespace stays Terminating. What it does have is what kmoc
 RBAC with real ServiceAccount tokens, the CRD's structural schema and CEL rules at admission, strict field
 validation, server-side apply, resourceVersion semantics, bookmarks, 410 Gone, the status subresource.
 
-    from support.apiserver import kube_apiserver, apiserver_namespace  # noqa: F401  (fixtures)
-
-    def test_something(kube_apiserver, apiserver_namespace):
+    def test_something(kube_apiserver, apiserver_namespace):  # fixtures registered in tests/conftest.py
         kube_apiserver.create({... "metadata": {"namespace": apiserver_namespace, ...}})
 
 One server (and one etcd) per pytest-xdist worker (`kube_apiserver` is session-scoped), a fresh namespace per
