@@ -187,8 +187,8 @@ def http_secret_value(kube: Kube, reg: Registry) -> str | None:
     """
     if reg.spec.http.secret is not None:
         return None
-    if kube.get("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
-        return None
+    if kube.get_owned("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
+        return None  # (one made by hand without Berth's label: the create below is refused 409 and not retried)
     return secrets.token_urlsafe(32)
 
 
@@ -201,7 +201,7 @@ def prune(kube: Kube, reg: Registry, built: list[Mapping[str, Any]]) -> list[Act
         name = name_of(reg)
         if (kind, name) in wanted:
             continue
-        live = kube.get(api_version, kind, names.namespace(reg), name)
+        live = kube.get_owned(api_version, kind, names.namespace(reg), name)  # what this Registry controls is Berth's
         if live is None or _owner_uid(live) != uid:
             continue
         if kube.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):

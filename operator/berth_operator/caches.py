@@ -8,9 +8,11 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   no Lease spec) and stored as compact JSON bytes: at 1000 Registries a few MB, decoded only when read.
 - Writes are recorded as the server answered them (Kube._record), so a reconcile right after our own write
   sees it. A watch event older than what is stored (by resourceVersion) is ignored.
-- on_change(namespace, registry name) runs for an ADDED, MODIFIED or DELETED object whose stripped content
-  differs from what was stored: the echo of our own write (recorded already) and a Lease renewal (its spec is
-  not kept) wake nothing. The owner is the controlling Registry reference, else the instance label (pods).
+- on_change(namespace, registry name, key, resourceVersion) runs for an ADDED, MODIFIED or DELETED object
+  whose stripped content differs from what was stored: the echo of our own write, when recorded already, and a
+  Lease renewal (its spec is not kept) wake nothing. An echo that overtook the answer to our write does wake;
+  ours(key, version) then tells the wake it was our own (handlers.py skips it). The owner is the controlling
+  Registry reference, else the instance label (pods).
 - `synced` is set once every informer has listed: reconciles wait for it, so a fresh leader never takes a
   half-filled cache for missing objects (no spurious writes).
 A miss is not proof of absence: Kube.get reads the server then (an object without Berth's label, such as a
@@ -100,12 +102,13 @@ def owner_of(obj: Mapping[str, Any]) -> str | None:
 
 class Caches:
     def __init__(self, kube: Kube, namespaces: Iterable[str] | None,
-                 on_change: Callable[[str, str], None] = lambda namespace, name: None):
+                 on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None):
         """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads)."""
         self.kube = kube
         self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self.on_change = on_change
         self._store: dict[Key, bytes] = {}
+        self._written: dict[Key, str | None] = {}  # our last write of each object: its resourceVersion, None: deleted
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._responses: dict[tuple[str, str, str | None], Any] = {}
@@ -155,11 +158,22 @@ class Caches:
         """An object as the server answered our write."""
         if (obj.get("apiVersion"), obj.get("kind")) in CACHED_KINDS and \
                 (obj.get("metadata") or {}).get("labels", {}).get(MANAGED_BY_LABEL) == "berth":
-            self._put(strip(obj))
+            stripped = strip(obj)
+            self._put(stripped)
+            with self._lock:
+                self._written[self._key(stripped)] = stripped["metadata"].get("resourceVersion")
 
     def forget(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        """We deleted it."""
+        key = (api_version, kind, namespace or "", name)
         with self._lock:
-            self._store.pop((api_version, kind, namespace or "", name), None)
+            self._store.pop(key, None)
+            self._written[key] = None
+
+    def ours(self, key: Key, version: str | None) -> bool:
+        """Whether this change (version None: a deletion) is our own last write of the object."""
+        with self._lock:
+            return key in self._written and self._written[key] == version
 
     def _key(self, obj: Mapping[str, Any]) -> Key:
         meta = obj["metadata"]
@@ -222,7 +236,7 @@ class Caches:
             if self._put(obj) and self.synced.is_set():
                 self._changed(obj)
         for obj in gone:
-            self._changed(obj)
+            self._changed(obj, deleted=True)
         return version
 
     def _watch(self, api_version: str, kind: str, namespace: str | None, version: str) -> str | None:
@@ -249,7 +263,7 @@ class Caches:
                 stripped = strip({**obj, "apiVersion": api_version, "kind": kind})
                 if kind_of_event == "DELETED":
                     if self._drop(stripped):
-                        self._changed(stripped)
+                        self._changed(stripped, deleted=True)
                 elif self._put(stripped):
                     self._changed(stripped)
         finally:
@@ -265,10 +279,11 @@ class Caches:
             logger.info("caches synced: %d objects", len(self._store))
             self.synced.set()
 
-    def _changed(self, obj: Mapping[str, Any]) -> None:
+    def _changed(self, obj: Mapping[str, Any], *, deleted: bool = False) -> None:
         owner = owner_of(obj)
         if owner:
+            version = None if deleted else obj["metadata"].get("resourceVersion")
             try:
-                self.on_change((obj.get("metadata") or {}).get("namespace") or "", owner)
+                self.on_change((obj.get("metadata") or {}).get("namespace") or "", owner, self._key(obj), version)
             except Exception:  # the wake must never kill the informer
                 logger.exception("waking Registry %s failed", owner)

@@ -136,6 +136,13 @@ class Kube:
                 return None
             raise KubeError("get", kind, name, exc) from None
 
+    def get_owned(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """An object Berth made (so carrying its label), or None: from the caches alone where they cover the kind
+        (a miss there is an absence, with no request), else from the server."""
+        if self.caches is not None and self.caches.covers(api_version, kind, namespace):
+            return self.caches.get(api_version, kind, namespace, name)
+        return self.get(api_version, kind, namespace, name)
+
     def list(self, api_version: str, kind: str, namespace: str | None,
              labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         """Objects with these labels. The selector is sent AND re-checked here (a server may ignore it)."""

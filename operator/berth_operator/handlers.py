@@ -72,7 +72,8 @@ class Context:
     completed: int = 0  # reconciles finished (successfully or not)
     caches_ready: asyncio.Event | None = None  # set once the caches have listed (None: no caches)
     polled: set[tuple[str, str]] = field(default_factory=set)  # the Registries the sweep reconciles
-    waking: set[tuple[str, str]] = field(default_factory=set)  # a wake is queued, its reconcile not begun
+    # A wake is queued, its reconcile not begun: the changes (cache key, resourceVersion) it is for.
+    waking: dict[tuple[str, str], list[tuple[Any, str | None]]] = field(default_factory=dict)
     wake_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     written: dict[tuple[str, str], str] = field(default_factory=dict)  # resourceVersion of our last status write
     kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
@@ -179,34 +180,39 @@ async def run_reconcile(
     return outcome
 
 
-async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str) -> None:
+async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip_own: bool = False) -> None:
     """Reconcile a Registry known only by name (from a timer or an owned object's change): its body is
     read once the lock is held. From the server, not kopf's last body: an owned object deleted by the garbage
     collector after its Registry must not be recreated from a body kopf has not yet seen go."""
     key = (namespace, name)
 
     async def fetch() -> Mapping[str, Any] | None:
-        ctx.waking.discard(key)  # from here on a new change needs a new reconcile
+        changes = ctx.waking.pop(key, [])  # from here on a new change needs a new reconcile
+        caches = ctx.kube.caches
+        if skip_own and caches is not None and changes and all(caches.ours(*change) for change in changes):
+            return None  # only echoes of the writes of the reconcile that held the lock: nothing to do
         return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
 
     await run_reconcile(ctx, key=key, fetch=fetch, trigger=trigger)
 
 
-def wake(ctx: Context, namespace: str, name: str) -> None:
+def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]) -> None:
     """An owned object of this Registry changed (caches.py; in the loop's thread): reconcile it, once for any
-    number of changes that arrive before that reconcile begins."""
+    number of changes that arrive before that reconcile begins, and not at all when every one of them was our
+    own write (an echo that overtook the answer)."""
     key = (namespace, name)
-    if key in ctx.waking or ctx.kopf_context is None:  # None: before kopf's first Registry event, whose own
-        return                                         # handlers reconcile every Registry anyway
-    ctx.waking.add(key)
+    if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
+        return
+    if key in ctx.waking:
+        ctx.waking[key].append(change)
+        return
+    ctx.waking[key] = [change]
 
     async def reconcile_changed() -> None:
         try:
-            await refresh(ctx, namespace, name, trigger="owned object changed")
+            await refresh(ctx, namespace, name, trigger="owned object changed", skip_own=True)
         except Exception:  # the sweep retries it (run_reconcile marked it polled)
             logger.exception("reconcile of Registry %s/%s after a change of an owned object failed", *key)
-        finally:
-            ctx.waking.discard(key)
 
     # In kopf's context (its Event poster needs it), as the sweep is.
     task = asyncio.create_task(reconcile_changed(), name=f"berth-changed-{namespace}/{name}",

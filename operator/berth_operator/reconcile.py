@@ -27,9 +27,9 @@ STATUS_CONFLICT_RETRIES = 5
 UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingPVC", "MissingBucketClaim", "MissingBucketAccess",
     "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass", "VolumeExpansionNotAllowed",
-    "WaitingForBucketAccess",
 })
-USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket"})
+USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
+                                  "WaitingForBucketAccess"})
 
 
 @dataclass
@@ -125,14 +125,18 @@ def _apply(
 
 
 def needs_polling(reg: Registry | None, findings: list[Finding]) -> bool:
-    """Whether a finding is about an object the caches do not watch (UNWATCHED_REASONS), or about storage the
-    user made and named (their claim or BucketClaim carries no label of Berth's)."""
+    """Whether a finding is about an object the caches do not watch (UNWATCHED_REASONS, the COSI driver's
+    Secret), or about storage the user made and named (their claim, BucketClaim or BucketAccess carries no
+    label of Berth's)."""
     if any(f.reason in UNWATCHED_REASONS for f in findings):
         return True
+    if any(f.reason == "WaitingForBucketAccess" and f.message.endswith(facts.SECRET_NOT_YET) for f in findings):
+        return True  # access granted; the COSI driver's Secret is not Berth's, so not watched
     storage = reg.spec.config.storage if reg is not None else None
     users = storage is not None and bool(
         (storage.filesystem is not None and storage.filesystem.persistent_volume_claim)
-        or (storage.object_storage is not None and storage.object_storage.bucket_claim))
+        or (storage.object_storage is not None
+            and (storage.object_storage.bucket_claim or storage.object_storage.bucket_access)))
     return users and any(f.reason in USER_STORAGE_REASONS for f in findings)
 
 

@@ -139,9 +139,9 @@ async def _operate(
     caches_ready = asyncio.Event()
     ctx: Context | None = None
 
-    def changed(namespace: str, name: str) -> None:  # an informer's thread
+    def changed(namespace: str, name: str, key: Any, version: str | None) -> None:  # an informer's thread
         if ctx is not None:
-            loop.call_soon_threadsafe(wake, ctx, namespace, name)
+            loop.call_soon_threadsafe(wake, ctx, namespace, name, (key, version))
 
     caches = Caches(_watching_kube(configuration, len(namespaces) or 1), None if clusterwide else namespaces,
                     on_change=changed)
