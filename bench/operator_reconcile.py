@@ -129,6 +129,7 @@ def measure(count: int, idle_seconds: float) -> dict[str, Any]:
             pid = operator.process.pid
             wait(lambda: all_reconciled(api, count), "every Registry reconciled", 900, every=1.0)
             converge_s = time.monotonic() - started
+            converge_cpu = cpu_seconds(pid)
             converge_requests = operator_requests(api, mark)
             peak = vm_hwm_mib(pid)
 
@@ -154,7 +155,7 @@ def measure(count: int, idle_seconds: float) -> dict[str, Any]:
             operator.stop()
             log = operator.log()
         errors = [line for line in log.splitlines() if '"levelname": "ERROR"' in line or "Traceback" in line]
-    return {"count": count, "converge_s": converge_s, "peak_mib": peak, "requests": by_verb(converge_requests),
+    return {"count": count, "converge_s": converge_s, "converge_cpu_s": converge_cpu, "peak_mib": peak, "requests": by_verb(converge_requests),
             "idle_cpu_pct": idle_cpu, "idle_s": idle_seconds, "idle_requests": by_verb(idle_entries),
             "idle_writes": idle_writes, "idle_rss_mib": idle_rss, "edit_s": edit_s, "errors": errors[:5]}
 
@@ -169,7 +170,8 @@ def report(result: dict[str, Any]) -> None:
     converge_target = "" if n != 1000 else f" (target < {TARGETS['converge_1000_s']:.0f} s: " \
                                            f"{met(result['converge_s'] < TARGETS['converge_1000_s'])})"
     print(f"converge: {result['converge_s']:.1f} s, {1000 * result['converge_s'] / n:.1f} ms per Registry"
-          f"{converge_target}")
+          f"{converge_target}; operator CPU meanwhile {result['converge_cpu_s']:.1f} s, load average "
+          f"{os.getloadavg()[0]:.1f} after")
     print(f"operator peak RSS: {result['peak_mib']:.0f} MiB (target <= {TARGETS['rss_mib']:.0f}: "
           f"{met(result['peak_mib'] <= TARGETS['rss_mib'])})")
     total = sum(result["requests"].values())

@@ -149,8 +149,12 @@ def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
     digest = desired_hash(wanted)
-    live = kube.get(api_version, kind, namespace, name)
-    if live is None and kind in CREATE_ONLY_KINDS:
+    # A create-only kind is POSTed on a cache miss without asking the server first: an object that exists
+    # without Berth's label answers 409, and is read then.
+    create_first = kind in CREATE_ONLY_KINDS
+    live = kube.get_owned(api_version, kind, namespace, name) if create_first else kube.get(
+        api_version, kind, namespace, name)
+    if live is None and create_first:
         try:
             kube.create(_annotated(wanted, digest))
             return Action("Created", kind, name)
