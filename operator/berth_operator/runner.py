@@ -21,7 +21,7 @@ from kubernetes.client import Configuration
 from .caches import CACHED_KINDS, Caches
 from .client import Kube
 from .clock import UtcClock, WallClock
-from .handlers import Context, make_registry, wake
+from .handlers import RECONCILE_WORKERS, Context, make_registry, wake
 from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
 
@@ -143,9 +143,11 @@ async def _operate(
         if ctx is not None:
             loop.call_soon_threadsafe(wake, ctx, namespace, name, (key, version))
 
-    caches = Caches(_watching_kube(configuration, len(namespaces) or 1), None if clusterwide else namespaces,
+    # The informers hold one open watch per kind and namespace; the reconciles one connection per worker.
+    watches = len(CACHED_KINDS) * (len(namespaces) or 1)
+    caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
                     on_change=changed)
-    kube = Kube(configuration, may_write=may_write, caches=caches)
+    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
                   caches_ready=caches_ready)
     if context is not None:
@@ -185,11 +187,12 @@ async def _operate(
         kube.close()
 
 
-def _watching_kube(configuration: Configuration, namespaces: int) -> Kube:
-    """The informers' own client: one open watch per kind and namespace, so a pool that holds them all."""
-    watching = copy.copy(configuration)
-    watching.connection_pool_maxsize = len(CACHED_KINDS) * namespaces + 2
-    return Kube(watching)
+def _pooled(configuration: Configuration, connections: int) -> Configuration:
+    """The same credentials, with a connection pool of this size (urllib3 discards, with a warning, every
+    connection beyond it)."""
+    pooled = copy.copy(configuration)
+    pooled.connection_pool_maxsize = connections
+    return pooled
 
 
 async def _set_when(caches: Caches, ready: asyncio.Event) -> None:
