@@ -1,151 +1,211 @@
-"""Reconcile N Registries (default 200) with the operator against the test API server; print the time taken
-and the operator's peak RSS.
+"""The operator at N Registries on the real API server tier (kube-apiserver v1.36 + etcd, support.apiserver):
+converge, idle, one edit. Prints each figure beside its target (issue 22; docs/benchmarks.md).
 
-    python bench/operator_reconcile.py [--count 200] [--process]
+    python bench/operator_reconcile.py [--count 100 --count 300 --count 1000] [--idle 130]
 
-Default: the operator runs in this process (berth_operator.runner.run in a thread, as in the tests), so the
-peak RSS printed includes the test API server holding every object; the RSS before the operator started is
-printed beside it. --process runs `python -m berth_operator` as a child process instead and reads the
-child's own peak RSS (VmHWM) from /proc: the operator alone.
-
-Phases: (1) create N Registries (a mix of the storage modes) with the operator running, until every one
-reports status.observedGeneration; (2) restart the operator, until every Registry was resumed, counting
-writes (0 expected: idempotence).
+Per N, on a fresh API server: the Registries are created first (a quarter each: inmemory, filesystem from a
+StorageClass, COSI from classes with 3 replicas, an existing ReadWriteMany claim with 2 replicas), then
+`berth-operator` starts as a child process, as deploy/ runs it (leader election on with deploy/'s timings,
+deploy/'s ServiceAccount token and RBAC). Figures:
+- converge: from the operator's start until every Registry has status.observedGeneration == generation;
+- the operator's peak RSS (VmHWM of the child) and its API requests by verb (the API server's audit log,
+  filtered to the operator's ServiceAccount);
+- idle: the operator's CPU (utime + stime from /proc) over --idle seconds with nothing changing, and the writes
+  it made then (Events and its own leader Lease renewals are not counted: the renewal is what election is);
+- one edit (spec.replicas 2 -> 3 of one Registry on the existing claim, which changes its Deployment): time until the Deployment is written.
+No kubelet or controllers run: no pod starts, Registries stay WaitingForPods (a fixed status: no status churn).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import pathlib
-import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.kube import KubeApi  # noqa: E402
-from support.operator_harness import REGISTRIES_PATH, WRITE_METHODS, OperatorHarness  # noqa: E402
+from support.apiserver import KubeApiServer, skip_reason  # noqa: E402
+from support.apiserver_identities import OPERATOR_USER, start_operator  # noqa: E402
+from support.operator_harness import REGISTRIES_PATH  # noqa: E402
 
 NS = "bench"
+COSI = "objectstorage.k8s.io/v1alpha1"
 SPECS = [
     {"config": {"storage": {"inmemory": {}}}},
     {"config": {"storage": {"filesystem": {"storageClass": "standard"}}}},
     {"replicas": 3, "config": {"storage": {"objectStorage": {"bucketClass": "b", "bucketAccessClass": "a"}}}},
     {"replicas": 2, "config": {"storage": {"filesystem": {"persistentVolumeClaim": "shared"}}}},
 ]
+DEPLOY_LEASE = {"duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}  # deploy/deployment.yaml's
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+TARGETS = {"converge_1000_s": 60.0, "rss_mib": 200.0, "idle_cpu_pct": 2.0, "idle_writes": 0, "edit_s": 1.0,
+           "per_registry_growth": 1.5}
 
 
-def vm_hwm_mb(pid: int | str = "self") -> float:
+def vm_hwm_mib(pid: int) -> float:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM")
 
 
-def all_reconciled(api: KubeApi, count: int) -> bool:
+def vm_rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def wait(predicate: Any, what: str, timeout: float, every: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out: {what}")
+        time.sleep(every)
+
+
+def seed(api: KubeApiServer, count: int) -> None:
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
+                "provisioner": "example.com/none", "allowVolumeExpansion": True})
+    api.create({"apiVersion": COSI, "kind": "BucketClass", "metadata": {"name": "b"},
+                "driverName": "example.com/none", "deletionPolicy": "Delete"})
+    api.create({"apiVersion": COSI, "kind": "BucketAccessClass", "metadata": {"name": "a"},
+                "driverName": "example.com/none", "authenticationType": "Key"})
+    api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": NS},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    # An existing claim is bound (what the PV controller does; there is none here).
+    api.patch("v1/persistentvolumeclaims", NS, "shared", {"status": {"phase": "Bound"}}, subresource="status")
+    for i in range(count):
+        api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                    "metadata": {"name": f"reg-{i:04d}", "namespace": NS}, "spec": SPECS[i % len(SPECS)]})
+
+
+def all_reconciled(api: KubeApiServer, count: int) -> bool:
     regs = api.list(REGISTRIES_PATH, NS)
     return len(regs) == count and all(
         (r.get("status") or {}).get("observedGeneration") == r["metadata"]["generation"] for r in regs)
 
 
-def wait(predicate, what: str, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out: {what}")
-        time.sleep(0.1)
+def operator_requests(api: KubeApiServer, since: int) -> list[dict[str, Any]]:
+    return api.audit(OPERATOR_USER, since=since)
 
 
-def writes(api: KubeApi, mark: int) -> int:
-    return sum(1 for method, path in api.requests()[mark:] if method in WRITE_METHODS and "/events" not in path)
+def by_verb(entries: list[dict[str, Any]]) -> dict[str, int]:
+    return dict(sorted(collections.Counter(e["verb"] for e in entries).items()))
 
 
-class ChildOperator:
-    """`python -m berth_operator` against the test API server, as the real process."""
+def counted_writes(entries: list[dict[str, Any]]) -> list[str]:
+    """Writes other than Events and the operator's own leader Lease."""
+    found = []
+    for e in entries:
+        ref = e.get("objectRef") or {}
+        if e["verb"] not in WRITE_VERBS or ref.get("resource") == "events":
+            continue
+        if ref.get("resource") == "leases" and ref.get("namespace") == "berth-system":
+            continue
+        found.append(f"{e['verb']} {ref.get('resource')} {ref.get('namespace')}/{ref.get('name')}")
+    return found
 
-    def __init__(self, api: KubeApi):
-        self.api = api
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        env = dict(os.environ, KUBECONFIG=str(self.api.kubeconfig), BERTH_AGENT_IMAGE="ghcr.io/berth-dev/berth:bench")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "berth_operator", "-n", NS, "--liveness", "", "--metrics-port", "0",
-             "--log-level", "warning"], env=env)
+def measure(count: int, idle_seconds: float) -> dict[str, Any]:
+    with KubeApiServer() as api, tempfile.TemporaryDirectory(prefix="berth-bench-") as logs:
+        seed(api, count)
+        mark = api.audit_mark()
+        started = time.monotonic()
+        operator, _token = start_operator(api, "bench-operator", pathlib.Path(logs), [NS], **DEPLOY_LEASE)
+        try:
+            pid = operator.process.pid
+            wait(lambda: all_reconciled(api, count), "every Registry reconciled", 900, every=1.0)
+            converge_s = time.monotonic() - started
+            converge_cpu = cpu_seconds(pid)
+            converge_requests = operator_requests(api, mark)
+            peak = vm_hwm_mib(pid)
 
-    def peak_mb(self) -> float:
-        assert self.proc is not None
-        return vm_hwm_mb(self.proc.pid)
+            time.sleep(10)  # the echoes of its own writes settle
+            idle_mark = api.audit_mark()
+            cpu_before, t0 = cpu_seconds(pid), time.monotonic()
+            time.sleep(idle_seconds)
+            idle_cpu = 100 * (cpu_seconds(pid) - cpu_before) / (time.monotonic() - t0)
+            idle_entries = operator_requests(api, idle_mark)
+            idle_writes = counted_writes(idle_entries)
+            idle_rss = vm_rss_mib(pid)
 
-    def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.terminate()
-        self.proc.wait(60)
+            name = "reg-0003"  # on the existing claim, 2 replicas: 3 change its Deployment
+            deployment_path = "apps/v1/deployments"
+            before = api.get(deployment_path, NS, name)["metadata"]["generation"]
+            edit_started = time.monotonic()
+            api.patch(REGISTRIES_PATH, NS, name, {"spec": {"replicas": 3}})
+            wait(lambda: api.get(deployment_path, NS, name)["metadata"]["generation"] != before,
+                 "the edited Registry's Deployment written", 60, every=0.01)
+            edit_s = time.monotonic() - edit_started
+            peak = max(peak, vm_hwm_mib(pid))
+        finally:
+            operator.stop()
+            log = operator.log()
+        errors = [line for line in log.splitlines() if '"levelname": "ERROR"' in line or "Traceback" in line]
+    return {"count": count, "converge_s": converge_s, "converge_cpu_s": converge_cpu, "peak_mib": peak, "requests": by_verb(converge_requests),
+            "idle_cpu_pct": idle_cpu, "idle_s": idle_seconds, "idle_requests": by_verb(idle_entries),
+            "idle_writes": idle_writes, "idle_rss_mib": idle_rss, "edit_s": edit_s, "errors": errors[:5]}
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def report(result: dict[str, Any]) -> None:
+    n = result["count"]
+    print(f"--- N = {n} Registries")
+    converge_target = "" if n != 1000 else f" (target < {TARGETS['converge_1000_s']:.0f} s: " \
+                                           f"{met(result['converge_s'] < TARGETS['converge_1000_s'])})"
+    print(f"converge: {result['converge_s']:.1f} s, {1000 * result['converge_s'] / n:.1f} ms per Registry"
+          f"{converge_target}; operator CPU meanwhile {result['converge_cpu_s']:.1f} s, load average "
+          f"{os.getloadavg()[0]:.1f} after")
+    print(f"operator peak RSS: {result['peak_mib']:.0f} MiB (target <= {TARGETS['rss_mib']:.0f}: "
+          f"{met(result['peak_mib'] <= TARGETS['rss_mib'])})")
+    total = sum(result["requests"].values())
+    print(f"API requests until converged: {total} ({total / n:.1f} per Registry) {result['requests']}")
+    print(f"idle {result['idle_s']:.0f} s: CPU {result['idle_cpu_pct']:.2f} % of a core (target <= "
+          f"{TARGETS['idle_cpu_pct']:.0f} %: {met(result['idle_cpu_pct'] <= TARGETS['idle_cpu_pct'])}), "
+          f"RSS {result['idle_rss_mib']:.0f} MiB, requests {result['idle_requests']}")
+    print(f"idle writes (not Events, not the leader Lease): {len(result['idle_writes'])} "
+          f"(target 0: {met(not result['idle_writes'])}) {result['idle_writes'][:5]}")
+    print(f"one edit (spec.replicas) until its Deployment is written: {result['edit_s']:.2f} s"
+          + (f" (target < {TARGETS['edit_s']:.0f} s: {met(result['edit_s'] < TARGETS['edit_s'])})" if n == 1000
+             else ""))
+    if result["errors"]:
+        print(f"operator log errors: {result['errors']}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--process", action="store_true", help="run the operator as a child process")
+    parser.add_argument("--count", type=int, action="append", help="N (repeat for several; default 100)")
+    parser.add_argument("--idle", type=float, default=130.0, help="seconds of nothing changing")
     args = parser.parse_args()
-
-    with KubeApi() as api:
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": "shared", "namespace": NS},
-                    "spec": {"accessModes": ["ReadWriteMany"]}})
-        before_mb = vm_hwm_mb()
-        operator = ChildOperator(api) if args.process else OperatorHarness(api, [NS])
-        operator.start()
-        if args.process:
-            wait(lambda: api.open_watches >= 3, "the child operator's watches")
-
-        started = time.monotonic()
-        for i in range(args.count):
-            api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
-                        "metadata": {"name": f"reg-{i:03d}", "namespace": NS}, "spec": SPECS[i % len(SPECS)]})
-        wait(lambda: all_reconciled(api, args.count), "the first reconcile of every Registry")
-        created_s = time.monotonic() - started
-        objects = sum(len(api.list(p, NS)) for p in ("v1/serviceaccounts", "rbac.authorization.k8s.io/v1/roles",
-                      "rbac.authorization.k8s.io/v1/rolebindings", "v1/secrets", "v1/services", "apps/v1/deployments",
-                      "v1/persistentvolumeclaims", "objectstorage.k8s.io/v1alpha1/bucketclaims",
-                      "objectstorage.k8s.io/v1alpha1/bucketaccesses", "policy/v1/poddisruptionbudgets"))
-        first_requests = len(api.requests())
-        peak_first = operator.peak_mb() if args.process else vm_hwm_mb()
-        operator.stop()
-
-        # Restart: every Registry is resumed; nothing should be written.
-        mark = len(api.requests())
-        operator = ChildOperator(api) if args.process else OperatorHarness(api, [NS])
-        started = time.monotonic()
-        operator.start()
-        if args.process:
-            # No writes are expected, so count the GETs of the Deployments the resumes make.
-            def resumed() -> bool:
-                gets = sum(1 for m, p in api.requests()[mark:] if m == "GET" and "/deployments/" in p)
-                return gets >= 2 * args.count  # apply's get and the status read, per Registry
-            wait(resumed, "the resume of every Registry")
-        else:
-            wait(lambda: operator.ctx.completed >= args.count, "the resume of every Registry")
-        resumed_s = time.monotonic() - started
-        peak = max(peak_first, operator.peak_mb() if args.process else vm_hwm_mb())
-        operator.stop()
-        written = writes(api, mark)
-        resume_requests = len(api.requests()) - mark
-
-    mode = "child process (berth-operator alone)" if args.process else "in process (operator + test API server)"
-    print(f"operator: {mode}; {args.count} Registries, {objects} owned objects created")
-    print(f"first reconcile of all: {created_s:.2f} s total, {1000 * created_s / args.count:.1f} ms per Registry")
-    print(f"restart (resume) of all: {resumed_s:.2f} s total, {1000 * resumed_s / args.count:.1f} ms per Registry, "
-          f"{written} writes")
-    print(f"API requests: {first_requests} for the first reconciles ({first_requests / args.count:.0f} per Registry, "
-          f"watches and Events included), {resume_requests} for the restart")
-    if args.process:
-        print(f"operator peak RSS (VmHWM of the child): {peak:.0f} MB")
-    else:
-        print(f"peak RSS (VmHWM of this process): {peak:.0f} MB; before the operator started: {before_mb:.0f} MB")
+    if (reason := skip_reason()) is not None:
+        raise SystemExit(reason)
+    results = []
+    for count in args.count or [100]:
+        results.append(measure(count, args.idle))
+        report(results[-1])
+        sys.stdout.flush()
+    if len(results) > 1:
+        per = [r["converge_s"] / r["count"] for r in results]
+        growth = max(per) / min(per)
+        print(f"cost per Registry from N={results[0]['count']} to N={results[-1]['count']}: "
+              f"{', '.join(f'{1000 * p:.1f} ms' for p in per)}; growth {growth:.2f}x (target <= "
+              f"{TARGETS['per_registry_growth']}x: {met(growth <= TARGETS['per_registry_growth'])})")
 
 
 if __name__ == "__main__":

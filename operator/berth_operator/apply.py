@@ -1,15 +1,18 @@
-"""The one layer that writes the objects the builders describe: create, or patch only what differs.
+"""The one layer that writes the objects the builders describe: server-side apply, only when something differs.
 
-- Create; on 409 (or when the object exists) compare and patch with a JSON patch (RFC 6902) that first
-  tests metadata.resourceVersion (optimistic concurrency) and then replaces only the fields that differ:
-  each key of `spec` the builder sets, other top-level fields (rules, subjects), each label and annotation,
-  and our owner reference. Server-side apply is not used (kmock treats it as a plain merge: field-notes §6).
-- "Differs" means: the builder's manifest is not contained in the live object (fields the API server
-  defaults are ignored) OR its hash differs from the annotation written with the last patch (which catches
-  fields the builder stopped setting). An unchanged Registry therefore makes no write at all.
-- Kinds whose spec is immutable or holds data are created and never patched here: PersistentVolumeClaim,
-  BucketClaim, BucketAccess, and Secrets (the generated HTTP secret is never overwritten). The one
-  exception, growing the claim's storage request, is expansion.py's, with its own checks.
+- Each built object is compared with the live one (from the caches, caches.py): it is written only when the
+  builder's manifest is not contained in it (fields the API server defaults, and fields other managers set,
+  are ignored) OR its hash differs from the annotation written with the last apply (which catches fields the
+  builder stopped setting). An unchanged Registry therefore sends no request at all.
+- The write is a server-side apply as the field manager `berth-operator` with force: Berth owns every field it
+  sets (a hand edit of one is repaired at the next reconcile, which the edit's watch event triggers), and
+  leaves every field it does not set to whoever set it. A field the builder stops setting is removed by the
+  API server (it was only ours). The apply also creates a missing object.
+- Kinds whose spec is immutable or holds data are created (POST) and never applied here:
+  PersistentVolumeClaim, BucketClaim, BucketAccess, Secrets (the generated HTTP secret is never overwritten)
+  and Leases (their spec is the agents'). The one exception, growing the claim's storage request, is
+  expansion.py's, with its own checks.
+- An existing object controlled by another owner is never applied (NotOurs): force would take it over.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them:
   the PodDisruptionBudget (replicas down to 1) and a BucketAccess the operator made. A PVC or a
   BucketClaim is NEVER pruned: they hold data (they go only with the Registry, through owner references).
@@ -54,7 +57,7 @@ class Action:
 
 
 class Conflict(Exception):
-    """The object changed between our read and our write, CONFLICT_RETRIES times in a row."""
+    """The object changed between our read and our write (and the next reconcile retries)."""
 
 
 class NotOurs(Exception):
@@ -104,10 +107,6 @@ def contains(live: Any, wanted: Any) -> bool:
     return live == wanted
 
 
-def _pointer(*parts: str) -> str:
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 def _owner_uid(manifest: Mapping[str, Any]) -> str | None:
     for ref in manifest.get("metadata", {}).get("ownerReferences") or ():
         if ref.get("controller"):
@@ -115,91 +114,74 @@ def _owner_uid(manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
-def patch_ops(live: Mapping[str, Any], wanted: Mapping[str, Any], digest: str) -> list[dict[str, Any]]:
-    """JSON patch turning live into something that contains wanted (pure). Empty: nothing to do.
-
-    When the recorded hash differs from digest, every field the builder sets is replaced, not only those
-    that differ: a field the builder stopped setting inside spec.template then disappears too.
-    """
-    recorded = ((live.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
-    full = recorded != digest
-    ops: list[dict[str, Any]] = []
-    live_meta, wanted_meta = live.get("metadata") or {}, wanted.get("metadata") or {}
-    for field in ("labels", "annotations"):
-        wanted_map = dict(wanted_meta.get(field) or {})
-        if field == "annotations":
-            wanted_map[DESIRED_HASH_ANNOTATION] = digest
-        live_map = live_meta.get(field)
-        if live_map is None:
-            if wanted_map:
-                ops.append({"op": "add", "path": _pointer("metadata", field), "value": wanted_map})
-            continue
-        ops += [
-            {"op": "add", "path": _pointer("metadata", field, k), "value": v}
-            for k, v in wanted_map.items()
-            if live_map.get(k) != v
-        ]
-    wanted_refs = wanted_meta.get("ownerReferences") or []
-    live_refs = live_meta.get("ownerReferences") or []
-    if not contains(live_refs, wanted_refs):
-        wanted_uids = {ref.get("uid") for ref in wanted_refs}
-        others = [ref for ref in live_refs if ref.get("uid") not in wanted_uids and not ref.get("controller")]
-        ops.append({"op": "add", "path": _pointer("metadata", "ownerReferences"), "value": others + wanted_refs})
-    for key, value in wanted.items():
-        if key in ("apiVersion", "kind", "metadata", "status"):
-            continue
-        if key == "spec" and isinstance(value, Mapping) and isinstance(live.get("spec"), Mapping):
-            ops += [
-                {"op": "add", "path": _pointer("spec", k), "value": v}
-                for k, v in value.items()
-                if full or k not in live["spec"] or not contains(live["spec"][k], v)
-            ]
-        elif full or not contains(live.get(key), value):
-            ops.append({"op": "add", "path": _pointer(key), "value": value})
-    return ops
-
-
 def needs_write(live: Mapping[str, Any], wanted: Mapping[str, Any], digest: str) -> bool:
     recorded = ((live.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
     return recorded != digest or not contains(live, {k: v for k, v in wanted.items() if k != "status"})
 
 
+def replacement(live: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that replaces whole every top-level field (and key of spec) that differs (pure).
+
+    For the one drift server-side apply cannot repair: a hand edit that changed the key of a list entry (a
+    Service port's number) made that entry another manager's, and merging ours beside it is invalid (422,
+    two ports named http). A merge patch replaces a list whole."""
+    patch: dict[str, Any] = {"metadata": {"annotations": {DESIRED_HASH_ANNOTATION:
+                                                          wanted["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]}}}
+    for key, value in wanted.items():
+        if key in ("apiVersion", "kind", "metadata", "status"):
+            continue
+        if key == "spec" and isinstance(value, Mapping) and isinstance(live.get("spec"), Mapping):
+            changed = {k: v for k, v in value.items() if not contains(live["spec"].get(k), v)}
+            if changed:
+                patch["spec"] = changed
+        elif not contains(live.get(key), value):
+            patch[key] = value
+    return patch
+
+
+def _annotated(wanted: Mapping[str, Any], digest: str) -> dict[str, Any]:
+    meta = wanted["metadata"]
+    return {**wanted, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
+                                                           DESIRED_HASH_ANNOTATION: digest}}}
+
+
 def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
-    """Create or patch one object; None when it was already as wanted (no write)."""
+    """Create or apply one object; None when it was already as wanted (no write)."""
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
     digest = desired_hash(wanted)
-    for _attempt in range(CONFLICT_RETRIES):
-        live = kube.get(api_version, kind, namespace, name)
-        if live is None:
-            annotated = {**wanted, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
-                                                                        DESIRED_HASH_ANNOTATION: digest}}}
-            try:
-                kube.create(annotated)
-                return Action("Created", kind, name)
-            except KubeError as exc:
-                if exc.status == 409:  # created meanwhile (another reconcile): compare with it instead
-                    continue
+    # A create-only kind is POSTed on a cache miss without asking the server first: an object that exists
+    # without Berth's label answers 409, and is read then.
+    create_first = kind in CREATE_ONLY_KINDS
+    live = kube.get_owned(api_version, kind, namespace, name) if create_first else kube.get(
+        api_version, kind, namespace, name)
+    if live is None and create_first:
+        try:
+            kube.create(_annotated(wanted, digest))
+            return Action("Created", kind, name)
+        except KubeError as exc:
+            if exc.status != 409:
                 raise
+            live = kube.get(api_version, kind, namespace, name)  # created meanwhile: check whose it is
+            if live is None:
+                raise Conflict(f"{kind} {name} exists and cannot be read; the next reconcile retries") from None
+    if live is not None:
         owner = _owner_uid(live)
         if owner is not None and owner != _owner_uid(wanted):
             raise NotOurs(f"{kind} {name} exists and is controlled by another owner (uid {owner}); not touching it")
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
-        ops = patch_ops(live, wanted, digest)
-        if not ops:
-            return None
-        version = (live.get("metadata") or {}).get("resourceVersion")
-        if version is not None:
-            ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion", "value": version})
+    for _attempt in range(CONFLICT_RETRIES):
         try:
-            kube.patch(api_version, kind, namespace, name, ops, json_patch=True)
-            return Action("Updated", kind, name)
+            kube.apply(_annotated(wanted, digest))
+            return Action("Created" if live is None else "Updated", kind, name)
         except KubeError as exc:
-            if exc.status in (409, 422) and version is not None:  # changed under us: read again and retry
-                continue
-            raise
-    raise Conflict(f"{kind} {name} kept changing while being updated; the next reconcile retries")
+            if exc.status == 422 and live is not None:
+                kube.patch(api_version, kind, namespace, name, replacement(live, _annotated(wanted, digest)))
+                return Action("Updated", kind, name)
+            if exc.status != 409:  # a forced apply conflicts on no field; a 409 is a race (two creates): again
+                raise
+    raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")
 
 
 def http_secret_value(kube: Kube, reg: Registry) -> str | None:
@@ -210,8 +192,8 @@ def http_secret_value(kube: Kube, reg: Registry) -> str | None:
     """
     if reg.spec.http.secret is not None:
         return None
-    if kube.get("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
-        return None
+    if kube.get_owned("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
+        return None  # (one made by hand without Berth's label: the create below is refused 409 and not retried)
     return secrets.token_urlsafe(32)
 
 
@@ -224,7 +206,7 @@ def prune(kube: Kube, reg: Registry, built: list[Mapping[str, Any]]) -> list[Act
         name = name_of(reg)
         if (kind, name) in wanted:
             continue
-        live = kube.get(api_version, kind, names.namespace(reg), name)
+        live = kube.get_owned(api_version, kind, names.namespace(reg), name)  # what this Registry controls is Berth's
         if live is None or _owner_uid(live) != uid:
             continue
         if kube.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):

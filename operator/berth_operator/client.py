@@ -9,14 +9,20 @@ the client's ApiException; KubeError turns one into a message that never include
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+if TYPE_CHECKING:
+    from .caches import Caches
 
 COSI = "objectstorage.k8s.io/v1alpha1"
+# The one server-side-apply field manager of every object Berth applies (docs/design.md §4.3, "Apply").
+FIELD_MANAGER = "berth-operator"
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,15 @@ class KubeError(Exception):
         super().__init__(f"{verb} {kind} {name}: HTTP {exc.status} {exc.reason or ''}".strip())
 
 
-def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, *,
+         all_namespaces: bool = False) -> str:
+    """all_namespaces: the collection across every namespace (a namespaced kind with no namespace)."""
     try:
         info = KINDS[(api_version, kind)]
     except KeyError:
         raise ValueError(f"unsupported kind {api_version} {kind}") from None
     root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    if info.namespaced:
+    if info.namespaced and not (all_namespaces and namespace is None and name is None):
         if not namespace:
             raise ValueError(f"{kind} {name} needs a namespace")
         root += f"/namespaces/{namespace}"
@@ -80,13 +88,17 @@ class NotLeader(Exception):
 
 class Kube:
     """may_write, when given, is asked before every write (leader.py's fence: a leader that could not renew
-    its Lease sends nothing more, even from a reconcile already running in a worker thread)."""
+    its Lease sends nothing more, even from a reconcile already running in a worker thread).
+
+    caches, when given (caches.py), answer get for the kinds they watch, and every write's answer is
+    recorded in them at once (so the next reconcile does not see the object as it was before our own write)."""
 
     def __init__(self, configuration: Configuration, *, timeout: float = 30.0,
-                 may_write: Callable[[], bool] | None = None):
+                 may_write: Callable[[], bool] | None = None, caches: Caches | None = None):
         self.api = ApiClient(configuration)
         self.timeout = timeout
         self.may_write = may_write
+        self.caches = caches
 
     def close(self) -> None:
         self.api.close()
@@ -109,14 +121,27 @@ class Kube:
         data = response.data
         return json.loads(data) if data else {}
 
-    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist (404)."""
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str, *,
+            cached: bool = True) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (404). From the caches when they hold it (unless not
+        cached); a miss is read from the server (an object without Berth's label is not cached, and may exist)."""
+        if self.caches is not None and cached:
+            cached = self.caches.get(api_version, kind, namespace, name)
+            if cached is not None:
+                return cached
         try:
             return self._call("GET", path(api_version, kind, namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise KubeError("get", kind, name, exc) from None
+
+    def get_owned(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """An object Berth made (so carrying its label), or None: from the caches alone where they cover the kind
+        (a miss there is an absence, with no request), else from the server."""
+        if self.caches is not None and self.caches.covers(api_version, kind, namespace):
+            return self.caches.get(api_version, kind, namespace, name)
+        return self.get(api_version, kind, namespace, name)
 
     def list(self, api_version: str, kind: str, namespace: str | None,
              labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -129,11 +154,61 @@ class Kube:
             raise KubeError("list", kind, "", exc) from None
         return [item for item in items if matches((item.get("metadata") or {}).get("labels"), selector)]
 
+    def list_page(self, api_version: str, kind: str, namespace: str | None, selector: str, *,
+                  continue_token: str | None = None, limit: int = 500) -> dict[str, Any]:
+        """One page of a list (items, metadata.resourceVersion and metadata.continue), for the caches; namespace
+        None: every namespace."""
+        query = [("labelSelector", selector), ("limit", str(limit))]
+        if continue_token:
+            query.append(("continue", continue_token))
+        try:
+            return self._call("GET", path(api_version, kind, namespace, all_namespaces=True), query=query)
+        except ApiException as exc:
+            raise KubeError("list", kind, "", exc) from None
+
+    def watch(self, api_version: str, kind: str, namespace: str | None, selector: str, resource_version: str, *,
+              timeout_seconds: int, on_response: Callable[[Any], None]) -> Iterator[dict[str, Any]]:
+        """Watch events after resource_version until the server ends the stream. on_response receives the open
+        response (so another thread can shut it down to stop the watch)."""
+        query = [("watch", "true"), ("labelSelector", selector), ("resourceVersion", resource_version),
+                 ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
+        try:
+            response = self.api.call_api(
+                path(api_version, kind, namespace, all_namespaces=True), "GET", query_params=query,
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _return_http_data_only=True, _request_timeout=(10, timeout_seconds + 30))
+        except ApiException as exc:
+            raise KubeError("watch", kind, "", exc) from None
+        on_response(response)
+        try:
+            for line in iter_resp_lines(response):
+                if line:
+                    yield json.loads(line)
+        finally:
+            response.release_conn()
+
+    def _record(self, answer: dict[str, Any]) -> dict[str, Any]:
+        if self.caches is not None and answer:
+            self.caches.record(answer)
+        return answer
+
+    def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply as FIELD_MANAGER, forcing (Berth is the source of every field it sets; fields it
+        does not set stay whoever's they are). Creates the object when it does not exist."""
+        meta = manifest["metadata"]
+        url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        try:
+            return self._record(self._call("PATCH", url, body=dict(manifest),
+                                           content_type="application/apply-patch+yaml", query=query))
+        except ApiException as exc:
+            raise KubeError("apply", manifest["kind"], meta["name"], exc) from None
+
     def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         meta = manifest["metadata"]
         url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
         try:
-            return self._call("POST", url, body=dict(manifest))
+            return self._record(self._call("POST", url, body=dict(manifest), query=[("fieldManager", FIELD_MANAGER)]))
         except ApiException as exc:
             raise KubeError("create", manifest["kind"], meta["name"], exc) from None
 
@@ -142,9 +217,11 @@ class Kube:
         url = path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
         content_type = "application/json-patch+json" if json_patch else "application/merge-patch+json"
         try:
-            return self._call("PATCH", url, body=body, content_type=content_type)
+            answer = self._call("PATCH", url, body=body, content_type=content_type,
+                                query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             raise KubeError("patch", kind, name, exc) from None
+        return answer if subresource else self._record(answer)
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, uid: str | None = None) -> bool:
         """Delete; with uid, only that incarnation (a precondition). False when it was already gone."""
@@ -153,6 +230,8 @@ class Kube:
             body["preconditions"] = {"uid": uid}
         try:
             self._call("DELETE", path(api_version, kind, namespace, name), body=body)
+            if self.caches is not None:
+                self.caches.forget(api_version, kind, namespace, name)
             return True
         except ApiException as exc:
             if exc.status == 404:

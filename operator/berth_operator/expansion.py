@@ -116,8 +116,9 @@ def expand(kube: Kube, reg: Registry) -> tuple[list[Action], list[Finding]]:
         return [], []
     namespace = names.namespace(reg)
     claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
-    for _attempt in range(CONFLICT_RETRIES):
-        claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name)
+    for attempt in range(CONFLICT_RETRIES):
+        # After a conflict the cached claim is older than the server's: read the server's.
+        claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name, cached=attempt == 0)
         if claim is None:
             return [], []
         if fs.persistent_volume_claim or not _controlled_by(claim, reg.metadata.get("uid")):

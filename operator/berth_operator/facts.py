@@ -20,6 +20,7 @@ from .client import COSI, Kube, KubeError
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
+SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, so no watch sees it come
 
 
 @dataclass
@@ -185,6 +186,6 @@ def waiting(kube: Kube, reg: Registry) -> list[Finding]:
             elif secret_name and kube.get("v1", "Secret", namespace, secret_name) is None:
                 found.append(Finding(
                     "WaitingForBucketAccess",
-                    f"BucketAccess {access_name} granted access but its Secret {secret_name} does not exist yet",
+                    f"BucketAccess {access_name} granted access but its Secret {secret_name} {SECRET_NOT_YET}",
                 ))
     return found

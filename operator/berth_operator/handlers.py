@@ -1,17 +1,22 @@
-"""kopf handlers: every path leads to the one reconcile function (berth_operator.reconcile).
+"""kopf handlers and the caches' wakes: every path leads to the one reconcile function (berth_operator.reconcile).
 
 - Registry create, update and resume: reconcile (level-triggered; the same function for all three).
-- A periodic sweep (one task for the whole operator, every `refresh_interval` seconds) reconciles every known
-  Registry again: status refresh (pods becoming ready, a PVC binding) and repair of drifted objects. It is a
-  plain task rather than a kopf timer so Registries carry no finalizer: the operator has nothing to clean up
-  (garbage collection removes what a Registry owns), and an uninstalled operator never blocks a deletion.
-  It starts with the first Registry event and stops on kopf's cleanup.
-- Deployment status changes and Pod deletions of Berth's pods reconcile their Registry at once (Ready
-  follows the pods; status.agents records of deleted pods are pruned).
+- A change to an object Berth owns (caches.py: Deployments and their status, Services, ServiceAccounts, Roles,
+  RoleBindings, PDBs, PVCs and their phase and resize conditions, Leases, COSI objects, Secrets, pods)
+  reconciles its Registry: drift is repaired, a deleted object recreated, Ready follows the pods, status.agents
+  records of deleted pods are pruned. Wakes of one Registry coalesce while one is waiting.
+- A periodic sweep (one task for the whole operator, every `refresh_interval` seconds) reconciles only the
+  Registries whose status depends on what no watch reports (Outcome.polled: a referenced Secret or class, a
+  claim or bucket the user named, a failed write). It is a plain task rather than a kopf timer so Registries
+  carry no finalizer: the operator has nothing to clean up (garbage collection removes what a Registry owns),
+  and an uninstalled operator never blocks a deletion. It starts with the first Registry event and stops on
+  kopf's cleanup.
 - A change of status.agents (written by the agents) reconciles too: Ready waits for every agent to apply.
 - Garbage collection (gc_schedule): a new berth.dev/gc-requested-at value or a run the runner started or
   ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
   a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
+Reconciles run in a bounded pool of worker threads (RECONCILE_WORKERS), never a thread per Registry, and not
+in the default executor that the leader's Lease renewal uses; they wait until the caches have listed.
 Handlers return normally for an invalid or unsatisfiable spec (the condition and a Warning event say why);
 kopf never retries those: only an edit of the Registry (or the sweep) runs the reconcile again.
 """
@@ -19,7 +24,10 @@ kopf never retries those: only an edit of the Registry (or the sweep) runs the r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import copy
+import functools
 import json
 import logging
 import time
@@ -32,7 +40,6 @@ import kopf
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
 from . import gc_schedule, metrics
-from .builders import names
 from .client import Kube
 from .clock import UtcClock, WallClock
 from .reconcile import Outcome, reconcile
@@ -42,7 +49,9 @@ from .wakeups import Wakeups
 logger = logging.getLogger("berth.operator")
 
 REGISTRIES = (GROUP, VERSION, PLURAL)
-BERTH_PODS = {names.NAME_LABEL: "registry", names.MANAGED_BY_LABEL: "berth"}
+# Reconciles in flight at once. A reconcile mostly waits for the API server (each write waits for etcd's
+# fsync), and uses little CPU: 16 overlap those waits; the Lease renewal keeps the default executor to itself.
+RECONCILE_WORKERS = 16
 
 
 @dataclass
@@ -54,7 +63,6 @@ class Context:
     refresh_interval: float = 60.0
     bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    seen_deployments: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     seen_agents: dict[tuple[str, str], str] = field(default_factory=dict)
     seen_gc: dict[tuple[str, str], str] = field(default_factory=dict)
     clock: UtcClock = field(default_factory=WallClock)
@@ -62,6 +70,15 @@ class Context:
     sweeper: asyncio.Task[None] | None = None
     reconciles: int = 0  # reconciles started, for tests that check there is no retry loop
     completed: int = 0  # reconciles finished (successfully or not)
+    caches_ready: asyncio.Event | None = None  # set once the caches have listed (None: no caches)
+    polled: set[tuple[str, str]] = field(default_factory=set)  # the Registries the sweep reconciles
+    # A wake is queued, its reconcile not begun: the changes (cache key, resourceVersion) it is for.
+    waking: dict[tuple[str, str], list[tuple[Any, str | None]]] = field(default_factory=dict)
+    wake_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    written: dict[tuple[str, str], str] = field(default_factory=dict)  # resourceVersion of our last status write
+    kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
+    executor: concurrent.futures.ThreadPoolExecutor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
 
     def __post_init__(self) -> None:
         if self.wakeups is None:
@@ -74,6 +91,13 @@ class Context:
 def _key(body: Mapping[str, Any]) -> tuple[str, str]:
     meta = body.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def _older(body: Mapping[str, Any], version: str | None) -> bool:
+    """Whether body is older than resourceVersion `version` (they are etcd revisions: integers, compared only
+    when both are)."""
+    mine = (body.get("metadata") or {}).get("resourceVersion")
+    return bool(version and mine and version.isdigit() and str(mine).isdigit() and int(mine) < int(version))
 
 
 def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
@@ -101,23 +125,37 @@ async def run_reconcile(
     reconcile of a newer spec must not apply the older one it would otherwise have read before waiting.
     """
     key = key or _key(body or {})
+    if ctx.caches_ready is not None:
+        await ctx.caches_ready.wait()
     async with ctx.lock(key):
         if fetch is not None:
             body = await fetch()
+        elif body is not None and _older(body, ctx.written.get(key)):
+            # A trigger's body from before our own last status write (kopf had not delivered it yet, and a
+            # wake's reconcile ran first): decide from what the server holds, not from that stale body.
+            body = await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, *key)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None
         raw = copy.deepcopy(dict(body))
         ctx.reconciles += 1
         started = time.monotonic()
+        work = functools.partial(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
         try:
-            outcome = await asyncio.to_thread(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
+            outcome = await asyncio.get_running_loop().run_in_executor(ctx.executor, work)
         except Exception as exc:
+            ctx.polled.add(key)  # retried by the sweep too, whatever kopf does
             metrics.RECONCILES.labels(result="error").inc()
             metrics.ERRORS.labels(reason=type(exc).__name__).inc()
             raise
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
             ctx.completed += 1
+    if outcome.status_version is not None:
+        ctx.written[key] = outcome.status_version
+    if outcome.polled and not outcome.gone:
+        ctx.polled.add(key)
+    else:
+        ctx.polled.discard(key)
     metrics.RECONCILES.labels(result=outcome.result).inc()
     if ctx.wakeups is not None:
         namespace, name = key
@@ -142,19 +180,53 @@ async def run_reconcile(
     return outcome
 
 
-async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str) -> None:
-    """Reconcile a Registry known only by name (from a Deployment or Pod event): read it first."""
+async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip_own: bool = False) -> None:
+    """Reconcile a Registry known only by name (from a timer or an owned object's change): its body is
+    read once the lock is held. From the server, not kopf's last body: an owned object deleted by the garbage
+    collector after its Registry must not be recreated from a body kopf has not yet seen go."""
+    key = (namespace, name)
 
     async def fetch() -> Mapping[str, Any] | None:
+        changes = ctx.waking.pop(key, [])  # from here on a new change needs a new reconcile
+        caches = ctx.kube.caches
+        if skip_own and caches is not None and changes and all(caches.ours(*change) for change in changes):
+            return None  # only echoes of the writes of the reconcile that held the lock: nothing to do
         return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
 
-    await run_reconcile(ctx, key=(namespace, name), fetch=fetch, trigger=trigger)
+    await run_reconcile(ctx, key=key, fetch=fetch, trigger=trigger)
+
+
+def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]) -> None:
+    """An owned object of this Registry changed (caches.py; in the loop's thread): reconcile it, once for any
+    number of changes that arrive before that reconcile begins, and not at all when every one of them was our
+    own write (an echo that overtook the answer)."""
+    key = (namespace, name)
+    if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
+        return
+    if key in ctx.waking:
+        ctx.waking[key].append(change)
+        return
+    ctx.waking[key] = [change]
+
+    async def reconcile_changed() -> None:
+        try:
+            await refresh(ctx, namespace, name, trigger="owned object changed", skip_own=True)
+        except Exception:  # the sweep retries it (run_reconcile marked it polled)
+            logger.exception("reconcile of Registry %s/%s after a change of an owned object failed", *key)
+
+    # In kopf's context (its Event poster needs it), as the sweep is.
+    task = asyncio.create_task(reconcile_changed(), name=f"berth-changed-{namespace}/{name}",
+                               context=ctx.kopf_context.copy())
+    ctx.wake_tasks.add(task)
+    task.add_done_callback(ctx.wake_tasks.discard)
 
 
 async def sweep_forever(ctx: Context) -> None:
     while True:
         await asyncio.sleep(ctx.refresh_interval)
-        for key in list(ctx.bodies):
+        # With caches, only what they cannot know; without (no watches), every Registry.
+        keys = [key for key in ctx.bodies if ctx.caches_ready is None or key in ctx.polled]
+        for key in keys:
 
             async def latest(key: tuple[str, str] = key) -> Mapping[str, Any] | None:
                 return ctx.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
@@ -181,8 +253,12 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if ctx.sweeper is not None:
             ctx.sweeper.cancel()
             await asyncio.gather(ctx.sweeper, return_exceptions=True)
+        for task in list(ctx.wake_tasks):
+            task.cancel()
+        await asyncio.gather(*ctx.wake_tasks, return_exceptions=True)
         if ctx.wakeups is not None:
             await ctx.wakeups.close()
+        ctx.executor.shutdown(wait=False, cancel_futures=True)
 
     # One function, three causes. retries bound kopf's retry of an unexpected error (a bug or an API
     # outage); expected failures never raise.
@@ -198,6 +274,7 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             # Started from a resource handler, not from on.startup: kopf sets the context its Event poster
             # needs (kopf.event) only in the tasks that process objects, and the sweep posts Events too.
             ctx.sweeper = asyncio.create_task(sweep_forever(ctx), name="berth-sweeper")
+            ctx.kopf_context = contextvars.copy_context()
         body = event.get("object") or {}
         key = _key(body)
         if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
@@ -205,6 +282,8 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             ctx.seen_agents.pop(key, None)
             ctx.seen_gc.pop(key, None)
             ctx.locks.pop(key, None)
+            ctx.polled.discard(key)
+            ctx.written.pop(key, None)
             if ctx.wakeups is not None:
                 ctx.wakeups.cancel(key)
             metrics.record_conditions(key, None)
@@ -220,35 +299,5 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             await run_reconcile(ctx, body, trigger="agents")
         elif gc_before is not None and gc_before != gc_digest:
             await run_reconcile(ctx, body, trigger="garbage collection")
-
-    @kopf.on.event("apps", "v1", "deployments", labels={names.MANAGED_BY_LABEL: "berth"}, registry=registry,
-                   id="deployment-changed")
-    async def deployment_changed(event: Mapping[str, Any], **_: Any) -> None:
-        body = event.get("object") or {}
-        meta = body.get("metadata") or {}
-        owner = next((ref for ref in meta.get("ownerReferences") or () if ref.get("kind") == KIND), None)
-        uid = meta.get("uid")
-        if owner is None or uid is None:
-            return
-        if event.get("type") == "DELETED":
-            ctx.seen_deployments.pop(uid, None)
-            return
-        status = body.get("status") or {}
-        state = (meta.get("generation"), status.get("observedGeneration"), status.get("replicas"),
-                 status.get("readyReplicas"), status.get("updatedReplicas"))
-        before = ctx.seen_deployments.get(uid)
-        ctx.seen_deployments[uid] = state
-        # First sight (operator start, or our own create): the Registry's own handler covers it.
-        if before is not None and before != state:
-            await refresh(ctx, meta.get("namespace"), owner.get("name"), trigger="deployment")
-
-    @kopf.on.event("", "v1", "pods", labels=BERTH_PODS, registry=registry, id="pod-deleted")
-    async def pod_deleted(event: Mapping[str, Any], **_: Any) -> None:
-        if event.get("type") != "DELETED":
-            return
-        meta = (event.get("object") or {}).get("metadata") or {}
-        instance = (meta.get("labels") or {}).get(names.INSTANCE_LABEL)
-        if instance:
-            await refresh(ctx, meta.get("namespace"), instance, trigger="pod deleted")
 
     return registry

@@ -1,6 +1,6 @@
 """One reconcile of one Registry: validate, look up, build, apply, prune, report. Synchronous (the handlers
-run it in a worker thread); level-triggered: it reads everything it needs each time and writes only what
-differs, so running it again on an unchanged cluster writes nothing.
+run it in a worker thread); level-triggered: it reads everything it needs each time (from the caches where they
+hold it: Kube.get) and writes only what differs, so running it again on an unchanged cluster writes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,15 @@ from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
 STATUS_CONFLICT_RETRIES = 5
+# Findings about objects the caches do not hold (no Berth label: referenced Secrets, classes, a claim or bucket
+# named in the spec, the COSI driver's Secret) or about a write that failed: only the periodic refresh sees
+# them change, so a Registry with one of them is polled (handlers.sweep_forever); all others are not.
+UNWATCHED_REASONS = frozenset({
+    "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingPVC", "MissingBucketClaim", "MissingBucketAccess",
+    "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass", "VolumeExpansionNotAllowed",
+})
+USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
+                                  "WaitingForBucketAccess"})
 
 
 @dataclass
@@ -36,6 +45,8 @@ class Outcome:
     gone: bool = False  # the Registry no longer exists
     events: list[gc_schedule.GcEvent] = field(default_factory=list)  # garbage collection's, beside the actions'
     wake_at: datetime.datetime | None = None  # reconcile again then (next scheduled GC, or a run's deadline)
+    polled: bool = False  # the status depends on something no watch reports: the periodic refresh reconciles it
+    status_version: str | None = None  # the Registry's resourceVersion after our status write
 
     @property
     def degraded(self) -> dict[str, Any] | None:
@@ -115,6 +126,22 @@ def _apply(
     return deployment, _live_pods(kube, reg)
 
 
+def needs_polling(reg: Registry | None, findings: list[Finding]) -> bool:
+    """Whether a finding is about an object the caches do not watch (UNWATCHED_REASONS, the COSI driver's
+    Secret), or about storage the user made and named (their claim, BucketClaim or BucketAccess carries no
+    label of Berth's)."""
+    if any(f.reason in UNWATCHED_REASONS for f in findings):
+        return True
+    if any(f.reason == "WaitingForBucketAccess" and f.message.endswith(facts.SECRET_NOT_YET) for f in findings):
+        return True  # access granted; the COSI driver's Secret is not Berth's, so not watched
+    storage = reg.spec.config.storage if reg is not None else None
+    users = storage is not None and bool(
+        (storage.filesystem is not None and storage.filesystem.persistent_volume_claim)
+        or (storage.object_storage is not None
+            and (storage.object_storage.bucket_claim or storage.object_storage.bucket_access)))
+    return users and any(f.reason in USER_STORAGE_REASONS for f in findings)
+
+
 def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
     clock = clock or WallClock()
     moment = clock.now()
@@ -149,6 +176,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
 
+    outcome.polled = needs_polling(reg, findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
         if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,
                    deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage):
@@ -223,8 +251,9 @@ def _report(
     if guarded:  # a merge patch carrying resourceVersion is refused (409) unless the object is still that version
         patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
     try:
-        kube.patch(*REGISTRY, meta.get("namespace"), meta.get("name"), patch, subresource="status")
+        answer = kube.patch(*REGISTRY, meta.get("namespace"), meta.get("name"), patch, subresource="status")
         outcome.status_written = True
+        outcome.status_version = (answer.get("metadata") or {}).get("resourceVersion")
     except KubeError as exc:
         if guarded and exc.status == 409:
             outcome.events = []  # nothing of this decision was written: its Events are not true

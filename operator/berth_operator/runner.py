@@ -6,6 +6,7 @@ Used by cli.py (the berth-operator process) and by the tests (in a thread, again
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import signal
 import threading
@@ -17,10 +18,10 @@ import aiohttp.web
 import kopf
 from kubernetes.client import Configuration
 
-from .builders.names import MANAGED_BY_LABEL, NAME_LABEL
+from .caches import CACHED_KINDS, Caches
 from .client import Kube
 from .clock import UtcClock, WallClock
-from .handlers import Context, make_registry
+from .handlers import RECONCILE_WORKERS, Context, make_registry, wake
 from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
 
@@ -42,10 +43,6 @@ def settings(*, peering_standalone: bool = True) -> kopf.OperatorSettings:
     s.peering.standalone = peering_standalone
     # Watches are re-opened at least every 5 minutes (idle connections get dropped: field-notes §3).
     s.watching.server_timeout = 270
-    # Only Berth's pods and Deployments are of interest: filter on the server, not after receiving every pod
-    # of the cluster (the handlers filter the same labels again).
-    s.watching.label_selectors["", "v1", "pods"] = f"{MANAGED_BY_LABEL}=berth,{NAME_LABEL}=registry"
-    s.watching.label_selectors["apps", "v1", "deployments"] = f"{MANAGED_BY_LABEL}=berth"
     s.watching.client_timeout = 300
     return s
 
@@ -137,12 +134,27 @@ async def _operate(
     context: dict[str, Any] | None,
     clock: UtcClock,
 ) -> None:
-    """kopf with our handlers, until stopped."""
-    kube = Kube(configuration, may_write=may_write)
-    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock)
+    """kopf with our handlers and the caches, until stopped."""
+    loop = asyncio.get_running_loop()
+    caches_ready = asyncio.Event()
+    ctx: Context | None = None
+
+    def changed(namespace: str, name: str, key: Any, version: str | None) -> None:  # an informer's thread
+        if ctx is not None:
+            loop.call_soon_threadsafe(wake, ctx, namespace, name, (key, version))
+
+    # The informers hold one open watch per kind and namespace; the reconciles one connection per worker.
+    watches = len(CACHED_KINDS) * (len(namespaces) or 1)
+    caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
+                    on_change=changed)
+    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches)
+    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
+                  caches_ready=caches_ready)
     if context is not None:
         context["ctx"] = ctx
     registry = make_registry(ctx)
+    caches.start()
+    synced = asyncio.create_task(_set_when(caches, caches_ready))
 
     @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -168,7 +180,25 @@ async def _operate(
         if mirror is not None:
             mirror.cancel()
             await asyncio.gather(mirror, return_exceptions=True)
+        synced.cancel()
+        await asyncio.gather(synced, return_exceptions=True)
+        await asyncio.to_thread(caches.stop)
+        ctx.executor.shutdown(wait=False, cancel_futures=True)
         kube.close()
+
+
+def _pooled(configuration: Configuration, connections: int) -> Configuration:
+    """The same credentials, with a connection pool of this size (urllib3 discards, with a warning, every
+    connection beyond it)."""
+    pooled = copy.copy(configuration)
+    pooled.connection_pool_maxsize = connections
+    return pooled
+
+
+async def _set_when(caches: Caches, ready: asyncio.Event) -> None:
+    while not caches.synced.is_set():
+        await asyncio.sleep(0.05)
+    ready.set()
 
 
 async def _mirror(flag: asyncio.Event | threading.Event, target: asyncio.Event) -> None:

@@ -1,6 +1,7 @@
 """One timer per Registry: reconcile it again at an instant the last reconcile named (the next scheduled
 garbage collection, or the deadline of the run in progress). Runs in the operator's event loop; the periodic
-sweep remains the backstop if a timer is lost (an operator restart re-arms them with the first reconcile).
+sweep reconciles a Registry whose reconcile failed (handlers: polled), which arms its timer again (an operator
+restart re-arms them with the first reconcile).
 """
 
 from __future__ import annotations

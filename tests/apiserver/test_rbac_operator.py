@@ -51,6 +51,12 @@ UNEXERCISED_GRANTS = {
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
 }
+# Server-side apply creates a missing object: the audit log records a patch, and the API server authorizes a
+# create besides it (apply.py applies these kinds; only the create-only kinds are POSTed).
+APPLY_CREATES = "server-side apply of a missing object is a create: authorized as one, audited as a patch"
+UNEXERCISED_GRANTS.update({(group, resource, "create"): APPLY_CREATES for group, resource in (
+    ("apps", "deployments"), ("", "services"), ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"), ("policy", "poddisruptionbudgets"))})
 
 # Kinds the apply layer patches only when the live object drifted from what the builders make.
 DRIFTED_KINDS = {

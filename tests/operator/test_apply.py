@@ -1,10 +1,12 @@
-"""berth_operator.apply's pure parts: containment, the JSON patch it sends, when it writes at all."""
+"""berth_operator.apply's pure parts: containment and when it writes at all. What the server-side apply then does
+(repairs, removes what the builder stopped setting, keeps other managers' fields and owner references) is checked
+on the real API server: tests/apiserver/test_apply.py."""
 
 from __future__ import annotations
 
 import jsonpatch
 
-from berth_operator.apply import DESIRED_HASH_ANNOTATION, contains, desired_hash, needs_write, patch_ops
+from berth_operator.apply import DESIRED_HASH_ANNOTATION, contains, desired_hash, needs_write
 
 OWNER = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": "r", "uid": "u1", "controller": True,
          "blockOwnerDeletion": True}
@@ -38,46 +40,21 @@ def test_contains_ignores_server_defaults_but_not_list_lengths():
 def test_unchanged_object_needs_no_write():
     live = live_of(WANTED)
     assert not needs_write(live, WANTED, DIGEST)
-    assert patch_ops(live, WANTED, DIGEST) == []
 
 
-def test_changed_field_patch_replaces_only_spec_keys_and_keeps_server_fields():
+def test_changed_field_needs_a_write_and_other_managers_fields_do_not():
     wanted = jsonpatch.apply_patch(WANTED, [{"op": "replace", "path": "/spec/ports/0/port", "value": 5443}])
     live = live_of(WANTED, labels={"a": "1", "someone-else": "x"})
-    digest = desired_hash(wanted)
-    assert needs_write(live, wanted, digest)
-    ops = patch_ops(live, wanted, digest)
-    patched = jsonpatch.apply_patch(live, ops)
-    assert contains(patched, wanted)
-    assert patched["spec"]["clusterIP"] == "10.0.0.1"  # a field the server owns is left alone
-    assert patched["metadata"]["labels"]["someone-else"] == "x"
-    assert patched["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] == digest
-    assert {op["path"] for op in ops} >= {"/spec/ports", "/metadata/annotations/berth.dev~1desired-hash"}
+    assert needs_write(live, wanted, desired_hash(wanted))
+    assert not needs_write(live, WANTED, DIGEST)  # a label someone else added is not drift
 
 
-def test_field_the_builder_stopped_setting_is_removed():
+def test_field_the_builder_stopped_setting_needs_a_write():
     with_extra = jsonpatch.apply_patch(WANTED, [{"op": "add", "path": "/spec/ports/0/appProtocol", "value": "http"}])
     live = live_of(with_extra)
     # Containment alone would call this unchanged; the recorded hash says the builder's output moved.
     assert contains(live, WANTED)
     assert needs_write(live, WANTED, DIGEST)
-    patched = jsonpatch.apply_patch(live, patch_ops(live, WANTED, DIGEST))
-    assert "appProtocol" not in patched["spec"]["ports"][0]
-
-
-def test_adoption_adds_our_owner_reference_and_keeps_others():
-    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u9"}
-    live = live_of(WANTED, ownerReferences=[other])
-    ops = patch_ops(live, WANTED, DIGEST)
-    patched = jsonpatch.apply_patch(live, ops)
-    assert patched["metadata"]["ownerReferences"] == [other, OWNER]
-
-
-def test_missing_label_map_is_added_whole():
-    live = live_of(WANTED)
-    del live["metadata"]["labels"]
-    patched = jsonpatch.apply_patch(live, patch_ops(live, WANTED, DIGEST))
-    assert patched["metadata"]["labels"] == {"a": "1"}
 
 
 def test_hash_is_stable_and_order_independent():
@@ -101,3 +78,14 @@ def test_resource_quantities_compare_by_value():
                         wanted)
     # Only under requests/limits: elsewhere "1.0" and "1" are different strings.
     assert not contains({"labels": {"v": "1.0"}}, {"labels": {"v": "1"}})
+
+
+def test_replacement_replaces_only_differing_fields_whole():
+    from berth_operator.apply import replacement
+
+    live = live_of(WANTED)
+    live["spec"]["ports"] = [{"name": "http", "port": 5999, "protocol": "TCP"}]  # a hand edit of the port
+    wanted = {**WANTED, "metadata": {**WANTED["metadata"], "annotations": {DESIRED_HASH_ANNOTATION: DIGEST}}}
+    patch = replacement(live, wanted)
+    assert patch == {"metadata": {"annotations": {DESIRED_HASH_ANNOTATION: DIGEST}},
+                     "spec": {"ports": [{"name": "http", "port": 5000}]}}  # selector matched: not sent

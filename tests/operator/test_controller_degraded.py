@@ -182,12 +182,13 @@ def test_missing_existing_bucket_access_is_degraded(operator_harness, kube_api):
 
 def test_refused_write_is_degraded_apply_failed_with_an_event(operator_harness, kube_api):
     harness = operator_harness([NS])
-    kube_api.fail_next(1, status=403, verb="create", plural="deployments")
+    # The Deployment is created by server-side apply (a PATCH).
+    kube_api.fail_next(1, status=403, verb="patch", plural="deployments")
     kube_api.create(registry("denied", {"config": {"storage": {"inmemory": {}}}}))
     harness.wait_reconciled(NS, "denied")
     status, reason, message = condition(harness, "denied", "Degraded")
     assert (status, reason) == ("True", "ApplyFailed")
-    assert message.startswith("create Deployment denied: HTTP 403")
+    assert message.startswith("apply Deployment denied: HTTP 403")
     assert condition(harness, "denied", "Ready")[:2] == ("False", "ApplyFailed")
     wait_for(lambda: warning_events(harness, "denied", "ApplyFailed"), "the ApplyFailed event")
     # The next reconcile (an edit here; the sweep otherwise) completes the job.

@@ -1,0 +1,289 @@
+"""Watch-driven caches of the objects Berth owns: the reconcile reads them instead of the API server, and a
+change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
+
+- One informer per kind and watched namespace (or one per kind, cluster-wide), in its own thread: a paginated
+  list filtered by `app.kubernetes.io/managed-by=berth`, then a watch from that list's resourceVersion
+  (bookmarks on; re-listed after 410 Gone or an error). A thread per kind, never per Registry.
+- Each object is kept stripped to the fields the operator reads (STRIP: no managedFields, no Secret values,
+  no Lease spec) and stored as compact JSON bytes: at 1000 Registries a few MB, decoded only when read.
+- Writes are recorded as the server answered them (Kube._record), so a reconcile right after our own write
+  sees it. A watch event older than what is stored (by resourceVersion) is ignored.
+- on_change(namespace, registry name, key, resourceVersion) runs for an ADDED, MODIFIED or DELETED object
+  whose stripped content differs from what was stored: the echo of our own write, when recorded already, and a
+  Lease renewal (its spec is not kept) wake nothing. An echo that overtook the answer to our write does wake;
+  ours(key, version) then tells the wake it was our own (handlers.py skips it). The owner is the controlling
+  Registry reference, else the instance label (pods).
+- `synced` is set once every informer has listed: reconciles wait for it, so a fresh leader never takes a
+  half-filled cache for missing objects (no spurious writes).
+A miss is not proof of absence: Kube.get reads the server then (an object without Berth's label, such as a
+claim named in the spec, is not cached).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from berth_api import KIND as REGISTRY_KIND
+
+from .builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
+from .client import COSI, Kube, KubeError
+
+logger = logging.getLogger("berth.operator.caches")
+
+SELECTOR = f"{MANAGED_BY_LABEL}=berth"
+WATCH_SECONDS = 270  # re-opened at least every 5 minutes (idle connections get dropped: field-notes §3)
+RETRY_SECONDS = 2.0
+CACHED_KINDS: tuple[tuple[str, str], ...] = (
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "PersistentVolumeClaim"),
+    ("coordination.k8s.io/v1", "Lease"),
+    (COSI, "BucketClaim"),
+    (COSI, "BucketAccess"),
+    ("v1", "Secret"),
+    ("v1", "Pod"),
+)
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+                 "ownerReferences", "deletionTimestamp")
+POD_STATUS = ("phase",)  # pods are cached for their wakes (a pod deleted, its phase); the reconcile lists them
+
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+def strip(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the operator reads. Secrets keep their key names only (values never enter the cache); a
+    Lease keeps its metadata (its spec is the agents'); a Pod its labels and phase."""
+    meta = obj.get("metadata") or {}
+    kind = obj.get("kind")
+    kept: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": kind,
+                            "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta}}
+    if kind == "Secret":
+        kept["data"] = {key: "" for key in (obj.get("data") or {})}
+    elif kind == "Pod":
+        kept["status"] = {k: v for k, v in (obj.get("status") or {}).items() if k in POD_STATUS}
+    elif kind != "Lease":
+        for field, value in obj.items():
+            if field not in ("apiVersion", "kind", "metadata"):
+                kept[field] = value
+    return kept
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def _content(obj: Mapping[str, Any]) -> bytes:
+    """The stored form; resourceVersion is part of it, so compare with _same for 'did anything change'."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _without_version(stored: bytes) -> dict[str, Any]:
+    obj = json.loads(stored)
+    obj["metadata"].pop("resourceVersion", None)
+    return obj
+
+
+def owner_of(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == REGISTRY_KIND:
+            return ref.get("name")
+    return (meta.get("labels") or {}).get(INSTANCE_LABEL)
+
+
+class Caches:
+    def __init__(self, kube: Kube, namespaces: Iterable[str] | None,
+                 on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None):
+        """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads)."""
+        self.kube = kube
+        self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
+        self.on_change = on_change
+        self._store: dict[Key, bytes] = {}
+        self._written: dict[Key, str | None] = {}  # our last write of each object: its resourceVersion, None: deleted
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._responses: dict[tuple[str, str, str | None], Any] = {}
+        self._unsynced = {(av, kind, ns) for av, kind in CACHED_KINDS for ns in self.namespaces}
+        self.synced = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- lifecycle
+
+    def start(self) -> None:
+        for api_version, kind in CACHED_KINDS:
+            for namespace in self.namespaces:
+                thread = threading.Thread(target=self._run, args=(api_version, kind, namespace), daemon=True,
+                                          name=f"berth-cache-{kind}-{namespace or 'all'}")
+                thread.start()
+                self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            responses = list(self._responses.values())
+        for response in responses:
+            try:
+                response.shutdown()  # unblocks the informer's read
+            except Exception:  # already closed  # noqa: BLE001
+                pass
+        for thread in self._threads:
+            thread.join(10)
+        self.kube.close()
+
+    # ---- reads (any thread)
+
+    def covers(self, api_version: str, kind: str, namespace: str | None) -> bool:
+        return self.synced.is_set() and (api_version, kind) in CACHED_KINDS and (
+            self.namespaces == (None,) or namespace in self.namespaces)
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The stripped object, or None when not cached (absent, unlabeled, or the cache is not synced)."""
+        if not self.covers(api_version, kind, namespace):
+            return None
+        stored = self._store.get((api_version, kind, namespace or "", name))
+        return json.loads(stored) if stored is not None else None
+
+    # ---- writes (our own, and the informers')
+
+    def record(self, obj: Mapping[str, Any]) -> None:
+        """An object as the server answered our write."""
+        if (obj.get("apiVersion"), obj.get("kind")) in CACHED_KINDS and \
+                (obj.get("metadata") or {}).get("labels", {}).get(MANAGED_BY_LABEL) == "berth":
+            stripped = strip(obj)
+            self._put(stripped)
+            with self._lock:
+                self._written[self._key(stripped)] = stripped["metadata"].get("resourceVersion")
+
+    def forget(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        """We deleted it."""
+        key = (api_version, kind, namespace or "", name)
+        with self._lock:
+            self._store.pop(key, None)
+            self._written[key] = None
+
+    def ours(self, key: Key, version: str | None) -> bool:
+        """Whether this change (version None: a deletion) is our own last write of the object."""
+        with self._lock:
+            return key in self._written and self._written[key] == version
+
+    def _key(self, obj: Mapping[str, Any]) -> Key:
+        meta = obj["metadata"]
+        return obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"]
+
+    def _put(self, obj: dict[str, Any]) -> bool:
+        """Store unless older than what is stored; True when the content (beyond resourceVersion) changed."""
+        key, content = self._key(obj), _content(obj)
+        with self._lock:
+            before = self._store.get(key)
+            if before is not None:
+                old = json.loads(before)
+                new_version, old_version = _version(obj), _version(old)
+                if new_version is not None and old_version is not None and new_version < old_version:
+                    return False
+            self._store[key] = content
+        return before is None or _without_version(before) != _without_version(content)
+
+    def _drop(self, obj: Mapping[str, Any]) -> bool:
+        key = self._key(obj)
+        with self._lock:
+            return self._store.pop(key, None) is not None
+
+    # ---- informers
+
+    def _run(self, api_version: str, kind: str, namespace: str | None) -> None:
+        while not self._stop.is_set():
+            try:
+                version = self._list(api_version, kind, namespace)
+                self._mark_synced(api_version, kind, namespace)
+                while not self._stop.is_set():
+                    version = self._watch(api_version, kind, namespace, version)
+                    if version is None:  # 410 Gone: list again
+                        break
+            except Exception as exc:  # an outage or a refusal: say so, wait, list again
+                if self._stop.is_set():
+                    return
+                logger.warning("cache of %s in %s: %s; listing again in %.0f s", kind, namespace or "all namespaces",
+                               exc if isinstance(exc, KubeError) else type(exc).__name__, RETRY_SECONDS)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _list(self, api_version: str, kind: str, namespace: str | None) -> str:
+        seen: dict[Key, dict[str, Any]] = {}
+        token = None
+        while True:
+            page = self.kube.list_page(api_version, kind, namespace, SELECTOR, continue_token=token)
+            for item in page.get("items") or ():
+                obj = strip({**item, "apiVersion": api_version, "kind": kind})
+                seen[self._key(obj)] = obj
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                version = (page.get("metadata") or {}).get("resourceVersion") or ""
+                break
+        gone = []
+        with self._lock:
+            for key in [k for k in self._store if k[:2] == (api_version, kind)
+                        and (namespace is None or k[2] == namespace) and k not in seen]:
+                gone.append(json.loads(self._store.pop(key)))
+        for obj in seen.values():
+            if self._put(obj) and self.synced.is_set():
+                self._changed(obj)
+        for obj in gone:
+            self._changed(obj, deleted=True)
+        return version
+
+    def _watch(self, api_version: str, kind: str, namespace: str | None, version: str) -> str | None:
+        """Follow one watch stream; the resourceVersion to resume from, or None after 410 Gone."""
+        slot = (api_version, kind, namespace)
+
+        def opened(response: Any) -> None:
+            with self._lock:
+                self._responses[slot] = response
+            if self._stop.is_set():
+                response.shutdown()
+
+        try:
+            for event in self.kube.watch(api_version, kind, namespace, SELECTOR, version,
+                                         timeout_seconds=WATCH_SECONDS, on_response=opened):
+                kind_of_event, obj = event.get("type"), event.get("object") or {}
+                if kind_of_event == "ERROR":
+                    if obj.get("code") == 410:
+                        return None
+                    raise RuntimeError(f"watch error {obj.get('code')} {obj.get('reason')}")
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if kind_of_event == "BOOKMARK":
+                    continue
+                stripped = strip({**obj, "apiVersion": api_version, "kind": kind})
+                if kind_of_event == "DELETED":
+                    if self._drop(stripped):
+                        self._changed(stripped, deleted=True)
+                elif self._put(stripped):
+                    self._changed(stripped)
+        finally:
+            with self._lock:
+                self._responses.pop(slot, None)
+        return version
+
+    def _mark_synced(self, api_version: str, kind: str, namespace: str | None) -> None:
+        with self._lock:
+            self._unsynced.discard((api_version, kind, namespace))
+            done = not self._unsynced
+        if done and not self.synced.is_set():
+            logger.info("caches synced: %d objects", len(self._store))
+            self.synced.set()
+
+    def _changed(self, obj: Mapping[str, Any], *, deleted: bool = False) -> None:
+        owner = owner_of(obj)
+        if owner:
+            version = None if deleted else obj["metadata"].get("resourceVersion")
+            try:
+                self.on_change((obj.get("metadata") or {}).get("namespace") or "", owner, self._key(obj), version)
+            except Exception:  # the wake must never kill the informer
+                logger.exception("waking Registry %s failed", owner)
