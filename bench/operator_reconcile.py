@@ -12,7 +12,8 @@ deploy/'s ServiceAccount token and RBAC). Figures:
   filtered to the operator's ServiceAccount);
 - idle: the operator's CPU (utime + stime from /proc) over --idle seconds with nothing changing, and the writes
   it made then (Events and its own leader Lease renewals are not counted: the renewal is what election is);
-- one edit (spec.replicas 2 -> 3 of one Registry on the existing claim, which changes its Deployment): time until the Deployment is written.
+- one edit (spec.replicas 2 -> 3 of one Registry on the existing claim, which changes its Deployment): time
+  until the Deployment is written.
 No kubelet or controllers run: no pod starts, Registries stay WaitingForPods (a fixed status: no status churn).
 """
 
@@ -155,7 +156,8 @@ def measure(count: int, idle_seconds: float) -> dict[str, Any]:
             operator.stop()
             log = operator.log()
         errors = [line for line in log.splitlines() if '"levelname": "ERROR"' in line or "Traceback" in line]
-    return {"count": count, "converge_s": converge_s, "converge_cpu_s": converge_cpu, "peak_mib": peak, "requests": by_verb(converge_requests),
+    return {"count": count, "converge_s": converge_s, "converge_cpu_s": converge_cpu, "peak_mib": peak,
+            "requests": by_verb(converge_requests),
             "idle_cpu_pct": idle_cpu, "idle_s": idle_seconds, "idle_requests": by_verb(idle_entries),
             "idle_writes": idle_writes, "idle_rss_mib": idle_rss, "edit_s": edit_s, "errors": errors[:5]}
 
