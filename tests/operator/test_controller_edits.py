@@ -103,8 +103,10 @@ def test_edited_owned_object_is_repaired(operator_harness, kube_api):
     kube_api.patch("v1/services", NS, "drift", {"spec": {"ports": [{"name": "x", "port": 1}]}})
     kube_api.patch(REGISTRIES_PATH, NS, "drift", {"spec": {"config": {"log": {"level": "warn"}}}})
     harness.wait_reconciled(NS, "drift")
-    ports = kube_api.get("v1/services", NS, "drift")["spec"]["ports"]
-    assert [p["port"] for p in ports] == [5000]
+    # The operator reconciles from its caches: the edit's reconcile may run before the Service's watch event
+    # reaches them, and then the event's own wake repairs it a moment later.
+    wait_for(lambda: [p["port"] for p in kube_api.get("v1/services", NS, "drift")["spec"]["ports"]] == [5000],
+             "the Service's port repaired")
 
 
 def test_deleting_the_registry_leaves_nothing_behind(operator_harness, kube_api):
