@@ -145,6 +145,13 @@ class DataPathRecord(ApiModel):
     checked_at: str = Field(alias="checkedAt", description="When the agent looked (RFC 3339).")
 
 
+class TrustRecord(ApiModel):
+    """sha256 (hex) of the token auth trust files a registry runs."""
+
+    root_cert_bundle: str | None = Field(None, alias="rootCertBundle", description="Of the root certificate bundle.")
+    jwks: str | None = Field(None, description="Of the JWKS.")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -154,6 +161,10 @@ class AgentRecord(ApiModel):
         None, alias="observedGeneration", description="metadata.generation the agent rendered from."
     )
     error: str | None = Field(None, description="Why the latest input was not applied; empty when it was.")
+    trust: TrustRecord | None = Field(
+        None, description="With token auth: sha256 (hex) of each trust file the registry now runs, by field "
+        "(the sha256sum of the ConfigMap or Secret key). During a key rotation, wait until every pod shows the "
+        "new bundle's.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."

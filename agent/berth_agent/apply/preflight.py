@@ -36,12 +36,14 @@ from .preflight_tls import check_pair
 from .preflight_token import check_bundle, check_jwks
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+SILLY_WARNING = ("spec.config.storage.auth.silly lets in any request that carries an Authorization header, "
+                 "whatever it holds: for tests only, never in production")
 TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
 class PreflightWarning:
-    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable
+    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable, SillyAuthInUse
     message: str  # names the field, never a secret
 
 
@@ -65,6 +67,9 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
             warnings += [PreflightWarning("CertificateExpiresSoon", text)
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
     warnings += _check_token(rendered, previous, now)
+    if "silly" in (rendered.document.get("auth") or {}) and (
+            previous is None or "silly" not in (previous.document.get("auth") or {})):
+        warnings.append(PreflightWarning("SillyAuthInUse", SILLY_WARNING))
     addr = rendered.listen_addr
     if previous is None or split_addr(addr)[1] != split_addr(previous.listen_addr)[1]:
         check_bindable(addr)

@@ -3,13 +3,14 @@ document config.yml holds, parsed once, and typed reads of what pre-flight and t
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import yaml
 
-from .paths import HTPASSWD_FILE
+from .paths import HTPASSWD_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from .targets import RedisTarget, S3Target, redis_target, s3_target
 
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
@@ -63,6 +64,12 @@ class Rendered:
     @cached_property
     def s3(self) -> S3Target | None:
         return s3_target(self.document)
+
+    @property
+    def trust(self) -> dict[str, str]:
+        """sha256 of each token trust file, by spec field (status.agents.<pod>.trust); empty without token auth."""
+        files = (("rootCertBundle", TOKEN_BUNDLE_FILE), ("jwks", TOKEN_JWKS_FILE))
+        return {field: hashlib.sha256(self.files[name]).hexdigest() for field, name in files if name in self.files}
 
     def restart_needed(self, previous: Rendered | None) -> bool:
         """True when the registry must restart to apply this render: it reads its config, TLS files and token

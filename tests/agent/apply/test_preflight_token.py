@@ -93,3 +93,13 @@ def test_check_render_checks_the_trust_only_when_it_changed():
     assert warning.reason == "CertificateExpiresSoon" and WHERE in warning.message
     assert check_render(soon, soon) == []  # unchanged: not checked again (and not warned again)
     assert TOKEN_BUNDLE_FILE in soon.files
+
+
+def test_silly_is_warned_when_it_comes_into_use():
+    silly = render(Registry.model_validate({"spec": {"config": {"storage": {"inmemory": {}, "auth": {
+        "silly": {"realm": "r", "service": "s"}}}}}}).spec, MountedInputs())
+    plain = render(Registry.model_validate({"spec": {"config": {"storage": {"inmemory": {}}}}}).spec, MountedInputs())
+    (warning,) = check_render(silly, None)
+    assert warning.reason == "SillyAuthInUse" and "for tests only" in warning.message
+    assert [w.reason for w in check_render(silly, plain)] == ["SillyAuthInUse"]
+    assert check_render(plain, silly) == []
