@@ -178,56 +178,6 @@ FORBIDDEN: list[tuple[str, Callable[[Agent], Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("action", [a for _, a in ALLOWED], ids=[name for name, _ in ALLOWED])
-def test_the_agent_may(agent: Agent, action) -> None:
-    action(agent)  # an ApiError (403: the Role lacks the rule) fails the test
-
-
-@pytest.mark.parametrize("action", [a for _, a in FORBIDDEN], ids=[name for name, _ in FORBIDDEN])
-def test_the_agent_may_not(agent: Agent, action) -> None:
-    with pytest.raises(ApiError) as refused:
-        action(agent)
-    assert refused.value.status == 403, refused.value
-
-
-def test_the_watch_by_name_delivers_its_object(agent: Agent) -> None:
-    """list/watch allowed by resourceNames do reach the object (field-notes §7), not just pass authorization."""
-    listing = agent("GET", SECRETS, **by_name("registry-tls"))
-    assert [item["metadata"]["name"] for item in listing["items"]] == ["registry-tls"]
-    events = agent("GET", REGISTRIES, **watch("registry"))["events"]
-    assert [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"] == ["registry"]
-
-
-def test_nothing_else_is_granted(agent: Agent) -> None:
-    """The server's own account of the token's rules in its namespace: the design's rules, plus what every
-    authenticated user may do (the self reviews)."""
-    review = agent.server.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": agent.namespace}}, token=agent.token)
-    granted = {(group, resource, verb, name) for rule in review["status"]["resourceRules"]
-               for group in rule.get("apiGroups", [])
-               for resource in rule.get("resources", [])
-               for verb in rule["verbs"]
-               for name in rule.get("resourceNames") or ["*"]}
-    everyone = {("authorization.k8s.io", r, "create", "*") for r in ("selfsubjectaccessreviews",
-                                                                      "selfsubjectrulesreviews")}
-    everyone.add(("authentication.k8s.io", "selfsubjectreviews", "create", "*"))
-    expected = {("berth.dev", "registries", verb, "registry") for verb in ("get", "list", "watch")}
-    expected.add(("berth.dev", "registries/status", "patch", "registry"))
-    expected |= {(group, "events", verb, "*") for group in ("", "events.k8s.io") for verb in ("create", "patch")}
-    expected |= {("coordination.k8s.io", "leases", verb, lease) for verb in ("get", "update")
-                 for lease in ("registry-reload", "registry-gc")}
-    expected |= {("", "secrets", verb, name) for verb in ("get", "list", "watch") for name in MOUNTED}
-    assert granted - everyone == expected
-
-
-def test_the_registry_is_unchanged_by_the_refusals(agent: Agent) -> None:
-    """Control for the refused writes: the spec patch and the deletes really did nothing."""
-    stored = agent.server.get(REGISTRIES, agent.namespace, "registry")
-    assert stored is not None and stored["spec"]["replicas"] == agent.created["spec"]["replicas"]
-    assert agent.server.get(SECRETS, agent.namespace, "registry-htpasswd")["data"] == {"k": "dmFsdWU="}
-
-
 # Token auth (issue 19): trust from a ConfigMap (the bundle) and a Secret (the JWKS); the Role names exactly them.
 CONFIG_MAPS = "v1/configmaps"
 TRUST = "issuer-trust"  # the ConfigMap the bundle comes from
@@ -275,25 +225,71 @@ TOKEN_FORBIDDEN: list[tuple[str, Callable[[Agent], Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("action", [a for _, a in TOKEN_ALLOWED], ids=[name for name, _ in TOKEN_ALLOWED])
-def test_the_token_agent_may(token_agent: Agent, action) -> None:
-    action(token_agent)
+def cases(*groups: tuple[str, list]) -> list:
+    """(fixture, action) params over each agent's table: `agent` (the full example) and `token_agent`."""
+    return [pytest.param(fixture, action, id=f"{fixture}: {name}") for fixture, table in groups
+            for name, action in table]
 
 
-@pytest.mark.parametrize("action", [a for _, a in TOKEN_FORBIDDEN], ids=[name for name, _ in TOKEN_FORBIDDEN])
-def test_the_token_agent_may_not(token_agent: Agent, action) -> None:
+@pytest.mark.parametrize(("who", "action"), cases(("agent", ALLOWED), ("token_agent", TOKEN_ALLOWED)))
+def test_the_agent_may(request, who: str, action) -> None:
+    action(request.getfixturevalue(who))  # an ApiError (403: the Role lacks the rule) fails the test
+
+
+@pytest.mark.parametrize(("who", "action"), cases(("agent", FORBIDDEN), ("token_agent", TOKEN_FORBIDDEN)))
+def test_the_agent_may_not(request, who: str, action) -> None:
     with pytest.raises(ApiError) as refused:
-        action(token_agent)
+        action(request.getfixturevalue(who))
     assert refused.value.status == 403, refused.value
 
 
-def test_the_token_agent_reads_exactly_its_trust(token_agent: Agent) -> None:
-    review = token_agent.server.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
+def test_the_watch_by_name_delivers_its_object(agent: Agent) -> None:
+    """list/watch allowed by resourceNames do reach the object (field-notes §7), not just pass authorization."""
+    listing = agent("GET", SECRETS, **by_name("registry-tls"))
+    assert [item["metadata"]["name"] for item in listing["items"]] == ["registry-tls"]
+    events = agent("GET", REGISTRIES, **watch("registry"))["events"]
+    assert [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"] == ["registry"]
+
+
+def granted_rules(agent: Agent) -> set[tuple[str, str, str, str]]:
+    """(group, resource, verb, name) the server says the token may do in its namespace (name `*`: any)."""
+    review = agent.server.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": token_agent.namespace}}, token=token_agent.token)
-    granted = {(resource, verb, name) for rule in review["status"]["resourceRules"]
-               for resource in rule.get("resources", []) if resource in ("configmaps", "secrets")
-               for verb in rule["verbs"] for name in rule.get("resourceNames") or ["*"]}
+        "spec": {"namespace": agent.namespace}}, token=agent.token)
+    return {(group, resource, verb, name) for rule in review["status"]["resourceRules"]
+            for group in rule.get("apiGroups", [])
+            for resource in rule.get("resources", [])
+            for verb in rule["verbs"]
+            for name in rule.get("resourceNames") or ["*"]}
+
+
+def test_nothing_else_is_granted(agent: Agent) -> None:
+    """The server's own account of the token's rules in its namespace: the design's rules, plus what every
+    authenticated user may do (the self reviews)."""
+    granted = granted_rules(agent)
+    everyone = {("authorization.k8s.io", r, "create", "*") for r in ("selfsubjectaccessreviews",
+                                                                      "selfsubjectrulesreviews")}
+    everyone.add(("authentication.k8s.io", "selfsubjectreviews", "create", "*"))
+    expected = {("berth.dev", "registries", verb, "registry") for verb in ("get", "list", "watch")}
+    expected.add(("berth.dev", "registries/status", "patch", "registry"))
+    expected |= {(group, "events", verb, "*") for group in ("", "events.k8s.io") for verb in ("create", "patch")}
+    expected |= {("coordination.k8s.io", "leases", verb, lease) for verb in ("get", "update")
+                 for lease in ("registry-reload", "registry-gc")}
+    expected |= {("", "secrets", verb, name) for verb in ("get", "list", "watch") for name in MOUNTED}
+    assert granted - everyone == expected
+
+
+def test_the_registry_is_unchanged_by_the_refusals(agent: Agent) -> None:
+    """Control for the refused writes: the spec patch and the deletes really did nothing."""
+    stored = agent.server.get(REGISTRIES, agent.namespace, "registry")
+    assert stored is not None and stored["spec"]["replicas"] == agent.created["spec"]["replicas"]
+    assert agent.server.get(SECRETS, agent.namespace, "registry-htpasswd")["data"] == {"k": "dmFsdWU="}
+
+
+
+def test_the_token_agent_reads_exactly_its_trust(token_agent: Agent) -> None:
+    granted = {(resource, verb, name) for _group, resource, verb, name in granted_rules(token_agent)
+               if resource in ("configmaps", "secrets")}
     assert granted == {(resource, verb, name) for resource, name in (("configmaps", TRUST), ("secrets", JWKS_SECRET),
                                                                       ("secrets", "registry-http-secret"))
                        for verb in ("get", "list", "watch")}
