@@ -45,9 +45,9 @@ def summary_ms(samples: list[float]) -> str:
             f"min {min(ms):.1f} ms, max {max(ms):.1f} ms (n={len(ms)})")
 
 
-def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
-    """exec of the registry (Debian's 2.8) until its first 200 on GET /, `count` times, each on `config` moved to
-    a free port: the reference every reload figure is compared with, taken in the same run."""
+def cold_starts(config: bytes, root: Path, count: int, binary: str | None = None) -> list[float]:
+    """exec of the registry (Debian's 2.8, or `binary`) until its first 200 on GET /, `count` times, each on
+    `config` moved to a free port: the reference every reload figure is compared with, taken in the same run."""
     import subprocess
     import time
 
@@ -63,7 +63,7 @@ def cold_starts(config: bytes, root: Path, count: int) -> list[float]:
         path.write_bytes(with_addr(config, f"127.0.0.1:{port}"))
         endpoint = Endpoint("127.0.0.1", port)
         started = time.perf_counter()
-        process = subprocess.Popen([REGISTRY_BINARY, "serve", str(path)], env=registry_env(),
+        process = subprocess.Popen([binary or REGISTRY_BINARY, "serve", str(path)], env=registry_env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while answers(endpoint, timeout=1.0) != 200:

@@ -29,6 +29,12 @@ HTTP_SECRET_VOLUME = "http-secret"
 REDIS_VOLUME = "redis"
 TLS_VOLUME = "tls"
 SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME)
+# The token auth trust volumes, each a Secret or a ConfigMap (spec.config.storage.auth.token.rootCertBundle and
+# .jwks), mounted whole at MOUNT_ROOT/<name> like the Secrets.
+TOKEN_BUNDLE_VOLUME = "token-bundle"
+TOKEN_JWKS_VOLUME = "token-jwks"
+TRUST_VOLUMES = (TOKEN_BUNDLE_VOLUME, TOKEN_JWKS_VOLUME)
+INPUT_VOLUMES = SECRET_VOLUMES + TRUST_VOLUMES  # every mounted input volume
 
 # Keys of the Secrets.
 HTTP_SECRET_KEY = "secret"  # of the HTTP secret the operator generates when spec.http.secret is absent
@@ -37,7 +43,8 @@ TLS_KEY_KEY = "tls.key"
 
 __all__ = [
     "AGENT_HEALTH_PORT", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR", "DATA_VOLUME",
-    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "MOUNT_ROOT", "REDIS_VOLUME", "SECRET_VOLUMES",
+    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES", "MOUNT_ROOT", "REDIS_VOLUME",
+    "SECRET_VOLUMES",
     "STATE_DIR", "SUPERVISOR_NAME", "TLS_CERT_KEY", "TLS_KEY_KEY", "TLS_VOLUME", "TMP_DIR", "TMP_VOLUME",
-    "TOKEN_VOLUME",
+    "TOKEN_BUNDLE_VOLUME", "TOKEN_JWKS_VOLUME", "TOKEN_VOLUME", "TRUST_VOLUMES",
 ]

@@ -9,7 +9,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .server import Health, Http, Redis, Validation
-from .storage import Storage
+from .storage import TOKEN_V3_FIELDS, Storage, token_v3_message
 from .types import INT32_MAX, ApiModel, Quantity
 
 GROUP = "berth.dev"
@@ -20,6 +20,10 @@ PLURAL = "registries"
 SINGULAR = "registry"
 SHORT_NAMES = ["reg"]
 DEFAULT_IMAGE = "docker.io/library/registry:3"
+# CEL: the spec runs Distribution 2 (the same answer as RegistrySpec.distribution_major): spec.distribution, else
+# a tag whose major is 2 on the image's last path component (before any digest).
+_RUNS_2 = ("(has(self.distribution) ? self.distribution == '2' : "
+           "self.image.matches('^([^@]*/)?[^/@:]+:v?2([.-][^/@]*)?(@.*)?$'))")
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
 
@@ -51,11 +55,17 @@ class RegistrySpec(ApiModel):
                     "rule": "!has(self.garbageCollection) || !has(self.config.storage.inmemory)",
                     "message": GC_STORAGE_MESSAGE,
                 },
+                *({
+                    "rule": "!has(self.config.storage.auth) || !has(self.config.storage.auth.token) || "
+                            f"!has(self.config.storage.auth.token.{field}) || !{_RUNS_2}",
+                    "message": token_v3_message(field),
+                } for field in TOKEN_V3_FIELDS),
             ]
         }
     }
 
-    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Registry container image.")
+    # max_length: bounds the cost of the CEL rule that reads the tag (an image reference is at most ~600 bytes).
+    image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=1024, description="Registry container image.")
     replicas: int = Field(1, ge=0, le=INT32_MAX, description="Number of registry pods.")
     distribution: Literal["2", "3"] | None = Field(
         None, description="Major version of Distribution in the image; derived from the image tag when absent."
@@ -85,6 +95,14 @@ class RegistrySpec(ApiModel):
     def _gc_needs_persistent_storage(self) -> RegistrySpec:
         if self.garbage_collection is not None and self.config.storage.inmemory is not None:
             raise ValueError(GC_STORAGE_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _token_fields_need_distribution_3(self) -> RegistrySpec:
+        token = self.config.storage.auth.token
+        if token is not None and self.distribution_major == "2":
+            for field in token.v3_fields_set():
+                raise ValueError(token_v3_message(field))
         return self
 
     @property
@@ -127,6 +145,13 @@ class DataPathRecord(ApiModel):
     checked_at: str = Field(alias="checkedAt", description="When the agent looked (RFC 3339).")
 
 
+class TrustRecord(ApiModel):
+    """sha256 (hex) of the token auth trust files a registry runs."""
+
+    root_cert_bundle: str | None = Field(None, alias="rootCertBundle", description="Of the root certificate bundle.")
+    jwks: str | None = Field(None, description="Of the JWKS.")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -136,6 +161,10 @@ class AgentRecord(ApiModel):
         None, alias="observedGeneration", description="metadata.generation the agent rendered from."
     )
     error: str | None = Field(None, description="Why the latest input was not applied; empty when it was.")
+    trust: TrustRecord | None = Field(
+        None, description="With token auth: sha256 (hex) of each trust file the registry now runs, by field "
+        "(the sha256sum of the ConfigMap or Secret key). During a key rotation, wait until every pod shows the "
+        "new bundle's.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."

@@ -109,3 +109,10 @@ class SecretKeyRef(ApiModel):
 
     name: ObjectName = Field(description="Name of the Secret, in the Registry's namespace.")
     field: SecretKey = Field(description="Key inside the Secret's data that holds the value.")
+
+
+class ConfigMapKeyRef(ApiModel):
+    """A key inside a ConfigMap in the Registry's namespace."""
+
+    name: ObjectName = Field(description="Name of the ConfigMap, in the Registry's namespace.")
+    field: SecretKey = Field(description="Key inside the ConfigMap's data that holds the value.")

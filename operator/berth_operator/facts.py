@@ -65,6 +65,11 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
         refs.append((spec.redis.secret.name, "spec.redis.secret", (spec.redis.secret.field,)))
     if spec.http.tls is not None:
         refs.append((spec.http.tls.secret_name, "spec.http.tls.secretName", ("tls.crt", "tls.key")))
+    token = spec.config.storage.auth.token
+    for name, ref in (("rootCertBundle", token.root_cert_bundle if token else None),
+                       ("jwks", token.jwks if token else None)):
+        if ref is not None and ref.secret is not None:
+            refs.append((ref.secret.name, f"spec.config.storage.auth.token.{name}.secret", (ref.secret.field,)))
     return refs
 
 

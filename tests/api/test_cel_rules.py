@@ -67,7 +67,28 @@ def gc_storage_documents() -> list[dict[str, Any]]:
             for backend, shape in backends.items() for gc in (None, {}, {"schedule": "0 3 * * *"})]
 
 
-SPECS = storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
+def auth_documents() -> list[dict[str, Any]]:
+    """Each subset of the providers; token with and without trust and each 3.x-only field, on images and
+    explicit distributions of both majors."""
+    token = {"realm": "https://a.example/token", "service": "s", "issuer": "i"}
+    trust = {"configMap": {"name": "trust", "field": "ca.pem"}}
+    providers = {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}},
+                 "token": {**token, "rootCertBundle": trust}, "silly": {"realm": "r", "service": "s"}}
+    documents = []
+    for size in range(len(providers) + 1):
+        for chosen in itertools.combinations(providers, size):
+            documents.append({"config": {"storage": {"inmemory": {}, "auth": {p: providers[p] for p in chosen}}}})
+    tokens = [token, {**token, "jwks": trust}, {**token, "rootCertBundle": trust, "signingAlgorithms": ["RS256"]},
+              {**token, "rootCertBundle": trust, "autoRedirectPath": "/t"}, {**token, "rootCertBundle": trust}]
+    where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "r.example:5000/registry:v2.8.3"},
+             {"image": "registry:2", "distribution": "3"}, {"image": "registry:3", "distribution": "2"},
+             {"image": "registry@sha256:" + "a" * 64}]
+    for shape, extra in itertools.product(tokens, where):
+        documents.append({**extra, "config": {"storage": {"inmemory": {}, "auth": {"token": shape}}}})
+    return documents
+
+
+SPECS = auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from api.admission import CRD_FILE, cel_rules, committed_crd, crd_schema, join, walk
 from berth_api import GC_STORAGE_MESSAGE, crd
+from berth_api.storage import AUTH_MESSAGE, TOKEN_V3_FIELDS, token_v3_message
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Keywords a structural schema may not carry here: type unions, references, and what pruning replaces.
@@ -213,6 +214,11 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec", "config.storage.cache.blobdescriptor redis needs spec.redis"),
         ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
         ("spec", GC_STORAGE_MESSAGE),
+        ("spec.config.storage.auth", AUTH_MESSAGE),
+        ("spec.config.storage.auth.token", "set rootCertBundle, jwks or both: the registry needs keys to trust"),
+        ("spec.config.storage.auth.token.rootCertBundle", "set exactly one of secret and configMap"),
+        ("spec.config.storage.auth.token.jwks", "set exactly one of secret and configMap"),
+        *(("spec", token_v3_message(field)) for field in TOKEN_V3_FIELDS),
     }
 
 
@@ -230,9 +236,10 @@ def test_rules_name_only_fields_their_node_declares() -> None:
     """The API server type-checks rules against the schema when the CRD is created; cel-python does not."""
     nodes = dict(NODES)
     for path, rule in RULES:
-        for reference in re.findall(r"\bself((?:\.\w+)+)", rule["rule"]):
+        for reference, call in re.findall(r"\bself((?:\.\w+)+)(\(?)", rule["rule"]):
             node = nodes[path]
-            for name in reference.strip(".").split("."):
+            names = reference.strip(".").split(".")
+            for name in names[:-1] if call else names:  # self.image.matches(...): a method, not a field
                 assert name in node.get("properties", {}), f"{path}: {rule['rule']!r} names {name!r}"
                 node = node["properties"][name]
 

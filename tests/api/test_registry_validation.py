@@ -43,6 +43,13 @@ def collected(**gc: Any) -> dict[str, Any]:
 BUCKET = {"bucketClass": "s3", "bucketAccessClass": "s3-rw"}
 HTPASSWD = {"secret": {"name": "users", "field": "htpasswd"}}
 REDIS = {"secret": {"name": "redis", "field": "url"}}
+BUNDLE = {"configMap": {"name": "issuer-trust", "field": "bundle.pem"}}
+TOKEN = {"realm": "https://auth.example.com/token", "service": "registry.example.com", "issuer": "auth.example.com",
+         "rootCertBundle": BUNDLE}
+
+
+def auth(image: str = "registry:3", **providers: Any) -> dict[str, Any]:
+    return registry(image=image, config={"storage": {"inmemory": {}, "auth": providers}})
 
 
 # (case id, Registry document, API path the model's error names, part of the message, CRD refuses it too)
@@ -201,6 +208,27 @@ INVALID = [
      "spec.config.storage.cache.blobdescriptorsize", "less than or equal to 2147483647", True),
     ("replicas past int32", registry(replicas=2**31),
      "spec.replicas", "less than or equal to 2147483647", True),
+    # Auth (issue 19): one provider; token needs trust; the 3.x-only token fields refused on 2.8.
+    ("htpasswd and token", auth(htpasswd=HTPASSWD, token=TOKEN),
+     "spec.config.storage.auth", "at most one auth provider", True),
+    ("token and silly", auth(token=TOKEN, silly={"realm": "r", "service": "s"}),
+     "spec.config.storage.auth", "at most one auth provider", True),
+    ("token without trust", auth(token={k: v for k, v in TOKEN.items() if k != "rootCertBundle"}),
+     "spec.config.storage.auth.token", "set rootCertBundle, jwks or both", True),
+    ("bundle from a Secret and a ConfigMap",
+     auth(token={**TOKEN, "rootCertBundle": {**BUNDLE, "secret": {"name": "s", "field": "ca.crt"}}}),
+     "spec.config.storage.auth.token.rootCertBundle", "exactly one of secret and configMap", True),
+    ("token realm not a URL", auth(token={**TOKEN, "realm": "auth.example.com/token"}),
+     "spec.config.storage.auth.token.realm", "should match pattern", True),
+    ("unknown signing algorithm", auth(token={**TOKEN, "signingAlgorithms": ["none"]}),
+     "spec.config.storage.auth.token.signingAlgorithms.0", "'EdDSA'", True),
+    ("jwks on 2.8", auth("registry:2.8.2", token={**TOKEN, "jwks": BUNDLE}),
+     "spec", "config.storage.auth.token.jwks needs Distribution 3", True),
+    ("signingAlgorithms on 2.8", auth("registry:3", token={**TOKEN, "signingAlgorithms": ["RS256"]}) | {
+        "spec": {**auth("registry:3", token={**TOKEN, "signingAlgorithms": ["RS256"]})["spec"], "distribution": "2"}},
+     "spec", "config.storage.auth.token.signingAlgorithms needs Distribution 3", True),
+    ("autoRedirectPath on 2.8", auth("localhost:5000/registry:2", token={**TOKEN, "autoRedirectPath": "/auth"}),
+     "spec", "config.storage.auth.token.autoRedirectPath needs Distribution 3", True),
 ]
 
 
@@ -322,6 +350,14 @@ def test_distribution_is_derived_from_the_image_unless_given(image: str, distrib
                      id="gc"),
         pytest.param(collected(schedule="*/30 1-5/2 1,15 JAN-jun Mon-Fri"), id="gc-cron"),
         pytest.param(collected(), id="gc-defaults"),
+        pytest.param(auth(token=TOKEN), id="token-bundle"),
+        pytest.param(auth("registry:2.8.2", token={**TOKEN, "autoRedirect": True}), id="token-on-2.8"),
+        pytest.param(auth(token={**TOKEN, "rootCertBundle": {"secret": {"name": "trust", "field": "ca.crt"}},
+                                 "jwks": BUNDLE, "signingAlgorithms": ["RS256", "ES256"],
+                                 "autoRedirect": True, "autoRedirectPath": "/auth/token"}), id="token-3.x"),
+        pytest.param(auth("registry:2@sha256:" + "a" * 64, token=TOKEN), id="token-digest"),
+        pytest.param(auth("registry:20", token={**TOKEN, "jwks": BUNDLE}), id="jwks-on-tag-20"),
+        pytest.param(auth(silly={"realm": "test", "service": "test"}), id="silly"),
     ],
 )
 def test_valid_registry_is_accepted_by_model_and_crd(document: dict[str, Any]) -> None:

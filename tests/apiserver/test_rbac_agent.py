@@ -178,15 +178,68 @@ FORBIDDEN: list[tuple[str, Callable[[Agent], Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("action", [a for _, a in ALLOWED], ids=[name for name, _ in ALLOWED])
-def test_the_agent_may(agent: Agent, action) -> None:
-    action(agent)  # an ApiError (403: the Role lacks the rule) fails the test
+# Token auth (issue 19): trust from a ConfigMap (the bundle) and a Secret (the JWKS); the Role names exactly them.
+CONFIG_MAPS = "v1/configmaps"
+TRUST = "issuer-trust"  # the ConfigMap the bundle comes from
+JWKS_SECRET = "issuer-jwks"
 
 
-@pytest.mark.parametrize("action", [a for _, a in FORBIDDEN], ids=[name for name, _ in FORBIDDEN])
-def test_the_agent_may_not(agent: Agent, action) -> None:
+def config_map(namespace: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": {"ca.pem": "-----BEGIN CERTIFICATE-----"}}
+
+
+@pytest.fixture(scope="module")
+def token_agent(kube_apiserver: KubeApiServer) -> Agent:
+    namespace = f"rbac-token-{secrets.token_hex(3)}"
+    server = kube_apiserver
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for name in (TRUST, "other-trust"):
+        server.create(config_map(namespace, name))
+    for name in (JWKS_SECRET, "registry-http-secret", UNMOUNTED):
+        server.create(secret(namespace, name))
+    created = server.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                             "metadata": {"name": "registry", "namespace": namespace},
+                             "spec": {"config": {"storage": {"inmemory": {}, "auth": {"token": {
+                                 "realm": "https://auth.example.com/token", "service": "registry",
+                                 "issuer": "auth.example.com",
+                                 "rootCertBundle": {"configMap": {"name": TRUST, "field": "ca.pem"}},
+                                 "jwks": {"secret": {"name": JWKS_SECRET, "field": "jwks.json"}}}}}}}})
+    token = agent_token(server, created, ClusterFacts(agent_image=AGENT_IMAGE))
+    return Agent(server, namespace, token, namespace, created)
+
+
+TOKEN_ALLOWED: list[tuple[str, Callable[[Agent], Any]]] = [
+    *[(f"{verb} {path} {name}", fn) for path, name in ((CONFIG_MAPS, TRUST), (SECRETS, JWKS_SECRET))
+      for verb, fn in (("get", lambda a, path=path, name=name: a("GET", path, name)),
+                       ("list", lambda a, path=path, name=name: a("GET", path, **by_name(name))),
+                       ("watch", lambda a, path=path, name=name: a("GET", path, **watch(name))))],
+]
+TOKEN_FORBIDDEN: list[tuple[str, Callable[[Agent], Any]]] = [
+    ("get another ConfigMap", lambda a: a("GET", CONFIG_MAPS, "other-trust")),
+    ("watch another ConfigMap by name", lambda a: a("GET", CONFIG_MAPS, **watch("other-trust"))),
+    ("list every ConfigMap", lambda a: a("GET", CONFIG_MAPS)),
+    ("patch the trust ConfigMap", lambda a: a("PATCH", CONFIG_MAPS, TRUST, body={"data": {"ca.pem": ""}},
+                                              content_type=MERGE)),
+    ("get an unmounted Secret", lambda a: a("GET", SECRETS, UNMOUNTED)),
+]
+
+
+def cases(*groups: tuple[str, list]) -> list:
+    """(fixture, action) params over each agent's table: `agent` (the full example) and `token_agent`."""
+    return [pytest.param(fixture, action, id=f"{fixture}: {name}") for fixture, table in groups
+            for name, action in table]
+
+
+@pytest.mark.parametrize(("who", "action"), cases(("agent", ALLOWED), ("token_agent", TOKEN_ALLOWED)))
+def test_the_agent_may(request, who: str, action) -> None:
+    action(request.getfixturevalue(who))  # an ApiError (403: the Role lacks the rule) fails the test
+
+
+@pytest.mark.parametrize(("who", "action"), cases(("agent", FORBIDDEN), ("token_agent", TOKEN_FORBIDDEN)))
+def test_the_agent_may_not(request, who: str, action) -> None:
     with pytest.raises(ApiError) as refused:
-        action(agent)
+        action(request.getfixturevalue(who))
     assert refused.value.status == 403, refused.value
 
 
@@ -198,17 +251,22 @@ def test_the_watch_by_name_delivers_its_object(agent: Agent) -> None:
     assert [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"] == ["registry"]
 
 
-def test_nothing_else_is_granted(agent: Agent) -> None:
-    """The server's own account of the token's rules in its namespace: the design's rules, plus what every
-    authenticated user may do (the self reviews)."""
+def granted_rules(agent: Agent) -> set[tuple[str, str, str, str]]:
+    """(group, resource, verb, name) the server says the token may do in its namespace (name `*`: any)."""
     review = agent.server.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": agent.namespace}}, token=agent.token)
-    granted = {(group, resource, verb, name) for rule in review["status"]["resourceRules"]
-               for group in rule.get("apiGroups", [])
-               for resource in rule.get("resources", [])
-               for verb in rule["verbs"]
-               for name in rule.get("resourceNames") or ["*"]}
+    return {(group, resource, verb, name) for rule in review["status"]["resourceRules"]
+            for group in rule.get("apiGroups", [])
+            for resource in rule.get("resources", [])
+            for verb in rule["verbs"]
+            for name in rule.get("resourceNames") or ["*"]}
+
+
+def test_nothing_else_is_granted(agent: Agent) -> None:
+    """The server's own account of the token's rules in its namespace: the design's rules, plus what every
+    authenticated user may do (the self reviews)."""
+    granted = granted_rules(agent)
     everyone = {("authorization.k8s.io", r, "create", "*") for r in ("selfsubjectaccessreviews",
                                                                       "selfsubjectrulesreviews")}
     everyone.add(("authentication.k8s.io", "selfsubjectreviews", "create", "*"))
@@ -226,3 +284,14 @@ def test_the_registry_is_unchanged_by_the_refusals(agent: Agent) -> None:
     stored = agent.server.get(REGISTRIES, agent.namespace, "registry")
     assert stored is not None and stored["spec"]["replicas"] == agent.created["spec"]["replicas"]
     assert agent.server.get(SECRETS, agent.namespace, "registry-htpasswd")["data"] == {"k": "dmFsdWU="}
+
+
+
+def test_the_token_agent_reads_exactly_its_trust(token_agent: Agent) -> None:
+    granted = {(resource, verb, name) for _group, resource, verb, name in granted_rules(token_agent)
+               if resource in ("configmaps", "secrets")}
+    assert granted == {(resource, verb, name) for resource, name in (("configmaps", TRUST), ("secrets", JWKS_SECRET),
+                                                                      ("secrets", "registry-http-secret"))
+                       for verb in ("get", "list", "watch")}
+    listing = token_agent("GET", CONFIG_MAPS, **by_name(TRUST))
+    assert [item["metadata"]["name"] for item in listing["items"]] == [TRUST]

@@ -48,6 +48,10 @@ UNEXERCISED_GRANTS = {
     ("", "pods", "get"): "berth-operator reads its own Pod (POD_NAME) at start to learn the agent image",
     ("", "secrets", "list"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
     ("", "secrets", "watch"): "the agent Role grants it on the pod's own Secrets (escalation prevention)",
+    ("", "configmaps", "get"): "the agent Role grants it on the pod's own ConfigMaps, token auth's trust "
+                               "(escalation prevention); the operator never reads a ConfigMap",
+    ("", "configmaps", "list"): "the agent Role grants it on the pod's own ConfigMaps (escalation prevention)",
+    ("", "configmaps", "watch"): "the agent Role grants it on the pod's own ConfigMaps (escalation prevention)",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
 }
@@ -95,13 +99,21 @@ def seed(api: KubeApiServer, ns: dict[str, str]) -> None:
     bind_claim(api, ns["fs-pvc"], "team-registry-data")
 
 
+def token_registry(namespace: str) -> dict:
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+            "metadata": {"name": "token-registry", "namespace": namespace},
+            "spec": {"config": {"storage": {"inmemory": {}, "auth": {"token": {
+                "realm": "https://auth.example.com/token", "service": "registry", "issuer": "auth.example.com",
+                "rootCertBundle": {"configMap": {"name": "issuer-trust", "field": "ca.pem"}}}}}}}}
+
+
 @pytest.fixture(scope="module")
 def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
     """{"audit": the audit entries of the operator's token across the scenario, "failure": why the scenario
     stopped short, or None}. A failure is handed to the tests: a refusal in the audit log explains it best."""
     api = kube_apiserver
     suffix = secrets.token_hex(3)
-    ns = {key: f"{key}-{suffix}" for key in ("fs-class", "fs-pvc", "cosi", "full")}
+    ns = {key: f"{key}-{suffix}" for key in ("fs-class", "fs-pvc", "cosi", "full", "token")}
     seed(api, ns)
     # The examples name cluster-wide classes: give each its own, so a session-mate's cannot be taken for it.
     fs_class = example("filesystem-storageclass", ns["fs-class"])
@@ -115,6 +127,8 @@ def scenario(kube_apiserver: KubeApiServer, tmp_path_factory) -> dict:
         ("fs-pvc", "team-registry"): api.create(example("filesystem-pvc", ns["fs-pvc"])),
         ("cosi", "shared-registry"): api.create(cosi),
         ("full", "registry"): api.create(example("full", ns["full"])),  # its Secrets are missing: Degraded
+        # Token auth trusting a ConfigMap: the agent Role grants configmaps by name (escalation prevention).
+        ("token", "token-registry"): api.create(token_registry(ns["token"])),
     }
     # Cluster-wide, as deploy/ runs it; short Lease timings: renewals happen during the scenario.
     operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("operator"), None,

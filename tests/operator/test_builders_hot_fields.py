@@ -36,11 +36,17 @@ POD_SHAPING = {
     "http.tls.secretName",
     "redis.secret.name",
     "config.storage.auth.htpasswd.secret.name",
+    # Token auth's trust volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
+    *(f"config.storage.auth.token.{field}.{kind}.name" for field in ("rootCertBundle", "jwks")
+      for kind in ("secret", "configMap")),
 }
 # Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
 POD_SHAPING_SECTIONS = {
     "http.secret", "http.tls", "redis", "config.storage.auth.htpasswd",
     "config.storage.filesystem", "config.storage.objectStorage", "config.storage.inmemory",
+    "config.storage.auth.token", "config.storage.auth.token.jwks", "config.storage.auth.token.rootCertBundle",
+    *(f"config.storage.auth.token.{field}.{kind}" for field in ("rootCertBundle", "jwks")
+      for kind in ("secret", "configMap")),
 }
 
 _FULL_OPTIONS = {
@@ -88,9 +94,15 @@ _FULL_OPTIONS = {
 }
 
 
-def _with_storage(backend: dict[str, Any], **top: Any) -> dict[str, Any]:
+_TOKEN = {"realm": "https://auth.example.com/token", "service": "registry", "issuer": "auth", "autoRedirect": False,
+          "signingAlgorithms": ["RS256"], "autoRedirectPath": "/auth/token"}
+
+
+def _with_storage(backend: dict[str, Any], auth: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
     spec = copy.deepcopy(_FULL_OPTIONS)
     spec["config"]["storage"].update(backend)
+    if auth is not None:
+        spec["config"]["storage"]["auth"] = auth
     if "inmemory" in backend:
         del spec["garbageCollection"]  # an in-memory store cannot be collected (berth_api.GC_STORAGE_MESSAGE)
     spec.update(top)
@@ -109,6 +121,13 @@ BASES = [
     ("cosi-existing", _with_storage({"objectStorage": {"bucketClaim": "c", "bucketAccess": "a"}}),
      ClusterFacts(AGENT_IMAGE, bucket_access_secret="a-credentials")),
     ("inmemory", _with_storage({"inmemory": {}}), ClusterFacts(AGENT_IMAGE)),
+    ("token-configmap-bundle", _with_storage({"inmemory": {}}, {"token": {
+        **_TOKEN, "rootCertBundle": {"configMap": {"name": "trust", "field": "ca.pem"}},
+        "jwks": {"secret": {"name": "keys", "field": "jwks.json"}}}}), ClusterFacts(AGENT_IMAGE)),
+    ("token-secret-bundle", _with_storage({"inmemory": {}}, {"token": {
+        **_TOKEN, "rootCertBundle": {"secret": {"name": "trust", "field": "ca.pem"}},
+        "jwks": {"configMap": {"name": "keys", "field": "jwks.json"}}}}), ClusterFacts(AGENT_IMAGE)),
+    ("silly", _with_storage({"inmemory": {}}, {"silly": {"realm": "r", "service": "s"}}), ClusterFacts(AGENT_IMAGE)),
 ]
 
 # Values tried for a changed field; the models decide which are valid for it.
@@ -338,6 +357,12 @@ POD_SHAPING_CHANGES = [
     ("existing bucketAccess names another Secret", _spec(3), BASES[3][2], _spec(3),
      ClusterFacts(AGENT_IMAGE, bucket_access_secret="rotated-credentials")),
     ("agent image (operator upgrade)", _spec(4), BASES[4][2], _spec(4), ClusterFacts("ghcr.io/berth-dev/berth:0.2.0")),
+    *((f"config.storage.auth.token.{field}.{kind}.name", _spec(base), BASES[base][2],
+       _set(_spec(base), ["config", "storage", "auth", "token", field, kind, "name"], "other"), BASES[base][2])
+      for base, field, kind in ((5, "rootCertBundle", "configMap"), (5, "jwks", "secret"),
+                                (6, "rootCertBundle", "secret"), (6, "jwks", "configMap"))),
+    ("token trust ConfigMap -> Secret", _spec(5), BASES[5][2], _spec(6), BASES[6][2]),
+    ("token -> silly", _spec(5), BASES[5][2], _spec(7), BASES[7][2]),
 ]
 
 

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -30,9 +31,12 @@ class PullStats:
 
 class PullLoop(threading.Thread):
     def __init__(self, url: str, expected: bytes, *, auth: tuple[str, str] | None = None,
+                 authorization: Callable[[], str] | None = None,
                  retry_seconds: float = 5.0, pause: float = 0.0, max_requests: int = 100_000):
+        """`auth`: basic auth; `authorization`: called for each request's Authorization header instead (e.g.
+        a bearer token from a token issuer, fetched as a client does)."""
         super().__init__(name="pull-loop", daemon=True)
-        self.url, self.expected, self.auth = url, expected, auth
+        self.url, self.expected, self.auth, self.authorization = url, expected, auth, authorization
         self.retry_seconds, self.pause, self.max_requests = retry_seconds, pause, max_requests
         self.stats = PullStats()
         self._stop_event = threading.Event()
@@ -47,6 +51,8 @@ class PullLoop(threading.Thread):
         if self.auth:
             token = b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
             request.add_header("Authorization", "Basic " + token)
+        if self.authorization is not None:
+            request.add_header("Authorization", self.authorization())
         try:
             return urllib.request.urlopen(request, timeout=30)
         except urllib.error.HTTPError as exc:

@@ -29,17 +29,21 @@ from urllib.parse import quote, urlsplit
 
 from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
+from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
 from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis
 from .preflight_tls import check_pair
+from .preflight_token import check_bundle, check_jwks
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+SILLY_WARNING = ("spec.config.storage.auth.silly lets in any request that carries an Authorization header, "
+                 "whatever it holds: for tests only, never in production")
 TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
 class PreflightWarning:
-    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable
+    reason: str  # the Event reason: CertificateExpiresSoon, RedisUnavailable, SillyAuthInUse
     message: str  # names the field, never a secret
 
 
@@ -62,6 +66,10 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
         if previous is None or not previous.serves_tls or pair != old_pair:
             warnings += [PreflightWarning("CertificateExpiresSoon", text)
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
+    warnings += _check_token(rendered, previous, now)
+    if "silly" in (rendered.document.get("auth") or {}) and (
+            previous is None or "silly" not in (previous.document.get("auth") or {})):
+        warnings.append(PreflightWarning("SillyAuthInUse", SILLY_WARNING))
     addr = rendered.listen_addr
     if previous is None or split_addr(addr)[1] != split_addr(previous.listen_addr)[1]:
         check_bindable(addr)
@@ -74,6 +82,24 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
                 raise
             warnings.append(PreflightWarning(
                 "RedisUnavailable", f"{exc}; starting without it (a failing cache lookup falls back to storage)"))
+    return warnings
+
+
+def _check_token(rendered: Rendered, previous: Rendered | None,
+                 now: datetime.datetime | None) -> list[PreflightWarning]:
+    """The token trust files, each when it is new or changed (the registry reads them once, at start)."""
+    warnings: list[PreflightWarning] = []
+    token = (rendered.document.get("auth") or {}).get("token") or {}
+    for name in (TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE):
+        data = rendered.files.get(name)
+        if data is None or (previous is not None and previous.files.get(name) == data):
+            continue
+        where = rendered.origins.get(name, name)
+        if name == TOKEN_BUNDLE_FILE:
+            warnings += [PreflightWarning("CertificateExpiresSoon", text)
+                         for text in check_bundle(data, where, now=now)]
+        else:
+            check_jwks(data, where, token.get("signingalgorithms"))
     return warnings
 
 

@@ -68,7 +68,7 @@ def leaf_not_after(cert_pem: bytes) -> datetime.datetime:
     """notAfter of the first certificate in a PEM bundle (the one the registry serves)."""
     try:
         der = ssl.PEM_cert_to_DER_cert(_first_pem(cert_pem))
-        return _not_after(der)
+        return der_not_after(der)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
         raise PreflightError(f"{WHERE}: the certificate in tls.crt cannot be read ({type(exc).__name__})") from None
 
@@ -93,7 +93,7 @@ def _tlv(data: bytes, offset: int) -> tuple[int, int, int]:
     return tag, offset, offset + length
 
 
-def _not_after(der: bytes) -> datetime.datetime:
+def der_not_after(der: bytes) -> datetime.datetime:
     # Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber, signature,
     # issuer, validity SEQUENCE { notBefore, notAfter }, ... }, ... } (RFC 5280 §4.1)
     _, cert_start, _ = _tlv(der, 0)

@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, MOUNT_ROOT, SECRET_VOLUMES
+from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, INPUT_VOLUMES, MOUNT_ROOT, TRUST_VOLUMES
 
 from ..supervisor.files import SUPERVISOR_NAME
 
@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
     which.add_argument("--registry-file", type=Path, metavar="FILE",
                        help="watch a Registry YAML file (outside Kubernetes)")
     parser.add_argument("--mounts", type=Path, default=DEFAULT_MOUNTS, metavar="DIR",
-                        help=f"mount root holding {', '.join(v + '/' for v in SECRET_VOLUMES)} "
+                        help=f"mount root holding {', '.join(v + '/' for v in INPUT_VOLUMES)} "
                              f"(default {DEFAULT_MOUNTS})")
     parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
                         help=f"where config.yml, htpasswd, tls/ and supervise.sh are written "
@@ -69,6 +69,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
                         help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
                              "API, and apply its changes without waiting for the kubelet (repeatable)")
+    parser.add_argument("--api-configmap", action="append", default=[], metavar="DIR=CONFIGMAP",
+                        help=f"with --registry: the same for ConfigMap CONFIGMAP mounted at DIR/, DIR one of "
+                             f"{', '.join(TRUST_VOLUMES)} (token auth's trust; repeatable)")
     parser.add_argument("--leave-seconds", type=float, default=5.0, metavar="SECONDS",
                         help="with more than one replica: how long /readyz stays false before the registry restarts, "
                              "and how long after it is back before the next replica may go: the readiness probe "
@@ -97,8 +100,11 @@ def run(args: argparse.Namespace) -> int:
         if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
             raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
         args.api_secrets = _api_secrets(args.api_secret)
-        if args.api_secrets and args.registry is None:
-            raise ValueError("--api-secret needs --registry (the Secrets are read through the API)")
+        args.api_config_maps = _api_secrets(args.api_configmap, TRUST_VOLUMES, "--api-configmap", "CONFIGMAP")
+        if set(args.api_secrets) & set(args.api_config_maps):
+            raise ValueError("a directory is either --api-secret or --api-configmap, not both")
+        if (args.api_secrets or args.api_config_maps) and args.registry is None:
+            raise ValueError("--api-secret and --api-configmap need --registry (the objects are read through the API)")
         if args.leave_seconds < 0:
             raise ValueError("--leave-seconds must not be negative")
     except ValueError as exc:
@@ -120,13 +126,14 @@ def _split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _api_secrets(values: list[str]) -> dict[str, str]:
+def _api_secrets(values: list[str], volumes: tuple[str, ...] = INPUT_VOLUMES, flag: str = "--api-secret",
+                 what: str = "SECRET") -> dict[str, str]:
     """--api-secret DIR=SECRET values as {DIR: SECRET}; DIR is one of the mount contract's directories."""
     result: dict[str, str] = {}
     for value in values:
         volume, sep, secret = value.partition("=")
-        if not sep or volume not in SECRET_VOLUMES or not secret or volume in result:
-            raise ValueError(f"--api-secret must be DIR=SECRET with DIR one of {', '.join(SECRET_VOLUMES)}, each once; "
+        if not sep or volume not in volumes or not secret or volume in result:
+            raise ValueError(f"{flag} must be DIR={what} with DIR one of {', '.join(volumes)}, each once; "
                              f"not {value!r}")
         result[volume] = secret
     return result

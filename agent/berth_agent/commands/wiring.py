@@ -54,13 +54,18 @@ def api_mode(args: argparse.Namespace, health: Health, loop: asyncio.AbstractEve
     api_client = _kube_api_client(args)
     sources: list[Any] = [RegistryApiWatcher(api_client, namespace, name, health)]
     api_secrets = None
-    if args.api_secrets:
+    config_maps = getattr(args, "api_config_maps", None) or {}
+    if args.api_secrets or config_maps:
         from ..sources.api_secrets import STORE_NAME, ApiSecrets
         from ..sources.secret_api import SecretApiWatcher
 
-        api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts, args.api_secrets)
+        # One store for both kinds: a volume is one object, a Secret or a ConfigMap (the name says which).
+        api_secrets = ApiSecrets(args.config_dir / STORE_NAME, args.mounts,
+                                 {**args.api_secrets, **{v: f"configmap/{n}" for v, n in config_maps.items()}})
         sources += [SecretApiWatcher(api_client, namespace, secret, volume, health)
                     for volume, secret in args.api_secrets.items()]
+        sources += [SecretApiWatcher(api_client, namespace, name, volume, health, kind="ConfigMap")
+                    for volume, name in config_maps.items()]
     reporter = ApiReporter(api_client, namespace, name, args.pod_name)
 
     def waiting(message: str | None) -> None:  # called from the applier's worker thread

@@ -16,13 +16,22 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from berth_api import RegistrySpec
-from berth_api.pod import HTTP_SECRET_KEY, MOUNT_ROOT, TLS_CERT_KEY, TLS_KEY_KEY
+from berth_api.pod import (
+    HTTP_SECRET_KEY,
+    MOUNT_ROOT,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
+    TOKEN_BUNDLE_VOLUME,
+    TOKEN_JWKS_VOLUME,
+)
+from berth_api.storage import TrustKeyRef
 
 from ..core.errors import InputError
 from .cosi import S3Credentials, read_cosi
-from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, read_key, read_text
+from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, TRUST_LIMIT, read_key, read_text
 
-__all__ = ["DEFAULT_MOUNT_ROOT", "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs"]
+__all__ = ["DEFAULT_MOUNT_ROOT", "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs",
+           "trust_origin"]
 
 # The Secret volumes' names (subdirectories of the mount root) and keys are the pod contract, berth_api.pod.
 DEFAULT_MOUNT_ROOT = Path(MOUNT_ROOT)
@@ -44,6 +53,8 @@ class MountedInputs:
     redis: RedisAddress | None = None  # the redis URL, parsed where it was read
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
+    token_bundle: bytes | None = None  # auth.token.rootCertBundle (PEM certificates)
+    token_jwks: bytes | None = None  # auth.token.jwks (a JSON Web Key Set)
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -163,4 +174,17 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key
 
+    token = storage.auth.token
+    if token is not None:
+        for volume, ref, field, name in ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle, "rootCertBundle",
+                                          "token_bundle"), (TOKEN_JWKS_VOLUME, token.jwks, "jwks", "token_jwks")):
+            if ref is not None:
+                values[name] = read_key(root(volume), volume, ref.ref.field, limit=TRUST_LIMIT,
+                                        why=f"spec.config.storage.auth.token.{field}, {trust_origin(ref)}")
+
     return MountedInputs(**values)
+
+
+def trust_origin(ref: TrustKeyRef) -> str:
+    """`ConfigMap NAME key KEY`: which object a trust file comes from, for messages (never its content)."""
+    return f"{ref.kind} {ref.ref.name} key {ref.ref.field}"

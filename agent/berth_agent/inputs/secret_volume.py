@@ -29,6 +29,7 @@ MiB = 1024 * KiB
 SCALAR_LIMIT = 64 * KiB  # URLs, the http secret, COSI's scalar keys: a few hundred bytes in practice
 DOCUMENT_LIMIT = 1 * MiB  # TLS certificate chains and keys, COSI BucketInfo JSON: a Secret's own limit
 HTPASSWD_LIMIT = 4 * MiB  # ~60 000 bcrypt entries; larger than a Secret may be, for local runs
+TRUST_LIMIT = 4 * MiB  # token auth bundle or JWKS: ~2 000 certificates; a public CA bundle is ~220 KiB
 
 _MAX_LINKS = 8  # links followed per key: AtomicWriter uses two
 _RETRIES = 3  # resolve-and-open attempts when a swap replaces the path under the reader

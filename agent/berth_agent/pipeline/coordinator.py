@@ -27,7 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from berth_api import RegistrySpec, describe_validation_error
-from berth_api.pod import SECRET_VOLUMES
+from berth_api.pod import INPUT_VOLUMES
 
 from ..apply.applier import Applier, Outcome
 from ..apply.turns import ReplicaTurn
@@ -442,10 +442,12 @@ class Pipeline:
         if current is None:
             return
         self._show_current()
-        served = (current.config_hash, self.served_generation)
+        trust = current.trust
+        served = (current.config_hash, self.served_generation, tuple(sorted(trust.items())))
         if self.reported_error is None and self.reported_record == served and self._record_written:
             return
-        written = await self.reporter.applied(*served)
+        # trust only with token auth, so a reporter of before it needs no change
+        written = await self.reporter.applied(*served[:2], **({"trust": trust} if trust else {}))
         if self.reported_hash is not None and self.reported_hash != current.config_hash:
             await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
         self.reported_error, self.reported_hash = None, current.config_hash
@@ -492,7 +494,7 @@ def listen_on(rendered: Rendered, host: str) -> Rendered:
 def _source_label(source: str) -> str:
     """A bounded metrics label for an InputError source: the mount dir name, else 'spec'."""
     head = source.split("/", 1)[0].split(":", 1)[0]
-    return head if head in SECRET_VOLUMES else "spec"
+    return head if head in INPUT_VOLUMES else "spec"
 
 
 __all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from berth_api.pod import SECRET_VOLUMES
+from berth_api.pod import INPUT_VOLUMES
 
 from ..core.health import Health
 from ..inputs.secret_volume import volume_fingerprint
@@ -54,7 +54,7 @@ class BoundedThread:
 
 def inputs_fingerprint(mount_root: Path) -> tuple:
     """What every Secret volume under the mount root holds, by identity (see volume_fingerprint)."""
-    return tuple(volume_fingerprint(Path(mount_root) / source) for source in SECRET_VOLUMES)
+    return tuple(volume_fingerprint(Path(mount_root) / source) for source in INPUT_VOLUMES)
 
 
 def newer_input_pending(queue: asyncio.Queue[Change] | None) -> bool:

@@ -29,7 +29,7 @@ MAX_EVENT_MESSAGE = 1024  # what the events.k8s.io API allows for a note; longer
 
 class Reporter(Protocol):
     # applied and failed: True when the record reached status (or needs no write); False: the API refused it
-    async def applied(self, config_hash: str, generation: int | None) -> bool: ...
+    async def applied(self, config_hash: str, generation: int | None) -> bool: ...  # + trust= with token auth
 
     async def failed(self, error: str, generation: int | None) -> bool: ...  # error already secret-free
 
@@ -50,9 +50,9 @@ class LogReporter:
     def __init__(self, subject: str = "") -> None:
         self.subject = subject  # e.g. the registry file's path, so a line says what it is about
 
-    async def applied(self, config_hash: str, generation: int | None) -> bool:
+    async def applied(self, config_hash: str, generation: int | None, trust: dict | None = None) -> bool:
         log.debug("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
-                                                        "generation": generation}})
+                                                        "generation": generation, "trust": trust}})
         return True
 
     async def failed(self, error: str, generation: int | None) -> bool:
@@ -131,11 +131,13 @@ class ApiReporter:
 
     # ---- status ----
 
-    async def applied(self, config_hash: str, generation: int | None) -> bool:
+    async def applied(self, config_hash: str, generation: int | None, trust: dict | None = None) -> bool:
         # waiting: null too: a record left by an agent that died while waiting for its turn goes with this one.
+        # trust: null removes a record of token auth's trust when token auth is gone (merge patch).
         record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None,
-                  "waiting": None}
-        return await asyncio.to_thread(self._write_record, record, ("applied", config_hash, generation))
+                  "waiting": None, "trust": trust or None}
+        key = ("applied", config_hash, generation, tuple(sorted((trust or {}).items())))
+        return await asyncio.to_thread(self._write_record, record, key)
 
     async def failed(self, error: str, generation: int | None) -> bool:
         # Only `error`: configHash, appliedAt and observedGeneration keep describing the config that still runs

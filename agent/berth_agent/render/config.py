@@ -16,8 +16,8 @@ import yaml
 from berth_api import RegistrySpec
 
 from ..core.errors import InputError
-from ..inputs.mounts import MountedInputs
-from .paths import HTPASSWD_FILE, TLS_CERT_FILE, TLS_KEY_FILE, RenderPaths
+from ..inputs.mounts import MountedInputs, trust_origin
+from .paths import HTPASSWD_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE, RenderPaths
 from .rendered import Rendered
 from .storage import storage_section
 
@@ -47,6 +47,12 @@ def render(
             raise InputError("spec.config.storage.auth.htpasswd", "is set but no htpasswd file was read")
         files[HTPASSWD_FILE] = inputs.htpasswd
         config["auth"] = {"htpasswd": {"realm": HTPASSWD_REALM, "path": str(paths.config_dir / HTPASSWD_FILE)}}
+    origins: dict[str, str] = {}
+    if spec.config.storage.auth.token is not None:
+        config["auth"] = {"token": _token(spec, inputs, major, paths, files, origins)}
+    if spec.config.storage.auth.silly is not None:
+        silly = spec.config.storage.auth.silly
+        config["auth"] = {"silly": {"realm": silly.realm, "service": silly.service}}
 
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
@@ -62,7 +68,35 @@ def render(
     data = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False, width=1000)
     config_bytes = data.encode("utf-8")
     return Rendered(config=config_bytes, files=files, config_hash=hashlib.sha256(config_bytes).hexdigest(),
-                    parsed=config)  # the document just dumped: nobody parses it again
+                    parsed=config, origins=origins)  # the document just dumped: nobody parses it again
+
+
+def _token(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
+           files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
+    """auth.token; the bundle and the JWKS are copied beside config.yml (the registry reads them once, at start)."""
+    token = spec.config.storage.auth.token
+    assert token is not None
+    where = "spec.config.storage.auth.token"
+    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+        for field in token.v3_fields_set():
+            raise InputError(f"{where}.{field}", "needs Distribution 3; this registry runs Distribution 2")
+    section: dict[str, Any] = {"realm": token.realm, "service": token.service, "issuer": token.issuer}
+    for ref, data, name, key, field in ((token.root_cert_bundle, inputs.token_bundle, TOKEN_BUNDLE_FILE,
+                                         "rootcertbundle", "rootCertBundle"),
+                                        (token.jwks, inputs.token_jwks, TOKEN_JWKS_FILE, "jwks", "jwks")):
+        if ref is None:
+            continue
+        if data is None:
+            raise InputError(f"{where}.{field}", "is set but nothing was read")
+        files[name] = data
+        origins[name] = f"{where}.{field} ({trust_origin(ref)})"
+        section[key] = str(paths.config_dir / name)
+    section["autoredirect"] = token.auto_redirect
+    if token.signing_algorithms is not None:
+        section["signingalgorithms"] = list(token.signing_algorithms)
+    if token.auto_redirect_path is not None:
+        section["autoredirectpath"] = token.auto_redirect_path
+    return section
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,

@@ -12,6 +12,8 @@ from berth_api.pod import CONFIG_DIR, DATA_DIR, TLS_CERT_KEY, TLS_KEY_KEY
 HTPASSWD_FILE = "htpasswd"
 TLS_CERT_FILE = f"tls/{TLS_CERT_KEY}"
 TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
+TOKEN_BUNDLE_FILE = "token/rootcertbundle.pem"  # auth.token.rootcertbundle
+TOKEN_JWKS_FILE = "token/jwks.json"  # auth.token.jwks (Distribution 3)
 
 
 @dataclass(frozen=True)
@@ -23,4 +25,4 @@ class RenderPaths:
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-__all__ = ["HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "RenderPaths"]
+__all__ = ["HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]

@@ -3,13 +3,14 @@ document config.yml holds, parsed once, and typed reads of what pre-flight and t
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import yaml
 
-from .paths import TLS_CERT_FILE, TLS_KEY_FILE
+from .paths import HTPASSWD_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from .targets import RedisTarget, S3Target, redis_target, s3_target
 
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
@@ -25,6 +26,9 @@ class Rendered:
     config_hash: str = ""  # sha256 hex of config
     # The document `config` holds, when the caller has it (render() dumped it): then it is never parsed.
     parsed: dict[str, Any] | None = field(default=None, compare=False)
+    # Where a file came from, for pre-flight messages (`spec...rootCertBundle (ConfigMap trust key ca.pem)`);
+    # empty for a render read back from disk, whose messages name the file.
+    origins: dict[str, str] = field(default_factory=dict, compare=False)
 
     @cached_property
     def document(self) -> dict[str, Any]:
@@ -61,14 +65,22 @@ class Rendered:
     def s3(self) -> S3Target | None:
         return s3_target(self.document)
 
+    @property
+    def trust(self) -> dict[str, str]:
+        """sha256 of each token trust file, by spec field (status.agents.<pod>.trust); empty without token auth."""
+        files = (("rootCertBundle", TOKEN_BUNDLE_FILE), ("jwks", TOKEN_JWKS_FILE))
+        return {field: hashlib.sha256(self.files[name]).hexdigest() for field, name in files if name in self.files}
+
     def restart_needed(self, previous: Rendered | None) -> bool:
-        """True when the registry must restart to apply this render: it reads its config and TLS files once at
-        start. The htpasswd file alone is re-read live (field-notes §1), so a change there needs no restart."""
+        """True when the registry must restart to apply this render: it reads its config, TLS files and token
+        trust (bundle, JWKS) once at start. The htpasswd file alone is re-read live (field-notes §1), so a change
+        there needs no restart."""
         if previous is None:
             return True
         if self.config != previous.config:
             return True
-        return any(self.files.get(name) != previous.files.get(name) for name in (TLS_CERT_FILE, TLS_KEY_FILE))
+        names = (set(self.files) | set(previous.files)) - {HTPASSWD_FILE}
+        return any(self.files.get(name) != previous.files.get(name) for name in names)
 
     def __repr__(self) -> str:
         return f"Rendered(config_hash={self.config_hash!r}, files={sorted(self.files)!r})"

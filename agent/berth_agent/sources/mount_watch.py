@@ -15,7 +15,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent
 
-from berth_api.pod import SECRET_VOLUMES
+from berth_api.pod import INPUT_VOLUMES
 
 from ..core import metrics
 from ..core.health import Health
@@ -57,13 +57,13 @@ class MountWatcher(DirectorySource):
     def _wanted_dirs(self) -> list[Path]:
         if not self.mount_root.is_dir():
             return []  # nothing mounted (yet): the resync tick looks again
-        return [self.mount_root] + [d for d in (self.mount_root / n for n in SECRET_VOLUMES) if d.is_dir()]
+        return [self.mount_root] + [d for d in (self.mount_root / n for n in INPUT_VOLUMES) if d.is_dir()]
 
     def _on_event(self, watched: Path, event: FileSystemEvent) -> None:
         """Runs in the observer thread."""
         if watched == self.mount_root:
             changed = Path(str(event.dest_path or event.src_path)).name
-            if changed not in SECRET_VOLUMES:
+            if changed not in INPUT_VOLUMES:
                 return
             # A source directory appeared, vanished or was replaced: the run loop re-syncs the watches (not
             # here: scheduling a watch from the observer's own dispatch thread would order locks both ways).

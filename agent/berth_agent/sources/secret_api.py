@@ -26,6 +26,7 @@ from .change import Change, Emit
 from .kube_watch import SingleObjectWatcher
 
 SECRETS_PATH = "/api/v1/namespaces/{namespace}/secrets"
+CONFIG_MAPS_PATH = "/api/v1/namespaces/{namespace}/configmaps"
 
 
 def data_fingerprint(data: Mapping[str, bytes]) -> str:
@@ -53,10 +54,14 @@ class SecretCopy:
     __str__ = __repr__
 
 
-def secret_copy(volume: str, obj: dict) -> SecretCopy:
-    """The decoded copy of a Secret object; ValueError (naming the key only) if its data is not base64."""
+def secret_copy(volume: str, obj: dict, kind: str = "Secret") -> SecretCopy:
+    """The decoded copy of a Secret object (or a ConfigMap's: `data` as UTF-8 text, `binaryData` base64, as the
+    kubelet writes both into its volume); ValueError (naming the key only) if base64 data is not base64."""
     data: dict[str, bytes] = {}
-    for key, value in (obj.get("data") or {}).items():
+    if kind == "ConfigMap":
+        data.update({key: str(value or "").encode() for key, value in (obj.get("data") or {}).items()})
+    encoded = (obj.get("binaryData") if kind == "ConfigMap" else obj.get("data")) or {}
+    for key, value in encoded.items():
         try:
             data[key] = base64.b64decode(value or "", validate=True)
         except (binascii.Error, ValueError, TypeError):
@@ -69,15 +74,18 @@ def secret_copy(volume: str, obj: dict) -> SecretCopy:
 
 class SecretApiWatcher(SingleObjectWatcher):
     """Emits Change("secret:<volume>", secret=SecretCopy) when the payload changes (a new resourceVersion with
-    the same data is not a change), or Change("secret:<volume>", error=...) when it cannot be read."""
+    the same data is not a change), or Change("secret:<volume>", error=...) when it cannot be read. With
+    kind="ConfigMap" it watches a ConfigMap (token auth's trust) the same way."""
 
     kind = "Secret"
     log_key = "secret"
 
     def __init__(self, api_client: Any, namespace: str, name: str, volume: str, health: Health,
-                 **options: Any) -> None:
+                 kind: str = "Secret", **options: Any) -> None:
         super().__init__(namespace, name, health, **options)
         self.volume = volume
+        if kind == "ConfigMap":
+            self.kind, self.log_key = "ConfigMap", "configmap"
         self.name = f"secret-api-{volume}"  # metrics label and liveness loop: one bounded value per volume
         self._api_client = api_client
 
@@ -87,8 +95,9 @@ class SecretApiWatcher(SingleObjectWatcher):
         query = [(names[key], value) for key, value in params.items() if key in names]
         if watch:
             query.append(("watch", True))
+        path = CONFIG_MAPS_PATH if self.kind == "ConfigMap" else SECRETS_PATH
         response = self._api_client.call_api(
-            SECRETS_PATH, "GET", path_params={"namespace": self.namespace}, query_params=query,
+            path, "GET", path_params={"namespace": self.namespace}, query_params=query,
             header_params={"Accept": "application/json"}, auth_settings=["BearerToken"], response_types_map={},
             _preload_content=False, _request_timeout=params.get("_request_timeout"),
         )
@@ -101,9 +110,9 @@ class SecretApiWatcher(SingleObjectWatcher):
 
     def _offer(self, emit: Emit, obj: dict) -> None:
         try:
-            copy = secret_copy(self.volume, obj)
+            copy = secret_copy(self.volume, obj, self.kind)
         except ValueError as exc:
-            self._offer_state(emit, ("error", f"Secret {self.ref}: {exc}"), None)
+            self._offer_state(emit, ("error", f"{self.kind} {self.ref}: {exc}"), None)
             return
         self._offer_state(emit, ("ok", copy.fingerprint), copy)
 

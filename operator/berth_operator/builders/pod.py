@@ -27,6 +27,8 @@ from berth_api.pod import (
     TLS_VOLUME,
     TMP_DIR,
     TMP_VOLUME,
+    TOKEN_BUNDLE_VOLUME,
+    TOKEN_JWKS_VOLUME,
     TOKEN_VOLUME,
 )
 
@@ -102,7 +104,22 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
         sources[REDIS_VOLUME] = spec.redis.secret.name
     if spec.http.tls is not None:
         sources[TLS_VOLUME] = spec.http.tls.secret_name
+    sources.update({volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "Secret"})
     return sources
+
+
+def trust_sources(reg: Registry) -> dict[str, tuple[str, str]]:
+    """Volume name -> (Secret or ConfigMap, its name): token auth's root certificate bundle and JWKS."""
+    token = reg.spec.config.storage.auth.token
+    if token is None:
+        return {}
+    refs = ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle), (TOKEN_JWKS_VOLUME, token.jwks))
+    return {volume: (ref.kind, ref.ref.name) for volume, ref in refs if ref is not None}
+
+
+def config_map_sources(reg: Registry) -> dict[str, str]:
+    """Volume name -> ConfigMap name, for every ConfigMap the spec needs (trust bundles often are ConfigMaps)."""
+    return {volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "ConfigMap"}
 
 
 def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
@@ -133,6 +150,8 @@ def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
     # Whole Secrets: no items, and the mounts below use no subPath, so the kubelet keeps them current.
     for volume, secret in secret_sources(reg, facts).items():
         result.append({"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}})
+    for volume, config_map in config_map_sources(reg).items():  # swapped by the kubelet like a Secret
+        result.append({"name": volume, "configMap": {"name": config_map, "defaultMode": SECRET_MODE}})
     claim = storage.claim_name(reg)
     if claim is not None:
         result.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
@@ -145,7 +164,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         {"name": TMP_VOLUME, "mountPath": TMP_DIR},
         {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
     ]
-    for volume in secret_sources(reg, facts):
+    for volume in [*secret_sources(reg, facts), *config_map_sources(reg)]:
         mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{volume}", "readOnly": True})
     if storage.claim_name(reg) is not None:
         mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
@@ -173,6 +192,8 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
             *(arg for volume, secret in secret_sources(reg, facts).items()
               for arg in ("--api-secret", f"{volume}={secret}")),
+            *(arg for volume, config_map in config_map_sources(reg).items()
+              for arg in ("--api-configmap", f"{volume}={config_map}")),
         ],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
         "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],

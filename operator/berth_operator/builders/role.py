@@ -1,6 +1,7 @@
 """The agent's Role: its own Registry (read, and patch status), Events, its Registry's reload and garbage
 collection Leases (get and update, those two objects by name), and read access to exactly the Secrets its pod
-mounts (by name), which it also watches over the API so a rotation applies before the kubelet updates the volume."""
+mounts (by name), which it also watches over the API so a rotation applies before the kubelet updates the volume;
+the same for the ConfigMaps it mounts (token auth's trust), only when there are any."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from berth_api import GROUP, PLURAL, Registry
 from . import names
 from .context import ClusterFacts
 from .meta import object_meta
-from .pod import secret_sources
+from .pod import config_map_sources, secret_sources
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
@@ -36,8 +37,19 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "resourceNames": [names.gc_lease_name(reg)], "verbs": ["get", "update"]},
             secrets_rule(reg, facts),
+            *config_maps_rule(reg),
         ],
     }
+
+
+def config_maps_rule(reg: Registry) -> list[dict[str, Any]]:
+    """get/list/watch on the ConfigMaps the pod mounts, by name; no rule at all when it mounts none (an empty
+    resourceNames would mean every ConfigMap in the namespace)."""
+    mounted = sorted(set(config_map_sources(reg).values()))
+    if not mounted:
+        return []
+    return [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": mounted,
+             "verbs": ["get", "list", "watch"]}]
 
 
 def secrets_rule(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:

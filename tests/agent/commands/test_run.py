@@ -70,7 +70,10 @@ def test_api_secret_arguments_are_checked(tmp_path):
     """--api-secret DIR=SECRET: a mount contract directory, each once, and only with --registry (local mode is
     unchanged: no API to read Secrets from)."""
     for args, needle in [
-        (("--registry-file", str(tmp_path / "r.yaml"), "--api-secret", "cosi=creds"), "needs --registry"),
+        (("--registry-file", str(tmp_path / "r.yaml"), "--api-secret", "cosi=creds"), "need --registry"),
+        (("--registry-file", str(tmp_path / "r.yaml"), "--api-configmap", "token-bundle=trust"), "need --registry"),
+        (("--registry", "ns/reg", "--api-configmap", "tls=trust"), "DIR=CONFIGMAP with DIR one of token-bundle"),
+        (("--registry", "ns/reg", "--api-configmap", "token-jwks=a", "--api-secret", "token-jwks=b"), "not both"),
         (("--registry", "ns/reg", "--api-secret", "secrets=creds"), "DIR=SECRET"),
         (("--registry", "ns/reg", "--api-secret", "cosi"), "DIR=SECRET"),
         (("--registry", "ns/reg", "--api-secret", "tls=a", "--api-secret", "tls=b"), "each once"),

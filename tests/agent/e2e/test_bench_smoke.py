@@ -44,3 +44,10 @@ def test_gc_window_benchmark_runs_the_agent_flow_and_pulls_never_fail():
     assert "flow, 1 replica: read-only window, as a client sees it" in result.stdout
     assert "flow, 1 replica: GC duration" in result.stdout
     assert "failed 0 (target 0)" in result.stdout
+
+
+def test_token_rotation_benchmark_runs_and_restarts_once_per_change():
+    result = subprocess.run([sys.executable, str(BENCH / "agent_token_rotation.py"), "--changes", "2"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "restarts 2 of 2 changes" in result.stdout and " 0 failed," in result.stdout

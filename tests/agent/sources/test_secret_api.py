@@ -135,3 +135,23 @@ def test_fingerprint_is_over_every_key_and_value():
     assert data_fingerprint({"a": b"1"}) != data_fingerprint({"a": b"2"})
     assert data_fingerprint({"a": b"1b"}) != data_fingerprint({"a1": b"b"})
     assert data_fingerprint({}) != data_fingerprint({"a": b""})
+
+
+@pytest.mark.asyncio
+async def test_a_config_map_is_watched_by_name_the_same_way(kube_api, health, changes):
+    """Token auth's trust may be a ConfigMap (trust-manager writes them): text `data` and base64 `binaryData`."""
+    bundle = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    kube_api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trust", "namespace": "default"},
+                     "data": {"ca.pem": bundle}, "binaryData": {"raw": _b64("bytes")}})
+    kube_api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "default"},
+                     "data": {"ca.pem": "not ours"}})
+    async with watching(kube_api, health, changes, name="trust", volume="token-bundle", kind="ConfigMap"):
+        first = await changes.wait_for(lambda c: c.secret is not None)
+        assert first.source == "secret:token-bundle" and first.secret.name == "trust"
+        assert first.secret.data == {"ca.pem": bundle.encode(), "raw": b"bytes"}
+        await _until(lambda: kube_api.open_watches == 1)
+        kube_api.patch("v1/configmaps", "default", "trust", {"data": {"ca.pem": bundle + bundle}})
+        await changes.wait_for(lambda c: _value(c, "ca.pem") == (bundle + bundle).encode())
+    requests = [path for method, path in kube_api.requests() if method == "GET" and "/configmaps" in path]
+    assert requests and all(p.startswith("/api/v1/namespaces/default/configmaps?") for p in requests)
+    assert all("fieldSelector=metadata.name%3Dtrust" in p for p in requests)
