@@ -33,6 +33,7 @@ class Kind:
 
 KINDS: dict[tuple[str, str], Kind] = {
     ("v1", "Secret"): Kind("secrets"),
+    ("v1", "ConfigMap"): Kind("configmaps"),
     ("v1", "ServiceAccount"): Kind("serviceaccounts"),
     ("v1", "Service"): Kind("services"),
     ("v1", "PersistentVolumeClaim"): Kind("persistentvolumeclaims"),

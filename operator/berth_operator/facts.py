@@ -84,6 +84,28 @@ def _secret_findings(kube: Kube, namespace: str, name: str, where: str, keys: tu
     return []
 
 
+def _config_map_refs(reg: Registry) -> list[tuple[str, str, str]]:
+    """(ConfigMap name, API path of the reference, key it must hold) for every ConfigMap the spec names."""
+    token = reg.spec.config.storage.auth.token
+    refs = []
+    for name, ref in (("rootCertBundle", token.root_cert_bundle if token else None),
+                      ("jwks", token.jwks if token else None)):
+        if ref is not None and ref.config_map is not None:
+            refs.append((ref.config_map.name, f"spec.config.storage.auth.token.{name}.configMap",
+                         ref.config_map.field))
+    return refs
+
+
+def _config_map_findings(kube: Kube, namespace: str, name: str, where: str, key: str) -> list[Finding]:
+    """As for Secrets: the pod cannot start without the volume, so say which object and key is missing."""
+    config_map = kube.get("v1", "ConfigMap", namespace, name)
+    if config_map is None:
+        return [Finding("MissingConfigMap", f"ConfigMap {name} ({where}) not found in namespace {namespace}")]
+    if key not in set(config_map.get("data") or {}) | set(config_map.get("binaryData") or {}):
+        return [Finding("MissingConfigMapKey", f"ConfigMap {name} ({where}) has no key {key}")]
+    return []
+
+
 def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
     """True only when the class is known to be absent; a class we may not read (403) is given the benefit."""
     try:
@@ -102,6 +124,8 @@ def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
     pvc_access_modes = None
     for name, where, keys in _secret_refs(reg):
         findings += _secret_findings(kube, namespace, name, where, keys)
+    for name, where, key in _config_map_refs(reg):
+        findings += _config_map_findings(kube, namespace, name, where, key)
 
     fs = reg.spec.config.storage.filesystem
     if fs is not None and fs.persistent_volume_claim:

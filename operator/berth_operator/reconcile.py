@@ -27,8 +27,9 @@ STATUS_CONFLICT_RETRIES = 5
 # named in the spec, the COSI driver's Secret) or about a write that failed: only the periodic refresh sees
 # them change, so a Registry with one of them is polled (handlers.sweep_forever); all others are not.
 UNWATCHED_REASONS = frozenset({
-    "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingPVC", "MissingBucketClaim", "MissingBucketAccess",
-    "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass", "VolumeExpansionNotAllowed",
+    "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC",
+    "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
+    "MissingBucketAccessClass", "VolumeExpansionNotAllowed",
 })
 USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
                                   "WaitingForBucketAccess"})

@@ -22,6 +22,8 @@ DEGRADED_REASONS = (
     "ApplyFailed",
     "MissingSecret",
     "MissingSecretKey",
+    "MissingConfigMap",
+    "MissingConfigMapKey",
     "MissingPVC",
     "MissingBucketClaim",
     "MissingBucketAccess",

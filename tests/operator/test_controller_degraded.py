@@ -267,3 +267,26 @@ def test_junk_in_status_does_not_break_the_reconcile(operator_harness, kube_api)
     harness.wait_reconciled(NS, "junk")
     assert condition(harness, "junk", "Degraded")[:2] == ("False", "AsExpected")
     assert "agents" not in kube_api.get(REGISTRIES_PATH, NS, "junk")["status"]
+
+
+def test_missing_trust_config_map_then_created(operator_harness, kube_api):
+    """Token auth trusting a ConfigMap key: a missing ConfigMap, then a missing key, are Degraded naming the
+    field (the pod cannot start without the volume), and clear once the key is there."""
+    harness = operator_harness([NS], refresh_interval=0.3)
+    trust = {"configMap": {"name": "issuer-trust", "field": "ca.crt"}}
+    kube_api.create(registry("tok", {"config": {"storage": {"inmemory": {}, "auth": {"token": {
+        "realm": "https://issuer.example/token", "service": "registry", "issuer": "issuer",
+        "rootCertBundle": trust}}}}}))
+    harness.wait_reconciled(NS, "tok")
+    status, reason, message = condition(harness, "tok", "Degraded")
+    assert (status, reason) == ("True", "MissingConfigMap")
+    assert "ConfigMap issuer-trust (spec.config.storage.auth.token.rootCertBundle.configMap)" in message
+    assert condition(harness, "tok", "Ready")[:2] == ("False", "MissingConfigMap")
+    wait_for(lambda: warning_events(harness, "tok", "MissingConfigMap"), "the MissingConfigMap event")
+
+    kube_api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "issuer-trust", "namespace": NS},
+                     "data": {"other": "x"}})
+    wait_for(lambda: condition(harness, "tok", "Degraded")[1] == "MissingConfigMapKey", "MissingConfigMapKey")
+    assert "has no key ca.crt" in condition(harness, "tok", "Degraded")[2]
+    kube_api.patch("v1/configmaps", NS, "issuer-trust", {"data": {"ca.crt": "-----BEGIN CERTIFICATE-----"}})
+    wait_for(lambda: condition(harness, "tok", "Degraded")[0] == "False", "Degraded cleared")
