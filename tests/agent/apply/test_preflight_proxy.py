@@ -5,6 +5,7 @@ registries on 127.0.0.1 (support.upstream); a refusal carries the upstream's ans
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 
 import pytest
@@ -149,8 +150,8 @@ def test_an_upstream_that_echoes_the_password_does_not_get_it_into_the_message()
                 self.end_headers()
                 return
             password = base64.b64decode(header[6:]).decode().partition(":")[2]
-            body = ('{"errors": [{"code": "DENIED", "message": "password %s is wrong %s"}]}'
-                    % (password, "x" * 500)).encode()
+            error = {"code": "DENIED", "message": f"password {password} is wrong {'x' * 500}"}
+            body = json.dumps({"errors": [error]}).encode()
             self.send_response(403)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
