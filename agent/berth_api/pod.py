@@ -29,7 +29,7 @@ HTTP_SECRET_VOLUME = "http-secret"
 REDIS_VOLUME = "redis"
 TLS_VOLUME = "tls"
 SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME)
-# The token auth trust volumes, each a Secret or a ConfigMap (spec.config.storage.auth.token.rootCertBundle and
+# The token auth trust volumes, each a Secret or a ConfigMap (spec.config.auth.token.rootCertBundle and
 # .jwks), mounted whole at MOUNT_ROOT/<name> like the Secrets.
 TOKEN_BUNDLE_VOLUME = "token-bundle"
 TOKEN_JWKS_VOLUME = "token-jwks"

@@ -7,9 +7,19 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from .auth import (
+    AUTH_PATH,
+    BOTH_PLACES_MESSAGE,
+    STORAGE_AUTH_PATH,
+    TOKEN_V3_FIELDS,
+    Auth,
+    AuthInUse,
+    auth_in_use,
+    token_v3_message,
+)
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .server import Health, Http, Redis, Validation
-from .storage import TOKEN_V3_FIELDS, Storage, token_v3_message
+from .storage import Storage
 from .types import INT32_MAX, ApiModel, Quantity
 
 GROUP = "berth.dev"
@@ -32,9 +42,41 @@ class Log(ApiModel):
     level: Literal["error", "warn", "info", "debug"] = Field("info", description="Registry log level.")
 
 
+# CEL: an Auth object at `path` (relative to self) names a provider.
+def _names_provider(path: str) -> str:
+    return f"(has({path}.htpasswd) || has({path}.token) || has({path}.silly))"
+
+
 class Config(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!(has(self.auth) && {_names_provider('self.auth')} && has(self.storage.auth) && "
+                            f"{_names_provider('self.storage.auth')})",
+                    "message": BOTH_PLACES_MESSAGE,
+                },
+            ]
+        }
+    }
+
     log: Log = Field(default_factory=Log, description="Registry logging.")
     storage: Storage = Field(description="Storage backend and storage options.")
+    auth: Auth | None = Field(
+        None, description="Authentication: at most one of htpasswd, token and silly (as in Distribution's "
+        "config.yml). spec.config.storage.auth is the same field where the architecture document puts it: set "
+        "one of the two.")
+
+    @model_validator(mode="after")
+    def _auth_in_one_place(self) -> Config:
+        if self.auth is not None and self.auth.provider is not None and self.storage.auth.provider is not None:
+            raise ValueError(BOTH_PLACES_MESSAGE)
+        return self
+
+    @property
+    def auth_in_use(self) -> AuthInUse:
+        """The auth this config uses and the path it is written at: every reader goes through this."""
+        return auth_in_use(self.auth, self.storage.auth)
 
 
 class Resources(ApiModel):
@@ -56,10 +98,10 @@ class RegistrySpec(ApiModel):
                     "message": GC_STORAGE_MESSAGE,
                 },
                 *({
-                    "rule": "!has(self.config.storage.auth) || !has(self.config.storage.auth.token) || "
-                            f"!has(self.config.storage.auth.token.{field}) || !{_RUNS_2}",
-                    "message": token_v3_message(field),
-                } for field in TOKEN_V3_FIELDS),
+                    "rule": f"!has({where}) || !has({where}.token) || !has({where}.token.{field}) || !{_RUNS_2}",
+                    "message": token_v3_message(field, path),
+                } for path in (AUTH_PATH, STORAGE_AUTH_PATH) for field in TOKEN_V3_FIELDS
+                  for where in ["self." + path.removeprefix("spec.")]),
             ]
         }
     }
@@ -99,10 +141,10 @@ class RegistrySpec(ApiModel):
 
     @model_validator(mode="after")
     def _token_fields_need_distribution_3(self) -> RegistrySpec:
-        token = self.config.storage.auth.token
-        if token is not None and self.distribution_major == "2":
-            for field in token.v3_fields_set():
-                raise ValueError(token_v3_message(field))
+        path, auth = self.config.auth_in_use
+        if auth.token is not None and self.distribution_major == "2":
+            for field in auth.token.v3_fields_set():
+                raise ValueError(token_v3_message(field, path))
         return self
 
     @property

@@ -67,24 +67,36 @@ def gc_storage_documents() -> list[dict[str, Any]]:
             for backend, shape in backends.items() for gc in (None, {}, {"schedule": "0 3 * * *"})]
 
 
+def _auth_at(place: str, auth: dict[str, Any]) -> dict[str, Any]:
+    """spec.config with `auth` at spec.config.auth ("config") or spec.config.storage.auth ("storage")."""
+    if place == "config":
+        return {"storage": {"inmemory": {}}, "auth": auth}
+    return {"storage": {"inmemory": {}, "auth": auth}}
+
+
 def auth_documents() -> list[dict[str, Any]]:
-    """Each subset of the providers; token with and without trust and each 3.x-only field, on images and
-    explicit distributions of both majors."""
+    """Each subset of the providers, at each of the two places; token with and without trust and each
+    3.x-only field, on images and explicit distributions of both majors; both places at once."""
     token = {"realm": "https://a.example/token", "service": "s", "issuer": "i"}
     trust = {"configMap": {"name": "trust", "field": "ca.pem"}}
     providers = {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}},
                  "token": {**token, "rootCertBundle": trust}, "silly": {"realm": "r", "service": "s"}}
     documents = []
-    for size in range(len(providers) + 1):
-        for chosen in itertools.combinations(providers, size):
-            documents.append({"config": {"storage": {"inmemory": {}, "auth": {p: providers[p] for p in chosen}}}})
+    for place in ("config", "storage"):
+        for size in range(len(providers) + 1):
+            for chosen in itertools.combinations(providers, size):
+                documents.append({"config": _auth_at(place, {p: providers[p] for p in chosen})})
     tokens = [token, {**token, "jwks": trust}, {**token, "rootCertBundle": trust, "signingAlgorithms": ["RS256"]},
               {**token, "rootCertBundle": trust, "autoRedirectPath": "/t"}, {**token, "rootCertBundle": trust}]
     where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "r.example:5000/registry:v2.8.3"},
              {"image": "registry:2", "distribution": "3"}, {"image": "registry:3", "distribution": "2"},
              {"image": "registry@sha256:" + "a" * 64}]
-    for shape, extra in itertools.product(tokens, where):
-        documents.append({**extra, "config": {"storage": {"inmemory": {}, "auth": {"token": shape}}}})
+    for place in ("config", "storage"):
+        for shape, extra in itertools.product(tokens, where):
+            documents.append({**extra, "config": _auth_at(place, {"token": shape})})
+    # Both places: refused only when both name a provider (an empty auth object names none).
+    for top, under in itertools.product([{}, *({p: v} for p, v in providers.items())], repeat=2):
+        documents.append({"config": {"storage": {"inmemory": {}, "auth": under}, "auth": top}})
     return documents
 
 

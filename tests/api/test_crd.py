@@ -19,7 +19,14 @@ from pydantic import BaseModel, Field
 
 from api.admission import CRD_FILE, cel_rules, committed_crd, crd_schema, join, walk
 from berth_api import GC_STORAGE_MESSAGE, crd
-from berth_api.storage import AUTH_MESSAGE, TOKEN_V3_FIELDS, token_v3_message
+from berth_api.auth import (
+    AUTH_MESSAGE,
+    AUTH_PATH,
+    BOTH_PLACES_MESSAGE,
+    STORAGE_AUTH_PATH,
+    TOKEN_V3_FIELDS,
+    token_v3_message,
+)
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Keywords a structural schema may not carry here: type unions, references, and what pruning replaces.
@@ -214,11 +221,13 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec", "config.storage.cache.blobdescriptor redis needs spec.redis"),
         ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
         ("spec", GC_STORAGE_MESSAGE),
-        ("spec.config.storage.auth", AUTH_MESSAGE),
-        ("spec.config.storage.auth.token", "set rootCertBundle, jwks or both: the registry needs keys to trust"),
-        ("spec.config.storage.auth.token.rootCertBundle", "set exactly one of secret and configMap"),
-        ("spec.config.storage.auth.token.jwks", "set exactly one of secret and configMap"),
-        *(("spec", token_v3_message(field)) for field in TOKEN_V3_FIELDS),
+        ("spec.config", BOTH_PLACES_MESSAGE),
+        *(rule for place in (AUTH_PATH, STORAGE_AUTH_PATH) for rule in (
+            (place, AUTH_MESSAGE),
+            (f"{place}.token", "set rootCertBundle, jwks or both: the registry needs keys to trust"),
+            (f"{place}.token.rootCertBundle", "set exactly one of secret and configMap"),
+            (f"{place}.token.jwks", "set exactly one of secret and configMap"),
+            *(("spec", token_v3_message(field, place)) for field in TOKEN_V3_FIELDS))),
     }
 
 

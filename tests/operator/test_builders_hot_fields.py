@@ -24,6 +24,8 @@ from berth_operator.builders import ClusterFacts, deployment
 
 AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 
+# The two places auth may be written (berth_api.auth).
+AUTH_PLACES = ("config.storage.auth", "config.auth")
 # Spec paths (API names, list items as "*") whose change must change the Deployment, given the same ClusterFacts.
 POD_SHAPING = {
     "image",
@@ -35,18 +37,21 @@ POD_SHAPING = {
     "http.secret.name",
     "http.tls.secretName",
     "redis.secret.name",
-    "config.storage.auth.htpasswd.secret.name",
-    # Token auth's trust volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
-    *(f"config.storage.auth.token.{field}.{kind}.name" for field in ("rootCertBundle", "jwks")
+    # Auth, at either of its two places (berth_api.auth): the htpasswd Secret's volume, and token auth's trust
+    # volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
+    *(f"{auth}.htpasswd.secret.name" for auth in AUTH_PLACES),
+    *(f"{auth}.token.{field}.{kind}.name" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
 }
 # Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
 POD_SHAPING_SECTIONS = {
-    "http.secret", "http.tls", "redis", "config.storage.auth.htpasswd",
+    "http.secret", "http.tls", "redis",
     "config.storage.filesystem", "config.storage.objectStorage", "config.storage.inmemory",
-    "config.storage.auth.token", "config.storage.auth.token.jwks", "config.storage.auth.token.rootCertBundle",
-    *(f"config.storage.auth.token.{field}.{kind}" for field in ("rootCertBundle", "jwks")
+    *(f"{auth}.{section}" for auth in AUTH_PLACES
+      for section in ("htpasswd", "token", "token.jwks", "token.rootCertBundle")),
+    *(f"{auth}.token.{field}.{kind}" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
+    "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
 _FULL_OPTIONS = {
@@ -129,6 +134,19 @@ BASES = [
         "jwks": {"configMap": {"name": "keys", "field": "jwks.json"}}}}), ClusterFacts(AGENT_IMAGE)),
     ("silly", _with_storage({"inmemory": {}}, {"silly": {"realm": "r", "service": "s"}}), ClusterFacts(AGENT_IMAGE)),
 ]
+
+
+def _auth_at_top(spec: dict[str, Any]) -> dict[str, Any]:
+    """The same spec with its auth at spec.config.auth instead of spec.config.storage.auth."""
+    moved = copy.deepcopy(spec)
+    moved["config"]["auth"] = moved["config"]["storage"].pop("auth")
+    return moved
+
+
+# The same bases with auth at spec.config.auth: the walk reaches its fields there too.
+BASES += [(f"{base_id}-at-config-auth", _auth_at_top(spec), facts) for base_id, spec, facts in BASES
+          if base_id in ("filesystem-claim-rwx", "token-configmap-bundle", "token-secret-bundle", "silly")]
+TOP = {base_id: index for index, (base_id, _, _) in enumerate(BASES)}
 
 # Values tried for a changed field; the models decide which are valid for it.
 _STRING_CANDIDATES = [
@@ -362,6 +380,15 @@ POD_SHAPING_CHANGES = [
       for base, field, kind in ((5, "rootCertBundle", "configMap"), (5, "jwks", "secret"),
                                 (6, "rootCertBundle", "secret"), (6, "jwks", "configMap"))),
     ("token trust ConfigMap -> Secret", _spec(5), BASES[5][2], _spec(6), BASES[6][2]),
+    ("config.auth.htpasswd.secret.name", _spec(TOP["filesystem-claim-rwx-at-config-auth"]), BASES[0][2],
+     _set(_spec(TOP["filesystem-claim-rwx-at-config-auth"]), ["config", "auth", "htpasswd", "secret", "name"],
+          "other"), BASES[0][2]),
+    *((f"config.auth.token.{field}.{kind}.name", _spec(TOP[base]), BASES[5][2],
+       _set(_spec(TOP[base]), ["config", "auth", "token", field, kind, "name"], "other"), BASES[5][2])
+      for base, field, kind in (("token-configmap-bundle-at-config-auth", "rootCertBundle", "configMap"),
+                                ("token-configmap-bundle-at-config-auth", "jwks", "secret"),
+                                ("token-secret-bundle-at-config-auth", "rootCertBundle", "secret"),
+                                ("token-secret-bundle-at-config-auth", "jwks", "configMap"))),
     ("token -> silly", _spec(5), BASES[5][2], _spec(7), BASES[7][2]),
 ]
 
@@ -383,3 +410,10 @@ def test_scaling_does_not_change_the_pod_template():
     assert after["spec"]["replicas"] == 5
     assert json.dumps(after["spec"]["template"], sort_keys=True) == json.dumps(before["spec"]["template"],
                                                                                 sort_keys=True)
+
+
+@pytest.mark.parametrize("base_id", ["filesystem-claim-rwx", "token-configmap-bundle", "token-secret-bundle", "silly"])
+def test_moving_auth_between_its_two_places_leaves_the_deployment_byte_identical(base_id):
+    """spec.config.storage.auth -> spec.config.auth is an edit of where, not what: no pod is replaced."""
+    _, spec, facts = BASES[TOP[base_id]]
+    assert deployment_json(_auth_at_top(spec), facts) == deployment_json(spec, facts)

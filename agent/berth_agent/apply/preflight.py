@@ -36,8 +36,8 @@ from .preflight_tls import check_pair
 from .preflight_token import check_bundle, check_jwks
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-SILLY_WARNING = ("spec.config.storage.auth.silly lets in any request that carries an Authorization header, "
-                 "whatever it holds: for tests only, never in production")
+SILLY_WARNING = ("auth.silly (spec.config.auth.silly or spec.config.storage.auth.silly) lets in any request that "
+                 "carries an Authorization header, whatever it holds: for tests only, never in production")
 TIMEOUT_SECONDS = 5.0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from berth_api import RegistrySpec
+from berth_api.auth import TrustKeyRef
 from berth_api.pod import (
     HTTP_SECRET_KEY,
     MOUNT_ROOT,
@@ -24,7 +25,6 @@ from berth_api.pod import (
     TOKEN_BUNDLE_VOLUME,
     TOKEN_JWKS_VOLUME,
 )
-from berth_api.storage import TrustKeyRef
 
 from ..core.errors import InputError
 from .cosi import S3Credentials, read_cosi
@@ -147,9 +147,10 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     if storage.object_storage is not None:
         values["s3"] = read_cosi(root("cosi") / "cosi")
 
-    if storage.auth.htpasswd is not None:
-        key = storage.auth.htpasswd.secret.field
-        data = read_key(root("htpasswd"), "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
+    auth_path, auth = spec.config.auth_in_use
+    if auth.htpasswd is not None:
+        key = auth.htpasswd.secret.field
+        data = read_key(root("htpasswd"), "htpasswd", key, why=f"{auth_path}.htpasswd.secret",
                         limit=HTPASSWD_LIMIT)
         _check_htpasswd(data, f"htpasswd/{key}")
         values["htpasswd"] = data
@@ -174,13 +175,13 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key
 
-    token = storage.auth.token
+    token = auth.token
     if token is not None:
         for volume, ref, field, name in ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle, "rootCertBundle",
                                           "token_bundle"), (TOKEN_JWKS_VOLUME, token.jwks, "jwks", "token_jwks")):
             if ref is not None:
                 values[name] = read_key(root(volume), volume, ref.ref.field, limit=TRUST_LIMIT,
-                                        why=f"spec.config.storage.auth.token.{field}, {trust_origin(ref)}")
+                                        why=f"{auth_path}.token.{field}, {trust_origin(ref)}")
 
     return MountedInputs(**values)
 

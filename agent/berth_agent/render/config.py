@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from berth_api import RegistrySpec
+from berth_api.auth import TokenAuth
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, trust_origin
@@ -42,17 +43,17 @@ def render(
     config: dict[str, Any] = {"version": "0.1", "log": {"level": spec.config.log.level}}
     config["storage"] = storage_section(spec, inputs, major, paths)
 
-    if spec.config.storage.auth.htpasswd is not None:
+    auth_path, auth = spec.config.auth_in_use
+    if auth.htpasswd is not None:
         if inputs.htpasswd is None:
-            raise InputError("spec.config.storage.auth.htpasswd", "is set but no htpasswd file was read")
+            raise InputError(f"{auth_path}.htpasswd", "is set but no htpasswd file was read")
         files[HTPASSWD_FILE] = inputs.htpasswd
         config["auth"] = {"htpasswd": {"realm": HTPASSWD_REALM, "path": str(paths.config_dir / HTPASSWD_FILE)}}
     origins: dict[str, str] = {}
-    if spec.config.storage.auth.token is not None:
-        config["auth"] = {"token": _token(spec, inputs, major, paths, files, origins)}
-    if spec.config.storage.auth.silly is not None:
-        silly = spec.config.storage.auth.silly
-        config["auth"] = {"silly": {"realm": silly.realm, "service": silly.service}}
+    if auth.token is not None:
+        config["auth"] = {"token": _token(auth.token, f"{auth_path}.token", inputs, major, paths, files, origins)}
+    if auth.silly is not None:
+        config["auth"] = {"silly": {"realm": auth.silly.realm, "service": auth.silly.service}}
 
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
@@ -71,12 +72,10 @@ def render(
                     parsed=config, origins=origins)  # the document just dumped: nobody parses it again
 
 
-def _token(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
+def _token(token: TokenAuth, where: str, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
            files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
-    """auth.token; the bundle and the JWKS are copied beside config.yml (the registry reads them once, at start)."""
-    token = spec.config.storage.auth.token
-    assert token is not None
-    where = "spec.config.storage.auth.token"
+    """auth.token (`where`: its field path); the bundle and the JWKS are copied beside config.yml (the registry
+    reads them once, at start)."""
     if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
         for field in token.v3_fields_set():
             raise InputError(f"{where}.{field}", "needs Distribution 3; this registry runs Distribution 2")

@@ -96,7 +96,7 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     cosi = storage.cosi_secret(reg, facts)
     if cosi is not None:
         sources[COSI_VOLUME] = cosi
-    htpasswd = spec.config.storage.auth.htpasswd
+    htpasswd = spec.config.auth_in_use.auth.htpasswd
     if htpasswd is not None:
         sources[HTPASSWD_VOLUME] = htpasswd.secret.name
     sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
@@ -110,7 +110,7 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
 
 def trust_sources(reg: Registry) -> dict[str, tuple[str, str]]:
     """Volume name -> (Secret or ConfigMap, its name): token auth's root certificate bundle and JWKS."""
-    token = reg.spec.config.storage.auth.token
+    token = reg.spec.config.auth_in_use.auth.token
     if token is None:
         return {}
     refs = ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle), (TOKEN_JWKS_VOLUME, token.jwks))
