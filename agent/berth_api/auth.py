@@ -162,6 +162,31 @@ class Auth(ApiModel):
         return self
 
 
+EXACTLY_ONE_MESSAGE = ("set exactly one auth provider: htpasswd, token or silly "
+                       "(leave auth out for a registry without authentication)")
+
+
+class ConfigAuth(Auth):
+    """spec.config.auth: exactly one provider. (spec.config.storage.auth defaults to an empty object, so there
+    an empty one means none; here an auth written without a provider is a mistake.)"""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                *Auth.model_config["json_schema_extra"]["x-kubernetes-validations"],
+                {"rule": "has(self.htpasswd) || has(self.token) || has(self.silly)",
+                 "message": EXACTLY_ONE_MESSAGE},
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> ConfigAuth:
+        if self.provider is None:
+            raise ValueError(EXACTLY_ONE_MESSAGE)
+        return self
+
+
 class AuthInUse(NamedTuple):
     """The auth a spec uses and the path it was written at (AUTH_PATH or STORAGE_AUTH_PATH)."""
 

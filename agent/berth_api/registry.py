@@ -12,8 +12,8 @@ from .auth import (
     BOTH_PLACES_MESSAGE,
     STORAGE_AUTH_PATH,
     TOKEN_V3_FIELDS,
-    Auth,
     AuthInUse,
+    ConfigAuth,
     auth_in_use,
     token_v3_message,
 )
@@ -63,10 +63,10 @@ class Config(ApiModel):
 
     log: Log = Field(default_factory=Log, description="Registry logging.")
     storage: Storage = Field(description="Storage backend and storage options.")
-    auth: Auth | None = Field(
-        None, description="Authentication: at most one of htpasswd, token and silly (as in Distribution's "
-        "config.yml). spec.config.storage.auth is the same field where the architecture document puts it: set "
-        "one of the two.")
+    auth: ConfigAuth | None = Field(
+        None, description="Authentication: exactly one of htpasswd, token and silly (as in Distribution's "
+        "config.yml); leave it out for a registry without authentication. spec.config.storage.auth is the same "
+        "field where the architecture document puts it: set one of the two.")
     proxy: Proxy | None = Field(
         None, description="Run as a pull-through cache of one upstream registry (pushes are refused). Pull "
         "with the upstream's repository names (library/alpine for Docker Hub's alpine), or point containerd "

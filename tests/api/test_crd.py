@@ -23,6 +23,7 @@ from berth_api.auth import (
     AUTH_MESSAGE,
     AUTH_PATH,
     BOTH_PLACES_MESSAGE,
+    EXACTLY_ONE_MESSAGE,
     STORAGE_AUTH_PATH,
     TOKEN_V3_FIELDS,
     token_v3_message,
@@ -223,6 +224,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
         ("spec", GC_STORAGE_MESSAGE),
         ("spec.config", BOTH_PLACES_MESSAGE),
+        ("spec.config.auth", EXACTLY_ONE_MESSAGE),
         *(rule for place in (AUTH_PATH, STORAGE_AUTH_PATH) for rule in (
             (place, AUTH_MESSAGE),
             (f"{place}.token", "set rootCertBundle, jwks or both: the registry needs keys to trust"),

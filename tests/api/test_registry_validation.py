@@ -243,6 +243,8 @@ INVALID = [
      "spec.config.auth.token", "set rootCertBundle, jwks or both", True),
     ("jwks on 2.8 at spec.config.auth", top_auth("registry:2.8.2", token={**TOKEN, "jwks": BUNDLE}),
      "spec", "config.auth.token.jwks needs Distribution 3", True),
+    ("spec.config.auth without a provider", top_auth(),
+     "spec.config.auth", "set exactly one auth provider", True),
     ("htpasswd at both places", registry(config={"storage": {"inmemory": {}, "auth": {"htpasswd": HTPASSWD}},
                                                  "auth": {"htpasswd": HTPASSWD}}),
      "spec.config", "set auth in one place: spec.config.auth or spec.config.storage.auth", True),
