@@ -18,6 +18,7 @@ from .auth import (
     token_v3_message,
 )
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
+from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
 from .types import INT32_MAX, ApiModel, Quantity
@@ -66,6 +67,10 @@ class Config(ApiModel):
         None, description="Authentication: exactly one of htpasswd, token and silly (as in Distribution's "
         "config.yml); leave it out for a registry without authentication. spec.config.storage.auth is the same "
         "field where the architecture document puts it: set one of the two.")
+    proxy: Proxy | None = Field(
+        None, description="Run as a pull-through cache of one upstream registry (pushes are refused). Pull "
+        "with the upstream's repository names (library/alpine for Docker Hub's alpine), or point containerd "
+        "and Docker at it as a mirror (README, Operate).")
 
     @model_validator(mode="after")
     def _auth_in_one_place(self) -> Config:
@@ -102,6 +107,14 @@ class RegistrySpec(ApiModel):
                     "message": token_v3_message(field, path),
                 } for path in (AUTH_PATH, STORAGE_AUTH_PATH) for field in TOKEN_V3_FIELDS
                   for where in ["self." + path.removeprefix("spec.")]),
+                {
+                    "rule": "!has(self.garbageCollection) || !has(self.config.proxy)",
+                    "message": GC_PROXY_MESSAGE,
+                },
+                *({
+                    "rule": f"!has(self.config.proxy) || !has(self.config.proxy.{field}) || !{_RUNS_2}",
+                    "message": proxy_v3_message(field),
+                } for field in PROXY_V3_FIELDS),
             ]
         }
     }
@@ -137,6 +150,19 @@ class RegistrySpec(ApiModel):
     def _gc_needs_persistent_storage(self) -> RegistrySpec:
         if self.garbage_collection is not None and self.config.storage.inmemory is not None:
             raise ValueError(GC_STORAGE_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _gc_not_on_a_proxy(self) -> RegistrySpec:
+        if self.garbage_collection is not None and self.config.proxy is not None:
+            raise ValueError(GC_PROXY_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _proxy_fields_need_distribution_3(self) -> RegistrySpec:
+        if self.config.proxy is not None and self.distribution_major == "2":
+            for field in self.config.proxy.v3_fields_set():
+                raise ValueError(proxy_v3_message(field))
         return self
 
     @model_validator(mode="after")
@@ -194,6 +220,30 @@ class TrustRecord(ApiModel):
     jwks: str | None = Field(None, description="Of the JWKS.")
 
 
+class UpstreamAuthFailure(ApiModel):
+    """The last time the upstream refused the credentials (or an anonymous token): its answer, never a secret."""
+
+    status: int = Field(ge=0, le=999, description="The upstream's HTTP status (401, 403...).")
+    reason: str = Field(max_length=256, description="The upstream's short reason (its error code and message).")
+    at: str = Field(description="When the agent saw it (RFC 3339).")
+
+
+class UpstreamRecord(ApiModel):
+    """A pull-through cache's upstream as this pod's agent last checked it (before each restart of the registry,
+    and every few minutes)."""
+
+    url: str = Field(description="spec.config.proxy.remoteURL as checked.")
+    reachable: bool = Field(description="Whether the upstream's /v2/ answered (the registry cannot start while it "
+                            "does not; a running one keeps serving what it has cached).")
+    auth: Literal["none", "basic", "bearer"] | None = Field(
+        None, description="What the upstream asks for on /v2/: none (anonymous), basic or bearer (a token realm).")
+    checked_at: str = Field(alias="checkedAt", description="When the agent checked (RFC 3339).")
+    last_auth_failure: UpstreamAuthFailure | None = Field(
+        None, alias="lastAuthFailure",
+        description="The last refusal of the credentials by the upstream; kept after a later success, with its "
+        "time.")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -207,6 +257,9 @@ class AgentRecord(ApiModel):
         None, description="With token auth: sha256 (hex) of each trust file the registry now runs, by field "
         "(the sha256sum of the ConfigMap or Secret key). During a key rotation, wait until every pod shows the "
         "new bundle's.")
+    upstream: UpstreamRecord | None = Field(
+        None, description="With spec.config.proxy: the upstream's reachability and the last refusal of the "
+        "credentials.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from berth_api import Registry
+from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
 from .builders import names
 from .builders.context import ClusterFacts
@@ -71,6 +72,10 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
                        ("jwks", token.jwks if token else None)):
         if ref is not None and ref.secret is not None:
             refs.append((ref.secret.name, f"{auth_path}.token.{name}.secret", (ref.secret.field,)))
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        refs.append((proxy.credentials.secret_name, "spec.config.proxy.credentials.secretName",
+                     (PROXY_USERNAME_KEY, PROXY_PASSWORD_KEY)))
     return refs
 
 

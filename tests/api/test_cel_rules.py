@@ -100,7 +100,25 @@ def auth_documents() -> list[dict[str, Any]]:
     return documents
 
 
-SPECS = auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
+def proxy_documents() -> list[dict[str, Any]]:
+    """spec.config.proxy with and without credentials and each 3.x-only field, on both majors; with and without
+    garbageCollection (refused on a proxy)."""
+    base = {"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"}}
+    shapes = [base, {"remoteURL": "https://ghcr.io"}, {**base, "ttl": "0"}, {**base, "ttl": "72h"},
+              {**base, "cacheWriteTimeout": "30s"}, {**base, "ttl": "1h", "cacheWriteTimeout": "1m"}]
+    where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "registry:3", "distribution": "2"},
+             {"image": "registry:2", "distribution": "3"}]
+    storage = {"filesystem": {"storageClass": "standard"}}
+    documents = [{**extra, "config": {"storage": storage, "proxy": shape}}
+                 for shape, extra in itertools.product(shapes, where)]
+    for gc in (None, {}, {"schedule": "0 3 * * *"}):
+        documents.append({"config": {"storage": storage, "proxy": base},
+                          **({"garbageCollection": gc} if gc is not None else {})})
+    return documents
+
+
+SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
+         + proxy_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -145,3 +163,22 @@ def test_rules_see_absent_and_empty_differently() -> None:
     assert evaluate_rule(rule, {"inmemory": {}})
     assert not evaluate_rule(rule, {})
     assert not evaluate_rule(rule, {"inmemory": {}, "filesystem": {"storageClass": "standard"}})
+
+
+def test_proxy_refusals_name_the_field() -> None:
+    """ttl and cacheWriteTimeout only on Distribution 3; garbageCollection never on a proxy (design §4.6)."""
+    verdicts = {}
+    for spec in proxy_documents():
+        problems = model_problems({"spec": spec})
+        key = (spec.get("distribution") or spec.get("image", "registry:3")[-1], tuple(sorted(spec["config"]["proxy"])),
+               "garbageCollection" in spec)
+        verdicts[key] = sorted(message for _, message in problems)
+    assert verdicts[("2", ("credentials", "remoteURL"), False)] == []
+    assert verdicts[("3", ("credentials", "remoteURL", "ttl"), False)] == []
+    assert verdicts[("2", ("credentials", "remoteURL", "ttl"), False)] == [
+        "config.proxy.ttl needs Distribution 3, and this registry runs Distribution 2 (spec.distribution, else the "
+        "image tag)"]
+    assert any("config.proxy.cacheWriteTimeout needs Distribution 3" in m
+               for m in verdicts[("2", ("cacheWriteTimeout", "credentials", "remoteURL"), False)])
+    (gc_refusal,) = verdicts[("3", ("credentials", "remoteURL"), True)]
+    assert gc_refusal.startswith("garbageCollection cannot run on a pull-through cache (config.proxy)")

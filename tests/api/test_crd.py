@@ -28,6 +28,7 @@ from berth_api.auth import (
     TOKEN_V3_FIELDS,
     token_v3_message,
 )
+from berth_api.proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, proxy_v3_message
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Keywords a structural schema may not carry here: type unions, references, and what pruning replaces.
@@ -230,6 +231,8 @@ def test_the_cross_field_rules_are_all_there() -> None:
             (f"{place}.token.rootCertBundle", "set exactly one of secret and configMap"),
             (f"{place}.token.jwks", "set exactly one of secret and configMap"),
             *(("spec", token_v3_message(field, place)) for field in TOKEN_V3_FIELDS))),
+        ("spec", GC_PROXY_MESSAGE),
+        *(("spec", proxy_v3_message(field)) for field in PROXY_V3_FIELDS),
     }
 
 

@@ -37,6 +37,7 @@ POD_SHAPING = {
     "http.secret.name",
     "http.tls.secretName",
     "redis.secret.name",
+    "config.proxy.credentials.secretName",  # the upstream credentials' Secret volume
     # Auth, at either of its two places (berth_api.auth): the htpasswd Secret's volume, and token auth's trust
     # volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
     *(f"{auth}.htpasswd.secret.name" for auth in AUTH_PLACES),
@@ -51,6 +52,7 @@ POD_SHAPING_SECTIONS = {
       for section in ("htpasswd", "token", "token.jwks", "token.rootCertBundle")),
     *(f"{auth}.token.{field}.{kind}" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
+    "config.proxy", "config.proxy.credentials",  # with credentials: their Secret volume
     "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
@@ -114,6 +116,13 @@ def _with_storage(backend: dict[str, Any], auth: dict[str, Any] | None = None, *
     return spec
 
 
+def _with_proxy(proxy: dict[str, Any]) -> dict[str, Any]:
+    spec = _with_storage({"filesystem": {"storageClass": "standard"}})
+    spec["config"]["proxy"] = proxy
+    del spec["garbageCollection"]  # refused on a pull-through cache (berth_api.GC_PROXY_MESSAGE)
+    return spec
+
+
 # (id, spec, facts): together they reach every field of the models.
 BASES = [
     ("filesystem-claim-rwx", _with_storage({"filesystem": {"persistentVolumeClaim": "shared"}}, replicas=2),
@@ -133,6 +142,8 @@ BASES = [
         **_TOKEN, "rootCertBundle": {"secret": {"name": "trust", "field": "ca.pem"}},
         "jwks": {"configMap": {"name": "keys", "field": "jwks.json"}}}}), ClusterFacts(AGENT_IMAGE)),
     ("silly", _with_storage({"inmemory": {}}, {"silly": {"realm": "r", "service": "s"}}), ClusterFacts(AGENT_IMAGE)),
+    ("proxy", _with_proxy({"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"},
+                           "ttl": "72h", "cacheWriteTimeout": "1m"}), ClusterFacts(AGENT_IMAGE)),
 ]
 
 
@@ -380,6 +391,10 @@ POD_SHAPING_CHANGES = [
       for base, field, kind in ((5, "rootCertBundle", "configMap"), (5, "jwks", "secret"),
                                 (6, "rootCertBundle", "secret"), (6, "jwks", "configMap"))),
     ("token trust ConfigMap -> Secret", _spec(5), BASES[5][2], _spec(6), BASES[6][2]),
+    ("config.proxy.credentials.secretName", _spec(TOP["proxy"]), BASES[0][2],
+     _set(_spec(TOP["proxy"]), ["config", "proxy", "credentials", "secretName"], "other"), BASES[0][2]),
+    ("proxy credentials removed (anonymous upstream)", _spec(TOP["proxy"]), BASES[0][2],
+     _set(_spec(TOP["proxy"]), ["config", "proxy", "credentials"], None), BASES[0][2]),
     ("config.auth.htpasswd.secret.name", _spec(TOP["filesystem-claim-rwx-at-config-auth"]), BASES[0][2],
      _set(_spec(TOP["filesystem-claim-rwx-at-config-auth"]), ["config", "auth", "htpasswd", "secret", "name"],
           "other"), BASES[0][2]),

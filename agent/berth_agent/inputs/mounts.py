@@ -20,6 +20,9 @@ from berth_api.auth import TrustKeyRef
 from berth_api.pod import (
     HTTP_SECRET_KEY,
     MOUNT_ROOT,
+    PROXY_PASSWORD_KEY,
+    PROXY_USERNAME_KEY,
+    PROXY_VOLUME,
     TLS_CERT_KEY,
     TLS_KEY_KEY,
     TOKEN_BUNDLE_VOLUME,
@@ -55,6 +58,8 @@ class MountedInputs:
     tls_key: bytes | None = None
     token_bundle: bytes | None = None  # auth.token.rootCertBundle (PEM certificates)
     token_jwks: bytes | None = None  # auth.token.jwks (a JSON Web Key Set)
+    proxy_username: str | None = None  # proxy.credentials: the upstream's user name and password
+    proxy_password: str | None = None
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -182,6 +187,14 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
             if ref is not None:
                 values[name] = read_key(root(volume), volume, ref.ref.field, limit=TRUST_LIMIT,
                                         why=f"{auth_path}.token.{field}, {trust_origin(ref)}")
+
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        why = "spec.config.proxy.credentials.secretName"
+        for key, name in ((PROXY_USERNAME_KEY, "proxy_username"), (PROXY_PASSWORD_KEY, "proxy_password")):
+            values[name] = read_text(root(PROXY_VOLUME), PROXY_VOLUME, key, why=why)
+            if not values[name]:
+                raise InputError(f"{PROXY_VOLUME}/{key}", f"is empty (asked for by {why})")
 
     return MountedInputs(**values)
 

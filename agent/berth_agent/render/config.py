@@ -55,6 +55,8 @@ def render(
     if auth.silly is not None:
         config["auth"] = {"silly": {"realm": auth.silly.realm, "service": auth.silly.service}}
 
+    if spec.config.proxy is not None:
+        config["proxy"] = _proxy(spec, inputs, major)
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
@@ -95,6 +97,25 @@ def _token(token: TokenAuth, where: str, inputs: MountedInputs, major: Distribut
         section["signingalgorithms"] = list(token.signing_algorithms)
     if token.auto_redirect_path is not None:
         section["autoredirectpath"] = token.auto_redirect_path
+    return section
+
+
+def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
+    """proxy: the upstream and its credentials (read by the registry once, at start: a change restarts it)."""
+    proxy = spec.config.proxy
+    assert proxy is not None
+    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+        for field in proxy.v3_fields_set():
+            raise InputError(f"spec.config.proxy.{field}", "needs Distribution 3; this registry runs Distribution 2")
+    section: dict[str, Any] = {"remoteurl": proxy.remote_url}
+    if proxy.credentials is not None:
+        if inputs.proxy_username is None or inputs.proxy_password is None:
+            raise InputError("spec.config.proxy.credentials.secretName", "is set but no credentials were read")
+        section["username"], section["password"] = inputs.proxy_username, inputs.proxy_password
+    if proxy.ttl is not None:
+        section["ttl"] = proxy.ttl
+    if proxy.cache_write_timeout is not None:
+        section["cachewritetimeout"] = proxy.cache_write_timeout
     return section
 
 

@@ -21,6 +21,7 @@ from berth_api.pod import (
     HTPASSWD_VOLUME,
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
+    PROXY_VOLUME,
     REDIS_VOLUME,
     STATE_DIR,
     SUPERVISOR_NAME,
@@ -114,6 +115,9 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     if spec.http.tls is not None:
         sources[TLS_VOLUME] = spec.http.tls.secret_name
     sources.update({volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "Secret"})
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        sources[PROXY_VOLUME] = proxy.credentials.secret_name
     return sources
 
 
