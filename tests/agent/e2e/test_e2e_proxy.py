@@ -157,7 +157,7 @@ def test_wrong_credentials_are_refused_before_any_restart_with_the_upstreams_ans
         kube_api.patch(SECRETS, "default", CREDS, {"data": secret_data(WRONG)})
         error = wait_for(lambda: (records(kube_api).get("pod-a") or {}).get("error"), timeout=30,
                          what=f"the pre-flight refusal\n{pod.agent_log_text()[-2000:]}")
-        assert error.startswith("spec.config.proxy: ") and "HTTP 401" in error, error
+        assert "not applied: spec.config.proxy: " in error and "HTTP 401" in error, error
         assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"
         assert http_get(url).body == image.blobs[layer]  # the cache keeps serving
         record = wait_for(lambda: (r := records(kube_api)["pod-a"].get("upstream")) and r.get("lastAuthFailure")
