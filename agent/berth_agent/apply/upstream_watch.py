@@ -55,7 +55,10 @@ class UpstreamWatch:
                 self.last_auth_failure = {"status": check.failure_status, "reason": check.failure_reason[:256],
                                           "at": format_time(check.checked_at)}
         record = self.record()
-        key = None if record is None else tuple((k, str(v)) for k, v in record.items() if k != "checkedAt")
+        # Whether the credentials were accepted is part of what changed: after a refusal, a success writes a
+        # checkedAt newer than lastAuthFailure.at, which is how status says the credentials work again.
+        key = None if record is None else (*((k, str(v)) for k, v in record.items() if k != "checkedAt"),
+                                            self.latest.authenticated if self.latest else None)
         now = time.monotonic()
         changed = key != self._reported or (record is not None and now - self._written_at >= REFRESH_SECONDS)
         if changed:
