@@ -56,6 +56,15 @@ TERMINATION_GRACE_PERIOD_SECONDS = 300
 TOKEN_EXPIRATION_SECONDS = 3607
 # Secret files readable by the pod's group (fsGroup) and nobody else.
 SECRET_MODE = 0o440
+# The registry's own metrics (docs/design.md §4.2, "The registry's metrics across reloads"): the agent serves the
+# current registry process's /metrics on this stable port (container port REGISTRY_METRICS_PORT_NAME), proxied to
+# the loopback debug port supervise.sh gave that process, one of DEBUG_PORTS (alternating, so a successor never
+# binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
+# field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
+REGISTRY_METRICS_PORT = 8082
+REGISTRY_METRICS_PORT_NAME = "registry-metrics"
+AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
+DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
 # Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.
 FIRST_UNPRIVILEGED_PORT = 1024
 
@@ -192,6 +201,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
             "--leave-seconds", str(LEAVE_SECONDS),
             "--state-dir", STATE_DIR,
+            "--registry-metrics-addr", f"0.0.0.0:{REGISTRY_METRICS_PORT}",
             # The same Secrets as the volumes (so no other edit reaches the template through here), watched
             # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
             *(arg for volume, secret in secret_sources(reg, facts).items()
@@ -200,7 +210,10 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
               for arg in ("--api-configmap", f"{volume}={config_map}")),
         ],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
-        "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": AGENT_METRICS_PORT_NAME, "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"},
+            {"name": REGISTRY_METRICS_PORT_NAME, "containerPort": REGISTRY_METRICS_PORT, "protocol": "TCP"},
+        ],
         # Generous: the first render may wait for a Secret or the API server.
         "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
         # The pod leaves its Service through this probe before its registry restarts (a native sidecar's
@@ -212,6 +225,11 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
+
+
+def debug_ports(reg: Registry) -> list[int]:
+    """The two loopback debug ports supervise.sh alternates between, never the registry's own port."""
+    return [port for port in DEBUG_PORTS if port != reg.spec.http.port][:2]
 
 
 def registry_container(reg: Registry) -> dict[str, Any]:
@@ -233,6 +251,8 @@ def registry_container(reg: Registry) -> dict[str, Any]:
             # supervise.sh's pid, last exit and the registry's output, for the agent (the config volume is
             # read-only here; both containers mount the pod's tmp volume).
             {"name": "BERTH_STATE_DIR", "value": STATE_DIR},
+            # Metrics on by default, through REGISTRY_HTTP_DEBUG_* overrides per process (config.yml is unchanged).
+            {"name": "BERTH_DEBUG_PORTS", "value": " ".join(str(port) for port in debug_ports(reg))},
             # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
         ],
