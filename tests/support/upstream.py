@@ -83,14 +83,19 @@ class Upstream:
         return [p for m, p, s in self.requests() if m == method and f"/{kind}/" in p and s in (200, 307)]
 
     def stop(self) -> None:
+        """The upstream goes away: the registry stops, and a token upstream's front closes its port too."""
         if not self.stopped:
             self.registry.stop()
+            if self.front is not None:
+                self.front.stop()
             self.stopped = True
 
     def start_again(self) -> None:
-        """The same registry (same port and data) back after stop()."""
+        """The same upstream (same ports, data and front log) back after stop()."""
         runs = len(list(self.root.glob("run-*")))
         self.registry = start_registry(self.registry.config_path, self.root / f"run-{runs}", binary=self.binary)
+        if self.front is not None:
+            self.front.start()
         self.stopped = False
 
 
@@ -135,22 +140,30 @@ class TokenFront:
         self.token_log: list[FrontEntry] = []  # /token requests: status 200 (issued) or 401 (refused)
         self._labels: dict[str, str] = {}  # jti -> the password it was issued for
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = 0
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Listen (again, on the same port after stop())."""
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="token-front", daemon=True)
-        self._thread.start()
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, name="token-front", daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def realm(self) -> str:
         return f"{self.url}/token"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     def after(self, moment: float) -> list[FrontEntry]:
         with self._lock:

@@ -29,6 +29,7 @@ import json
 import re
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
@@ -158,6 +159,31 @@ def _literal_or_local(host: str) -> bool:
         return False
 
 
+_lock = threading.Lock()
+_published: list[UpstreamCheck] = []
+
+
+def publish(check: UpstreamCheck) -> None:
+    """Every check's result (pre-flight and the upstream watch alike) is kept for the watch, which reports the
+    newest on status.agents.<pod>.upstream (apply/upstream_watch.py)."""
+    with _lock:
+        _published.append(check)
+        del _published[:-8]
+
+
+def take() -> list[UpstreamCheck]:
+    """The results published since the last take, oldest first."""
+    with _lock:
+        taken = list(_published)
+        _published.clear()
+    return taken
+
+
+def distribution_of(rendered) -> str:
+    """The Distribution major a render is for: the renderer writes `http.h2c` for Distribution 3 only."""
+    return "3" if "h2c" in rendered.http else "2"
+
+
 def check_upstream(remote_url: str, username: str | None, password: str | None, *, major: str,
                    reachability_only: bool = False, timeout: float = TIMEOUT_SECONDS) -> UpstreamCheck:
     """Ask the upstream what the new registry will ask (module doc). Returns the check when the registry will
@@ -245,4 +271,5 @@ def _get_or_refuse(url, authorization, timeout, secrets, refuse, scheme, who) ->
     return _get_or_refuse_body(url, authorization, timeout, secrets, refuse, scheme, who)[0]
 
 
-__all__ = ["UpstreamCheck", "UpstreamRefused", "check_upstream", "parse_challenge", "realm_allowed"]
+__all__ = ["UpstreamCheck", "UpstreamRefused", "check_upstream", "distribution_of", "parse_challenge", "publish",
+           "realm_allowed", "take"]

@@ -70,6 +70,9 @@ def add_parser(subparsers: Any) -> None:
                         help="longest a burst may postpone rendering (default 2)")
     parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
                         help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--upstream-interval", type=float, default=300.0, metavar="SECONDS",
+                        help="with spec.config.proxy: how often the upstream is checked for status.agents.<pod>."
+                        "upstream (it is also checked before every restart)")
     parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
                         help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
                              "API, and apply its changes without waiting for the kubelet (repeatable)")
@@ -158,6 +161,7 @@ def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
 
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..apply.registry_watch import RegistryWatch
+    from ..apply.upstream_watch import UpstreamWatch
     from ..core.health import Health, start_health_server
     from ..core.write import write_atomic
     from ..pipeline.coordinator import Pipeline, PipelineSettings
@@ -183,7 +187,9 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     wiring.join(pipeline)
     watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
     watch.report = pipeline.watch_problem
-    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch]
+    upstream = UpstreamWatch(pipeline.applier, interval=args.upstream_interval)  # spec.config.proxy only
+    upstream.on_record = wiring.reporter.upstream  # status.agents.<pod>.upstream
+    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch, upstream]
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,

@@ -166,3 +166,45 @@ def test_an_upstream_that_echoes_the_password_does_not_get_it_into_the_message()
     finally:
         server.shutdown()
         server.server_close()
+
+
+def rendered_proxy(url: str, creds: tuple[str, str] | None, major: str = "3"):
+    from berth_agent.inputs.mounts import MountedInputs
+    from berth_agent.render.config import render
+    from berth_api import Registry
+
+    proxy = {"remoteURL": url, **({"credentials": {"secretName": "up"}} if creds else {})}
+    spec = Registry.model_validate({"spec": {"image": f"registry:{major}", "config": {
+        "storage": {"inmemory": {}}, "proxy": proxy}}}).spec
+    inputs = MountedInputs(proxy_username=creds[0], proxy_password=creds[1]) if creds else MountedInputs()
+    return render(spec, inputs)
+
+
+def test_check_render_refuses_a_restart_onto_refused_credentials_and_warns_on_a_first_start(basic_upstream):
+    from berth_agent.apply.preflight import check_render
+
+    good, bad = rendered_proxy(basic_upstream.url, GOOD), rendered_proxy(basic_upstream.url, BAD)
+    assert check_render(good, None) == []
+    with pytest.raises(PreflightError, match=r"HTTP 401"):
+        check_render(bad, good)
+    (warning,) = check_render(bad, None)  # nothing runs yet: start, and serve what the storage has cached
+    assert warning.reason == "UpstreamAuthFailed" and "HTTP 401" in warning.message
+    assert BAD[1] not in warning.message
+
+
+def test_the_upstream_watch_keeps_the_last_auth_failure_after_a_success(basic_upstream):
+    from berth_agent.apply.preflight_proxy import take
+    from berth_agent.apply.upstream_watch import UpstreamWatch
+
+    take()
+    watch = UpstreamWatch(applier=None)  # absorb() alone: no applier needed
+    refused = refusal(basic_upstream.url, BAD, "3").check
+    assert watch.absorb([refused])
+    failure = watch.record()["lastAuthFailure"]
+    assert failure["status"] == 401 and "authentication required" in failure["reason"]
+    assert watch.absorb([check_upstream(basic_upstream.url, *GOOD, major="3")])
+    record = watch.record()
+    assert record["reachable"] is True and record["auth"] == "basic" and record["lastAuthFailure"] == failure
+    assert record["checkedAt"] >= failure["at"]  # checked after the failure, and no failure since: accepted
+    assert not watch.absorb([])  # nothing new: no write
+    assert BAD[1] not in str(record)
