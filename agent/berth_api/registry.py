@@ -18,6 +18,8 @@ from .auth import (
     token_v3_message,
 )
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
+from .monitoring import Monitoring
+from .notifications import Notifications, notifications_v3_message
 from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
@@ -71,6 +73,9 @@ class Config(ApiModel):
         None, description="Run as a pull-through cache of one upstream registry (pushes are refused). Pull "
         "with the upstream's repository names (library/alpine for Docker Hub's alpine), or point containerd "
         "and Docker at it as a mirror (README, Operate).")
+    notifications: Notifications | None = Field(
+        None, description="Webhook notifications of pushes, pulls and deletes (Distribution's notifications). "
+        "Events still queued in a registry process when it is restarted for a reload are lost (README, Operate).")
 
     @model_validator(mode="after")
     def _auth_in_one_place(self) -> Config:
@@ -115,6 +120,15 @@ class RegistrySpec(ApiModel):
                     "rule": f"!has(self.config.proxy) || !has(self.config.proxy.{field}) || !{_RUNS_2}",
                     "message": proxy_v3_message(field),
                 } for field in PROXY_V3_FIELDS),
+                {
+                    "rule": "!has(self.config.notifications) || "
+                            f"self.config.notifications.endpoints.all(e, !has(e.ignore)) || !{_RUNS_2}",
+                    "message": notifications_v3_message("endpoints[].ignore"),
+                },
+                {
+                    "rule": f"!has(self.config.notifications) || !has(self.config.notifications.events) || !{_RUNS_2}",
+                    "message": notifications_v3_message("events.includeReferences"),
+                },
             ]
         }
     }
@@ -131,6 +145,9 @@ class RegistrySpec(ApiModel):
     redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
     health: Health = Field(default_factory=Health, description="Registry health checks.")
     validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
+    monitoring: Monitoring = Field(
+        default_factory=Monitoring, description="Prometheus Operator objects for this Registry (made by the operator "
+        "only when asked and when the monitoring.coreos.com CRDs exist).")
     garbage_collection: GarbageCollection | None = Field(
         None,
         alias="garbageCollection",
@@ -163,6 +180,13 @@ class RegistrySpec(ApiModel):
         if self.config.proxy is not None and self.distribution_major == "2":
             for field in self.config.proxy.v3_fields_set():
                 raise ValueError(proxy_v3_message(field))
+        return self
+
+    @model_validator(mode="after")
+    def _notification_fields_need_distribution_3(self) -> RegistrySpec:
+        if self.config.notifications is not None and self.distribution_major == "2":
+            for field in self.config.notifications.v3_fields_set():
+                raise ValueError(notifications_v3_message(field))
         return self
 
     @model_validator(mode="after")

@@ -76,6 +76,10 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     if proxy is not None and proxy.credentials is not None:
         refs.append((proxy.credentials.secret_name, "spec.config.proxy.credentials.secretName",
                      (PROXY_USERNAME_KEY, PROXY_PASSWORD_KEY)))
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        refs.append((notifications.secret_name, "spec.config.notifications.secretName",
+                     tuple(notifications.secret_keys())))
     return refs
 
 

@@ -117,8 +117,32 @@ def proxy_documents() -> list[dict[str, Any]]:
     return documents
 
 
+def notifications_documents() -> list[dict[str, Any]]:
+    """spec.config.notifications (issue 21): header sources, the Secret, duplicate names, and the 3.x-only fields
+    on both majors."""
+    endpoint = {"name": "scan", "url": "https://hooks.example.com/events"}
+    token = {"name": "Authorization", "secretKey": "token"}
+    shapes = [
+        {"endpoints": [endpoint]},
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [token]}]},
+        {"endpoints": [{**endpoint, "headers": [token]}]},  # secretKey without the Secret
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [{"name": "X-A"}]}]},  # no source
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [{**token, "value": "v"}]}]},  # both
+        {"endpoints": [endpoint, {**endpoint, "url": "http://other/"}]},  # the same name twice
+        {"endpoints": [endpoint, {**endpoint, "name": "audit"}]},
+        {"endpoints": [{**endpoint, "ignoredMediaTypes": ["application/octet-stream"], "threshold": 5,
+                        "timeout": "500ms", "backoff": "2s"}]},
+        {"endpoints": [{**endpoint, "ignore": {"actions": ["pull"]}}]},
+        {"endpoints": [endpoint], "events": {"includeReferences": True}},
+    ]
+    where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "registry:3", "distribution": "2"}]
+    storage = {"inmemory": {}}
+    return [{**extra, "config": {"storage": storage, "notifications": shape}}
+            for shape, extra in itertools.product(shapes, where)]
+
+
 SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
-         + proxy_documents())
+         + proxy_documents() + notifications_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -182,3 +206,16 @@ def test_proxy_refusals_name_the_field() -> None:
                for m in verdicts[("2", ("cacheWriteTimeout", "credentials", "remoteURL"), False)])
     (gc_refusal,) = verdicts[("3", ("credentials", "remoteURL"), True)]
     assert gc_refusal.startswith("garbageCollection cannot run on a pull-through cache (config.proxy)")
+
+
+def test_notification_refusals_name_the_field() -> None:
+    verdicts = [sorted(message for _, message in model_problems({"spec": spec})) for spec in notifications_documents()]
+    assert verdicts[0] == verdicts[1] == verdicts[2] == []  # plain, on every major
+    assert verdicts[3:6] == [["a header takes exactly one of value and secretKey"]] * 0 + verdicts[3:6]
+    assert verdicts[6] == ["a header with secretKey needs config.notifications.secretName"]
+    assert verdicts[15] == ["config.notifications.endpoints: each name once"]
+    assert verdicts[24] == ["config.notifications.endpoints[].ignore needs Distribution 3, and this registry runs "
+                            "Distribution 2 (spec.distribution, else the image tag)"]
+    assert verdicts[25] == [] and verdicts[28] == []
+    assert verdicts[27] == ["config.notifications.events.includeReferences needs Distribution 3, and this registry "
+                            "runs Distribution 2 (spec.distribution, else the image tag)"]

@@ -38,6 +38,7 @@ POD_SHAPING = {
     "http.tls.secretName",
     "redis.secret.name",
     "config.proxy.credentials.secretName",  # the upstream credentials' Secret volume
+    "config.notifications.secretName",  # the notification headers' Secret volume (issue 21)
     # Auth, at either of its two places (berth_api.auth): the htpasswd Secret's volume, and token auth's trust
     # volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
     *(f"{auth}.htpasswd.secret.name" for auth in AUTH_PLACES),
@@ -53,6 +54,7 @@ POD_SHAPING_SECTIONS = {
     *(f"{auth}.token.{field}.{kind}" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
     "config.proxy", "config.proxy.credentials",  # with credentials: their Secret volume
+    "config.notifications",  # with secretName: its Secret volume
     "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
@@ -123,6 +125,20 @@ def _with_proxy(proxy: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _with_notifications() -> dict[str, Any]:
+    """Webhook notifications and a ServiceMonitor (issue 21): only the headers' Secret shapes the pod."""
+    spec = _with_storage({"filesystem": {"storageClass": "standard"}})
+    spec["config"]["notifications"] = {
+        "secretName": "hooks", "events": {"includeReferences": False},
+        "endpoints": [{"name": "scan", "url": "https://hooks.example.com/events", "disabled": False,
+                       "headers": [{"name": "Authorization", "secretKey": "token"}, {"name": "X-A", "value": "a"}],
+                       "timeout": "2s", "threshold": 5, "backoff": "3s", "ignoredMediaTypes": ["a/b"],
+                       "ignore": {"mediaTypes": ["c/d"], "actions": ["pull"]}},
+                      {"name": "audit", "url": "http://audit.example/"}]}
+    spec["monitoring"] = {"serviceMonitor": {"labels": {"release": "kps"}, "interval": "15s"}}
+    return spec
+
+
 # (id, spec, facts): together they reach every field of the models.
 BASES = [
     ("filesystem-claim-rwx", _with_storage({"filesystem": {"persistentVolumeClaim": "shared"}}, replicas=2),
@@ -144,6 +160,7 @@ BASES = [
     ("silly", _with_storage({"inmemory": {}}, {"silly": {"realm": "r", "service": "s"}}), ClusterFacts(AGENT_IMAGE)),
     ("proxy", _with_proxy({"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"},
                            "ttl": "72h", "cacheWriteTimeout": "1m"}), ClusterFacts(AGENT_IMAGE)),
+    ("notifications", _with_notifications(), ClusterFacts(AGENT_IMAGE)),
 ]
 
 
@@ -405,6 +422,8 @@ POD_SHAPING_CHANGES = [
                                 ("token-secret-bundle-at-config-auth", "rootCertBundle", "secret"),
                                 ("token-secret-bundle-at-config-auth", "jwks", "configMap"))),
     ("token -> silly", _spec(5), BASES[5][2], _spec(7), BASES[7][2]),
+    ("config.notifications.secretName", _spec(TOP["notifications"]), BASES[0][2],
+     _set(_spec(TOP["notifications"]), ["config", "notifications", "secretName"], "other"), BASES[0][2]),
 ]
 
 

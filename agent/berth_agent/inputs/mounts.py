@@ -20,6 +20,7 @@ from berth_api.auth import TrustKeyRef
 from berth_api.pod import (
     HTTP_SECRET_KEY,
     MOUNT_ROOT,
+    NOTIFICATIONS_VOLUME,
     PROXY_PASSWORD_KEY,
     PROXY_USERNAME_KEY,
     PROXY_VOLUME,
@@ -60,6 +61,7 @@ class MountedInputs:
     token_jwks: bytes | None = None  # auth.token.jwks (a JSON Web Key Set)
     proxy_username: str | None = None  # proxy.credentials: the upstream's user name and password
     proxy_password: str | None = None
+    notification_headers: dict[str, str] | None = None  # notifications.secretName: header value by key
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -195,6 +197,20 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
             values[name] = read_text(root(PROXY_VOLUME), PROXY_VOLUME, key, why=why)
             if not values[name]:
                 raise InputError(f"{PROXY_VOLUME}/{key}", f"is empty (asked for by {why})")
+
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        why = "spec.config.notifications.secretName"
+        headers = {}
+        for key in notifications.secret_keys():
+            value = read_text(root(NOTIFICATIONS_VOLUME), NOTIFICATIONS_VOLUME, key, why=why)
+            if not value:
+                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}", f"is empty (asked for by {why})")
+            if "\r" in value or "\n" in value or "\0" in value:
+                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}",
+                                 f"holds a line break or NUL, which no header value may (asked for by {why})")
+            headers[key] = value
+        values["notification_headers"] = headers
 
     return MountedInputs(**values)
 

@@ -57,6 +57,8 @@ def render(
 
     if spec.config.proxy is not None:
         config["proxy"] = _proxy(spec, inputs, major)
+    if spec.config.notifications is not None:
+        config["notifications"] = _notifications(spec, inputs, major)
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
@@ -117,6 +119,42 @@ def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
     if proxy.cache_write_timeout is not None:
         section["cachewritetimeout"] = proxy.cache_write_timeout
     return section
+
+
+def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
+    """notifications: Distribution's endpoints (read once, at start: a change, a rotated header too, restarts it)."""
+    notifications = spec.config.notifications
+    assert notifications is not None
+    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+        for field in notifications.v3_fields_set():
+            raise InputError(f"spec.config.notifications.{field}",
+                             "needs Distribution 3; this registry runs Distribution 2")
+    endpoints = []
+    for endpoint in notifications.endpoints:
+        headers: dict[str, list[str]] = {}
+        for header in endpoint.headers:
+            if header.secret_key is not None:
+                value = (inputs.notification_headers or {}).get(header.secret_key)
+                if value is None:
+                    raise InputError("spec.config.notifications.secretName",
+                                     f"key {header.secret_key} was not read")
+            else:
+                value = header.value or ""
+            headers.setdefault(header.name, []).append(value)
+        section: dict[str, Any] = {
+            "name": endpoint.name, "disabled": endpoint.disabled, "url": endpoint.url, "headers": headers,
+            "timeout": endpoint.timeout, "threshold": endpoint.threshold, "backoff": endpoint.backoff,
+        }
+        if endpoint.ignored_media_types:
+            section["ignoredmediatypes"] = list(endpoint.ignored_media_types)
+        if endpoint.ignore is not None:
+            section["ignore"] = {"mediatypes": list(endpoint.ignore.media_types),
+                                 "actions": list(endpoint.ignore.actions)}
+        endpoints.append(section)
+    result: dict[str, Any] = {"endpoints": endpoints}
+    if notifications.events is not None:
+        result["events"] = {"includereferences": notifications.events.include_references}
+    return result
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from berth_api import Registry
-from berth_api.pod import AGENT_HEALTH_PORT
+from berth_api.pod import AGENT_HEALTH_PORT, REGISTRY_METRICS_PORT
 
 from . import names
 from .context import ClusterFacts
 from .meta import object_meta
-from .pod import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT, REGISTRY_METRICS_PORT_NAME
+from .pod import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:

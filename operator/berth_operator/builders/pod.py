@@ -21,8 +21,10 @@ from berth_api.pod import (
     HTPASSWD_VOLUME,
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
+    NOTIFICATIONS_VOLUME,
     PROXY_VOLUME,
     REDIS_VOLUME,
+    REGISTRY_METRICS_PORT,
     STATE_DIR,
     SUPERVISOR_NAME,
     TLS_VOLUME,
@@ -61,7 +63,6 @@ SECRET_MODE = 0o440
 # the loopback debug port supervise.sh gave that process, one of DEBUG_PORTS (alternating, so a successor never
 # binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
 # field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
-REGISTRY_METRICS_PORT = 8082
 REGISTRY_METRICS_PORT_NAME = "registry-metrics"
 AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
@@ -118,6 +119,9 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     proxy = spec.config.proxy
     if proxy is not None and proxy.credentials is not None:
         sources[PROXY_VOLUME] = proxy.credentials.secret_name
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        sources[NOTIFICATIONS_VOLUME] = notifications.secret_name
     return sources
 
 
