@@ -88,7 +88,7 @@ class UpstreamWatch:
                     await self.on_record(None)  # no longer a proxy: the record goes
                 reported_none = True
                 take()
-                await asyncio.sleep(self.tick)
+                await asyncio.sleep(self.tick * 5)  # no proxy: only look for one now and then
                 continue
             reported_none = False
             if waited >= self.interval:
