@@ -107,6 +107,15 @@ def by_verb(entries: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(collections.Counter(e["verb"] for e in entries).items()))
 
 
+def by_resource(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """Requests by verb and resource (subresource after a slash): where the per-Registry cost goes."""
+    def name(e: dict[str, Any]) -> str:
+        ref = e.get("objectRef") or {}
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        return f"{e['verb']} {ref.get('resource')}{sub}"
+    return dict(sorted(collections.Counter(map(name, entries)).items(), key=lambda kv: -kv[1]))
+
+
 def counted_writes(entries: list[dict[str, Any]]) -> list[str]:
     """Writes other than Events and the operator's own leader Lease."""
     found = []
@@ -157,7 +166,7 @@ def measure(count: int, idle_seconds: float) -> dict[str, Any]:
             log = operator.log()
         errors = [line for line in log.splitlines() if '"levelname": "ERROR"' in line or "Traceback" in line]
     return {"count": count, "converge_s": converge_s, "converge_cpu_s": converge_cpu, "peak_mib": peak,
-            "requests": by_verb(converge_requests),
+            "requests": by_verb(converge_requests), "by_resource": by_resource(converge_requests),
             "idle_cpu_pct": idle_cpu, "idle_s": idle_seconds, "idle_requests": by_verb(idle_entries),
             "idle_writes": idle_writes, "idle_rss_mib": idle_rss, "edit_s": edit_s, "errors": errors[:5]}
 
@@ -178,6 +187,7 @@ def report(result: dict[str, Any]) -> None:
           f"{met(result['peak_mib'] <= TARGETS['rss_mib'])})")
     total = sum(result["requests"].values())
     print(f"API requests until converged: {total} ({total / n:.1f} per Registry) {result['requests']}")
+    print(f"  by verb and resource: {result['by_resource']}")
     print(f"idle {result['idle_s']:.0f} s: CPU {result['idle_cpu_pct']:.2f} % of a core (target <= "
           f"{TARGETS['idle_cpu_pct']:.0f} %: {met(result['idle_cpu_pct'] <= TARGETS['idle_cpu_pct'])}), "
           f"RSS {result['idle_rss_mib']:.0f} MiB, requests {result['idle_requests']}")
