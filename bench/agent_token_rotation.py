@@ -60,7 +60,7 @@ def main() -> None:
             spec = filesystem_spec(pod.port, major=args.distribution,
                                    http={"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "5s"})
             spec["config"]["log"]["level"] = "error"
-            spec["config"]["storage"]["auth"] = {"token": {
+            spec["config"]["auth"] = {"token": {
                 "realm": issuer.realm, "service": SERVICE, "issuer": issuer.issuer,
                 "rootCertBundle": {"configMap": {"name": "trust", "field": "ca.pem"}}}}
             pod.write_registry_file(registry_object(spec))

@@ -8,6 +8,7 @@ from .gc import (
     GarbageCollectionRun,
     GarbageCollectionStatus,
 )
+from .proxy import GC_PROXY_MESSAGE, Proxy
 from .registry import (
     API_VERSION,
     DEFAULT_IMAGE,
@@ -29,6 +30,7 @@ from .registry import (
 
 __all__ = [
     "API_VERSION",
+    "GC_PROXY_MESSAGE",
     "GC_REQUEST_ANNOTATION",
     "GC_STORAGE_MESSAGE",
     "GarbageCollection",
@@ -44,6 +46,7 @@ __all__ = [
     "VERSION",
     "AgentRecord",
     "Condition",
+    "Proxy",
     "Registry",
     "RegistrySpec",
     "RegistryStatus",

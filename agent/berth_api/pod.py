@@ -16,6 +16,7 @@ TMP_DIR = "/tmp"
 CONFIG_NAME = "config.yml"  # in CONFIG_DIR: the registry's configuration
 SUPERVISOR_NAME = "supervise.sh"  # in CONFIG_DIR: the registry container's command
 AGENT_HEALTH_PORT = 8081  # /startupz /readyz /livez /metrics
+REGISTRY_METRICS_PORT = 8082  # the registry's own /metrics, served by the agent (stable across reloads)
 
 # Volumes.
 CONFIG_VOLUME = "config"
@@ -28,8 +29,11 @@ HTPASSWD_VOLUME = "htpasswd"
 HTTP_SECRET_VOLUME = "http-secret"
 REDIS_VOLUME = "redis"
 TLS_VOLUME = "tls"
-SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME)
-# The token auth trust volumes, each a Secret or a ConfigMap (spec.config.storage.auth.token.rootCertBundle and
+PROXY_VOLUME = "proxy"  # spec.config.proxy.credentials.secretName: the upstream's username and password
+NOTIFICATIONS_VOLUME = "notifications"  # spec.config.notifications.secretName: header values (Authorization tokens)
+SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME, PROXY_VOLUME,
+                  NOTIFICATIONS_VOLUME)
+# The token auth trust volumes, each a Secret or a ConfigMap (spec.config.auth.token.rootCertBundle and
 # .jwks), mounted whole at MOUNT_ROOT/<name> like the Secrets.
 TOKEN_BUNDLE_VOLUME = "token-bundle"
 TOKEN_JWKS_VOLUME = "token-jwks"
@@ -40,10 +44,14 @@ INPUT_VOLUMES = SECRET_VOLUMES + TRUST_VOLUMES  # every mounted input volume
 HTTP_SECRET_KEY = "secret"  # of the HTTP secret the operator generates when spec.http.secret is absent
 TLS_CERT_KEY = "tls.crt"  # of a kubernetes.io/tls Secret
 TLS_KEY_KEY = "tls.key"
+PROXY_USERNAME_KEY = "username"  # of the proxy credentials Secret (the kubernetes.io/basic-auth keys)
+PROXY_PASSWORD_KEY = "password"
 
 __all__ = [
     "AGENT_HEALTH_PORT", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR", "DATA_VOLUME",
-    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES", "MOUNT_ROOT", "REDIS_VOLUME",
+    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES", "MOUNT_ROOT", "NOTIFICATIONS_VOLUME",
+    "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
+    "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",
     "SECRET_VOLUMES",
     "STATE_DIR", "SUPERVISOR_NAME", "TLS_CERT_KEY", "TLS_KEY_KEY", "TLS_VOLUME", "TMP_DIR", "TMP_VOLUME",
     "TOKEN_BUNDLE_VOLUME", "TOKEN_JWKS_VOLUME", "TOKEN_VOLUME", "TRUST_VOLUMES",

@@ -7,9 +7,22 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from .auth import (
+    AUTH_PATH,
+    BOTH_PLACES_MESSAGE,
+    STORAGE_AUTH_PATH,
+    TOKEN_V3_FIELDS,
+    AuthInUse,
+    ConfigAuth,
+    auth_in_use,
+    token_v3_message,
+)
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
+from .monitoring import Monitoring
+from .notifications import Notifications, notifications_v3_message
+from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
 from .server import Health, Http, Redis, Validation
-from .storage import TOKEN_V3_FIELDS, Storage, token_v3_message
+from .storage import Storage
 from .types import INT32_MAX, ApiModel, Quantity
 
 GROUP = "berth.dev"
@@ -32,9 +45,48 @@ class Log(ApiModel):
     level: Literal["error", "warn", "info", "debug"] = Field("info", description="Registry log level.")
 
 
+# CEL: an Auth object at `path` (relative to self) names a provider.
+def _names_provider(path: str) -> str:
+    return f"(has({path}.htpasswd) || has({path}.token) || has({path}.silly))"
+
+
 class Config(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!(has(self.auth) && {_names_provider('self.auth')} && has(self.storage.auth) && "
+                            f"{_names_provider('self.storage.auth')})",
+                    "message": BOTH_PLACES_MESSAGE,
+                },
+            ]
+        }
+    }
+
     log: Log = Field(default_factory=Log, description="Registry logging.")
     storage: Storage = Field(description="Storage backend and storage options.")
+    auth: ConfigAuth | None = Field(
+        None, description="Authentication: exactly one of htpasswd, token and silly (as in Distribution's "
+        "config.yml); leave it out for a registry without authentication. spec.config.storage.auth is the same "
+        "field where the architecture document puts it: set one of the two.")
+    proxy: Proxy | None = Field(
+        None, description="Run as a pull-through cache of one upstream registry (pushes are refused). Pull "
+        "with the upstream's repository names (library/alpine for Docker Hub's alpine), or point containerd "
+        "and Docker at it as a mirror (README, Operate).")
+    notifications: Notifications | None = Field(
+        None, description="Webhook notifications of pushes, pulls and deletes (Distribution's notifications). "
+        "Events still queued in a registry process when it is restarted for a reload are lost (README, Operate).")
+
+    @model_validator(mode="after")
+    def _auth_in_one_place(self) -> Config:
+        if self.auth is not None and self.auth.provider is not None and self.storage.auth.provider is not None:
+            raise ValueError(BOTH_PLACES_MESSAGE)
+        return self
+
+    @property
+    def auth_in_use(self) -> AuthInUse:
+        """The auth this config uses and the path it is written at: every reader goes through this."""
+        return auth_in_use(self.auth, self.storage.auth)
 
 
 class Resources(ApiModel):
@@ -56,10 +108,27 @@ class RegistrySpec(ApiModel):
                     "message": GC_STORAGE_MESSAGE,
                 },
                 *({
-                    "rule": "!has(self.config.storage.auth) || !has(self.config.storage.auth.token) || "
-                            f"!has(self.config.storage.auth.token.{field}) || !{_RUNS_2}",
-                    "message": token_v3_message(field),
-                } for field in TOKEN_V3_FIELDS),
+                    "rule": f"!has({where}) || !has({where}.token) || !has({where}.token.{field}) || !{_RUNS_2}",
+                    "message": token_v3_message(field, path),
+                } for path in (AUTH_PATH, STORAGE_AUTH_PATH) for field in TOKEN_V3_FIELDS
+                  for where in ["self." + path.removeprefix("spec.")]),
+                {
+                    "rule": "!has(self.garbageCollection) || !has(self.config.proxy)",
+                    "message": GC_PROXY_MESSAGE,
+                },
+                *({
+                    "rule": f"!has(self.config.proxy) || !has(self.config.proxy.{field}) || !{_RUNS_2}",
+                    "message": proxy_v3_message(field),
+                } for field in PROXY_V3_FIELDS),
+                {
+                    "rule": "!has(self.config.notifications) || "
+                            f"self.config.notifications.endpoints.all(e, !has(e.ignore)) || !{_RUNS_2}",
+                    "message": notifications_v3_message("endpoints[].ignore"),
+                },
+                {
+                    "rule": f"!has(self.config.notifications) || !has(self.config.notifications.events) || !{_RUNS_2}",
+                    "message": notifications_v3_message("events.includeReferences"),
+                },
             ]
         }
     }
@@ -76,6 +145,9 @@ class RegistrySpec(ApiModel):
     redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
     health: Health = Field(default_factory=Health, description="Registry health checks.")
     validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
+    monitoring: Monitoring = Field(
+        default_factory=Monitoring, description="Prometheus Operator objects for this Registry (made by the operator "
+        "only when asked and when the monitoring.coreos.com CRDs exist).")
     garbage_collection: GarbageCollection | None = Field(
         None,
         alias="garbageCollection",
@@ -98,11 +170,31 @@ class RegistrySpec(ApiModel):
         return self
 
     @model_validator(mode="after")
+    def _gc_not_on_a_proxy(self) -> RegistrySpec:
+        if self.garbage_collection is not None and self.config.proxy is not None:
+            raise ValueError(GC_PROXY_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _proxy_fields_need_distribution_3(self) -> RegistrySpec:
+        if self.config.proxy is not None and self.distribution_major == "2":
+            for field in self.config.proxy.v3_fields_set():
+                raise ValueError(proxy_v3_message(field))
+        return self
+
+    @model_validator(mode="after")
+    def _notification_fields_need_distribution_3(self) -> RegistrySpec:
+        if self.config.notifications is not None and self.distribution_major == "2":
+            for field in self.config.notifications.v3_fields_set():
+                raise ValueError(notifications_v3_message(field))
+        return self
+
+    @model_validator(mode="after")
     def _token_fields_need_distribution_3(self) -> RegistrySpec:
-        token = self.config.storage.auth.token
-        if token is not None and self.distribution_major == "2":
-            for field in token.v3_fields_set():
-                raise ValueError(token_v3_message(field))
+        path, auth = self.config.auth_in_use
+        if auth.token is not None and self.distribution_major == "2":
+            for field in auth.token.v3_fields_set():
+                raise ValueError(token_v3_message(field, path))
         return self
 
     @property
@@ -152,6 +244,30 @@ class TrustRecord(ApiModel):
     jwks: str | None = Field(None, description="Of the JWKS.")
 
 
+class UpstreamAuthFailure(ApiModel):
+    """The last time the upstream refused the credentials (or an anonymous token): its answer, never a secret."""
+
+    status: int = Field(ge=0, le=999, description="The upstream's HTTP status (401, 403...).")
+    reason: str = Field(max_length=256, description="The upstream's short reason (its error code and message).")
+    at: str = Field(description="When the agent saw it (RFC 3339).")
+
+
+class UpstreamRecord(ApiModel):
+    """A pull-through cache's upstream as this pod's agent last checked it (before each restart of the registry,
+    and every few minutes)."""
+
+    url: str = Field(description="spec.config.proxy.remoteURL as checked.")
+    reachable: bool = Field(description="Whether the upstream's /v2/ answered (the registry cannot start while it "
+                            "does not; a running one keeps serving what it has cached).")
+    auth: Literal["none", "basic", "bearer"] | None = Field(
+        None, description="What the upstream asks for on /v2/: none (anonymous), basic or bearer (a token realm).")
+    checked_at: str = Field(alias="checkedAt", description="When the agent checked (RFC 3339).")
+    last_auth_failure: UpstreamAuthFailure | None = Field(
+        None, alias="lastAuthFailure",
+        description="The last refusal of the credentials by the upstream; kept after a later success, with its "
+        "time.")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -165,6 +281,9 @@ class AgentRecord(ApiModel):
         None, description="With token auth: sha256 (hex) of each trust file the registry now runs, by field "
         "(the sha256sum of the ConfigMap or Secret key). During a key rotation, wait until every pod shows the "
         "new bundle's.")
+    upstream: UpstreamRecord | None = Field(
+        None, description="With spec.config.proxy: the upstream's reachability and the last refusal of the "
+        "credentials.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."

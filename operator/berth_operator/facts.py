@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from berth_api import Registry
+from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
 from .builders import names
 from .builders.context import ClusterFacts
@@ -56,20 +57,29 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     """(Secret name, API path of the reference, keys it must hold) for every Secret the spec names."""
     spec = reg.spec
     refs = []
-    htpasswd = spec.config.storage.auth.htpasswd
+    auth_path, auth = spec.config.auth_in_use
+    htpasswd = auth.htpasswd
     if htpasswd is not None:
-        refs.append((htpasswd.secret.name, "spec.config.storage.auth.htpasswd.secret", (htpasswd.secret.field,)))
+        refs.append((htpasswd.secret.name, f"{auth_path}.htpasswd.secret", (htpasswd.secret.field,)))
     if spec.http.secret is not None:
         refs.append((spec.http.secret.name, "spec.http.secret", (spec.http.secret.field,)))
     if spec.redis is not None:
         refs.append((spec.redis.secret.name, "spec.redis.secret", (spec.redis.secret.field,)))
     if spec.http.tls is not None:
         refs.append((spec.http.tls.secret_name, "spec.http.tls.secretName", ("tls.crt", "tls.key")))
-    token = spec.config.storage.auth.token
+    token = auth.token
     for name, ref in (("rootCertBundle", token.root_cert_bundle if token else None),
                        ("jwks", token.jwks if token else None)):
         if ref is not None and ref.secret is not None:
-            refs.append((ref.secret.name, f"spec.config.storage.auth.token.{name}.secret", (ref.secret.field,)))
+            refs.append((ref.secret.name, f"{auth_path}.token.{name}.secret", (ref.secret.field,)))
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        refs.append((proxy.credentials.secret_name, "spec.config.proxy.credentials.secretName",
+                     (PROXY_USERNAME_KEY, PROXY_PASSWORD_KEY)))
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        refs.append((notifications.secret_name, "spec.config.notifications.secretName",
+                     tuple(notifications.secret_keys())))
     return refs
 
 
@@ -86,12 +96,13 @@ def _secret_findings(kube: Kube, namespace: str, name: str, where: str, keys: tu
 
 def _config_map_refs(reg: Registry) -> list[tuple[str, str, str]]:
     """(ConfigMap name, API path of the reference, key it must hold) for every ConfigMap the spec names."""
-    token = reg.spec.config.storage.auth.token
+    auth_path, auth = reg.spec.config.auth_in_use
+    token = auth.token
     refs = []
     for name, ref in (("rootCertBundle", token.root_cert_bundle if token else None),
                       ("jwks", token.jwks if token else None)):
         if ref is not None and ref.config_map is not None:
-            refs.append((ref.config_map.name, f"spec.config.storage.auth.token.{name}.configMap",
+            refs.append((ref.config_map.name, f"{auth_path}.token.{name}.configMap",
                          ref.config_map.field))
     return refs
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from berth_api import API_VERSION, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
+from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from berth_api.timestamps import format_time
 
 from . import apply, expansion, facts, gc_schedule, status
@@ -194,6 +194,18 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
                          "the next reconcile retries")
 
 
+
+def _uncollectable(reg: Registry | None) -> str | None:
+    """Why garbage collection cannot run on this Registry's storage (a run-now request is then refused with an
+    Event): in-memory storage, or a pull-through cache (berth_api.proxy.GC_PROXY_MESSAGE)."""
+    if reg is None:
+        return None
+    if reg.spec.config.storage.inmemory is not None:
+        return GC_STORAGE_MESSAGE
+    if reg.spec.config.proxy is not None:
+        return GC_PROXY_MESSAGE
+    return None
+
 def _report(
     kube: Kube,
     body: Mapping[str, Any],
@@ -218,7 +230,7 @@ def _report(
         reg.spec.garbage_collection if reg is not None else None,
         annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=moment,
         spec_valid=reg is not None,
-        uncollectable=GC_STORAGE_MESSAGE if reg is not None and reg.spec.config.storage.inmemory is not None else None,
+        uncollectable=_uncollectable(reg),
     )
     outcome.events, outcome.wake_at = gc.events, gc.wake_at
     if gc.pending is not None:

@@ -37,10 +37,10 @@ def supervisor_factory(tmp_path):
     """Start supervise.sh (config in tmp_path/config) and stop it, and whatever it started, afterwards."""
     started: list[Supervisor] = []
 
-    def start(shell: str = "dash", config_dir=None, binary: str | None = None) -> Supervisor:
+    def start(shell: str = "dash", config_dir=None, binary: str | None = None, env=None) -> Supervisor:
         directory = config_dir or tmp_path / "config"
         directory.mkdir(exist_ok=True)
-        supervisor = Supervisor(directory, shell=shell, binary=binary or "").start()
+        supervisor = Supervisor(directory, shell=shell, binary=binary or "", env=env).start()
         started.append(supervisor)
         return supervisor
 

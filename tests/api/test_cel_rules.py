@@ -67,28 +67,82 @@ def gc_storage_documents() -> list[dict[str, Any]]:
             for backend, shape in backends.items() for gc in (None, {}, {"schedule": "0 3 * * *"})]
 
 
+def _auth_at(place: str, auth: dict[str, Any]) -> dict[str, Any]:
+    """spec.config with `auth` at spec.config.auth ("config") or spec.config.storage.auth ("storage")."""
+    if place == "config":
+        return {"storage": {"inmemory": {}}, "auth": auth}
+    return {"storage": {"inmemory": {}, "auth": auth}}
+
+
 def auth_documents() -> list[dict[str, Any]]:
-    """Each subset of the providers; token with and without trust and each 3.x-only field, on images and
-    explicit distributions of both majors."""
+    """Each subset of the providers, at each of the two places; token with and without trust and each
+    3.x-only field, on images and explicit distributions of both majors; both places at once."""
     token = {"realm": "https://a.example/token", "service": "s", "issuer": "i"}
     trust = {"configMap": {"name": "trust", "field": "ca.pem"}}
     providers = {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}},
                  "token": {**token, "rootCertBundle": trust}, "silly": {"realm": "r", "service": "s"}}
     documents = []
-    for size in range(len(providers) + 1):
-        for chosen in itertools.combinations(providers, size):
-            documents.append({"config": {"storage": {"inmemory": {}, "auth": {p: providers[p] for p in chosen}}}})
+    for place in ("config", "storage"):
+        for size in range(len(providers) + 1):
+            for chosen in itertools.combinations(providers, size):
+                documents.append({"config": _auth_at(place, {p: providers[p] for p in chosen})})
     tokens = [token, {**token, "jwks": trust}, {**token, "rootCertBundle": trust, "signingAlgorithms": ["RS256"]},
               {**token, "rootCertBundle": trust, "autoRedirectPath": "/t"}, {**token, "rootCertBundle": trust}]
     where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "r.example:5000/registry:v2.8.3"},
              {"image": "registry:2", "distribution": "3"}, {"image": "registry:3", "distribution": "2"},
              {"image": "registry@sha256:" + "a" * 64}]
-    for shape, extra in itertools.product(tokens, where):
-        documents.append({**extra, "config": {"storage": {"inmemory": {}, "auth": {"token": shape}}}})
+    for place in ("config", "storage"):
+        for shape, extra in itertools.product(tokens, where):
+            documents.append({**extra, "config": _auth_at(place, {"token": shape})})
+    # Both places: refused only when both name a provider (an empty auth object names none).
+    for top, under in itertools.product([{}, *({p: v} for p, v in providers.items())], repeat=2):
+        documents.append({"config": {"storage": {"inmemory": {}, "auth": under}, "auth": top}})
     return documents
 
 
-SPECS = auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
+def proxy_documents() -> list[dict[str, Any]]:
+    """spec.config.proxy with and without credentials and each 3.x-only field, on both majors; with and without
+    garbageCollection (refused on a proxy)."""
+    base = {"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"}}
+    shapes = [base, {"remoteURL": "https://ghcr.io"}, {**base, "ttl": "0"}, {**base, "ttl": "72h"},
+              {**base, "cacheWriteTimeout": "30s"}, {**base, "ttl": "1h", "cacheWriteTimeout": "1m"}]
+    where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "registry:3", "distribution": "2"},
+             {"image": "registry:2", "distribution": "3"}]
+    storage = {"filesystem": {"storageClass": "standard"}}
+    documents = [{**extra, "config": {"storage": storage, "proxy": shape}}
+                 for shape, extra in itertools.product(shapes, where)]
+    for gc in (None, {}, {"schedule": "0 3 * * *"}):
+        documents.append({"config": {"storage": storage, "proxy": base},
+                          **({"garbageCollection": gc} if gc is not None else {})})
+    return documents
+
+
+def notifications_documents() -> list[dict[str, Any]]:
+    """spec.config.notifications (issue 21): header sources, the Secret, duplicate names, and the 3.x-only fields
+    on both majors."""
+    endpoint = {"name": "scan", "url": "https://hooks.example.com/events"}
+    token = {"name": "Authorization", "secretKey": "token"}
+    shapes = [
+        {"endpoints": [endpoint]},
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [token]}]},
+        {"endpoints": [{**endpoint, "headers": [token]}]},  # secretKey without the Secret
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [{"name": "X-A"}]}]},  # no source
+        {"secretName": "hooks", "endpoints": [{**endpoint, "headers": [{**token, "value": "v"}]}]},  # both
+        {"endpoints": [endpoint, {**endpoint, "url": "http://other/"}]},  # the same name twice
+        {"endpoints": [endpoint, {**endpoint, "name": "audit"}]},
+        {"endpoints": [{**endpoint, "ignoredMediaTypes": ["application/octet-stream"], "threshold": 5,
+                        "timeout": "500ms", "backoff": "2s"}]},
+        {"endpoints": [{**endpoint, "ignore": {"actions": ["pull"]}}]},
+        {"endpoints": [endpoint], "events": {"includeReferences": True}},
+    ]
+    where = [{"image": "registry:2"}, {"image": "registry:3"}, {"image": "registry:3", "distribution": "2"}]
+    storage = {"inmemory": {}}
+    return [{**extra, "config": {"storage": storage, "notifications": shape}}
+            for shape, extra in itertools.product(shapes, where)]
+
+
+SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
+         + proxy_documents() + notifications_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -133,3 +187,35 @@ def test_rules_see_absent_and_empty_differently() -> None:
     assert evaluate_rule(rule, {"inmemory": {}})
     assert not evaluate_rule(rule, {})
     assert not evaluate_rule(rule, {"inmemory": {}, "filesystem": {"storageClass": "standard"}})
+
+
+def test_proxy_refusals_name_the_field() -> None:
+    """ttl and cacheWriteTimeout only on Distribution 3; garbageCollection never on a proxy (design §4.6)."""
+    verdicts = {}
+    for spec in proxy_documents():
+        problems = model_problems({"spec": spec})
+        key = (spec.get("distribution") or spec.get("image", "registry:3")[-1], tuple(sorted(spec["config"]["proxy"])),
+               "garbageCollection" in spec)
+        verdicts[key] = sorted(message for _, message in problems)
+    assert verdicts[("2", ("credentials", "remoteURL"), False)] == []
+    assert verdicts[("3", ("credentials", "remoteURL", "ttl"), False)] == []
+    assert verdicts[("2", ("credentials", "remoteURL", "ttl"), False)] == [
+        "config.proxy.ttl needs Distribution 3, and this registry runs Distribution 2 (spec.distribution, else the "
+        "image tag)"]
+    assert any("config.proxy.cacheWriteTimeout needs Distribution 3" in m
+               for m in verdicts[("2", ("cacheWriteTimeout", "credentials", "remoteURL"), False)])
+    (gc_refusal,) = verdicts[("3", ("credentials", "remoteURL"), True)]
+    assert gc_refusal.startswith("garbageCollection cannot run on a pull-through cache (config.proxy)")
+
+
+def test_notification_refusals_name_the_field() -> None:
+    verdicts = [sorted(message for _, message in model_problems({"spec": spec})) for spec in notifications_documents()]
+    assert verdicts[0] == verdicts[1] == verdicts[2] == []  # plain, on every major
+    assert verdicts[3:6] == [["a header takes exactly one of value and secretKey"]] * 0 + verdicts[3:6]
+    assert verdicts[6] == ["a header with secretKey needs config.notifications.secretName"]
+    assert verdicts[15] == ["config.notifications.endpoints: each name once"]
+    assert verdicts[24] == ["config.notifications.endpoints[].ignore needs Distribution 3, and this registry runs "
+                            "Distribution 2 (spec.distribution, else the image tag)"]
+    assert verdicts[25] == [] and verdicts[28] == []
+    assert verdicts[27] == ["config.notifications.events.includeReferences needs Distribution 3, and this registry "
+                            "runs Distribution 2 (spec.distribution, else the image tag)"]

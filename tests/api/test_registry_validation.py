@@ -49,7 +49,13 @@ TOKEN = {"realm": "https://auth.example.com/token", "service": "registry.example
 
 
 def auth(image: str = "registry:3", **providers: Any) -> dict[str, Any]:
+    """Auth where the architecture document puts it (spec.config.storage.auth)."""
     return registry(image=image, config={"storage": {"inmemory": {}, "auth": providers}})
+
+
+def top_auth(image: str = "registry:3", **providers: Any) -> dict[str, Any]:
+    """Auth where Distribution's config.yml has it (spec.config.auth)."""
+    return registry(image=image, config={"storage": {"inmemory": {}}, "auth": providers})
 
 
 # (case id, Registry document, API path the model's error names, part of the message, CRD refuses it too)
@@ -229,6 +235,22 @@ INVALID = [
      "spec", "config.storage.auth.token.signingAlgorithms needs Distribution 3", True),
     ("autoRedirectPath on 2.8", auth("localhost:5000/registry:2", token={**TOKEN, "autoRedirectPath": "/auth"}),
      "spec", "config.storage.auth.token.autoRedirectPath needs Distribution 3", True),
+    # The same rules at spec.config.auth, each message naming that path; and never both places at once.
+    ("htpasswd and token at spec.config.auth", top_auth(htpasswd=HTPASSWD, token=TOKEN),
+     "spec.config.auth", "at most one auth provider", True),
+    ("token without trust at spec.config.auth",
+     top_auth(token={k: v for k, v in TOKEN.items() if k != "rootCertBundle"}),
+     "spec.config.auth.token", "set rootCertBundle, jwks or both", True),
+    ("jwks on 2.8 at spec.config.auth", top_auth("registry:2.8.2", token={**TOKEN, "jwks": BUNDLE}),
+     "spec", "config.auth.token.jwks needs Distribution 3", True),
+    ("spec.config.auth without a provider", top_auth(),
+     "spec.config.auth", "set exactly one auth provider", True),
+    ("htpasswd at both places", registry(config={"storage": {"inmemory": {}, "auth": {"htpasswd": HTPASSWD}},
+                                                 "auth": {"htpasswd": HTPASSWD}}),
+     "spec.config", "set auth in one place: spec.config.auth or spec.config.storage.auth", True),
+    ("token at spec.config.auth, htpasswd under storage",
+     registry(config={"storage": {"inmemory": {}, "auth": {"htpasswd": HTPASSWD}}, "auth": {"token": TOKEN}}),
+     "spec.config", "set auth in one place", True),
 ]
 
 

@@ -13,7 +13,11 @@ SECRET_VOLUMES = {"cosi", "htpasswd", "http-secret", "redis", "tls"}
 
 
 def built(reg, facts) -> dict[str, dict]:
-    return {o["kind"]: o for o in build_all(reg, facts, http_secret_value="v")}
+    """The first object of each kind (the registry's Service before the metrics Service)."""
+    found: dict[str, dict] = {}
+    for o in build_all(reg, facts, http_secret_value="v"):
+        found.setdefault(o["kind"], o)
+    return found
 
 
 def containers(dep: dict) -> tuple[dict, dict]:
@@ -93,14 +97,15 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["restartPolicy"] == "Always"
     assert agent["image"] == facts.agent_image
     assert agent["command"] == ["berth-agent"]
-    assert agent["args"][:15] == [
+    assert agent["args"][:17] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
         "--state-dir", "/tmp/berth",  # supervise.sh's files (issue 9): the config volume is read-only there
+        "--registry-metrics-addr", "0.0.0.0:8082",  # the registry's own metrics, stable across reloads (issue 21)
     ]
     # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).
     mounted = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert agent["args"][15:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
+    assert agent["args"][17:] == [arg for item in mounted.items() for arg in ("--api-secret", "=".join(item))]
     # The agent's own command line accepts them (parsed, not run).
     parser = argparse.ArgumentParser(prog="berth-agent")
     run_command.add_parser(parser.add_subparsers(dest="command", required=True))
@@ -111,7 +116,9 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
     ]
-    assert agent["ports"] == [{"name": "agent-health", "containerPort": 8081, "protocol": "TCP"}]
+    assert agent["ports"] == [{"name": "agent-health", "containerPort": 8081, "protocol": "TCP"},
+                              {"name": "registry-metrics", "containerPort": 8082, "protocol": "TCP"}]
+    assert parsed.registry_metrics_addr == "0.0.0.0:8082"
     assert agent["startupProbe"]["httpGet"] == {"path": "/startupz", "port": "agent-health"}
     assert agent["startupProbe"]["periodSeconds"] * agent["startupProbe"]["failureThreshold"] >= 120
     assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -129,6 +136,8 @@ def test_registry_container(builder_case):
         {"name": "BERTH_CONFIG", "value": "/etc/berth/config.yml"},
         {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
         {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # issue 9: supervise.sh's files, read by the agent
+        # issue 21: the loopback debug ports supervise.sh alternates between (never the registry's own port)
+        {"name": "BERTH_DEBUG_PORTS", "value": "5302 5303" if reg.spec.http.port == 5301 else "5301 5302"},
         {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
     ]
     assert registry["ports"] == [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}]
@@ -186,7 +195,7 @@ def test_existing_bucket_access_mounts_its_secret(registry_factory, facts_factor
     # Not known yet: no Deployment rather than a pod that cannot configure itself.
     assert deployment.build(reg, facts_factory()) is None
     kinds = [o["kind"] for o in build_all(reg, facts_factory(), http_secret_value="v")]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Lease", "Lease"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Service", "Lease", "Lease"]
 
 
 def test_created_bucket_access_mounts_the_deterministic_secret(registry_factory, facts_factory):

@@ -24,6 +24,8 @@ from berth_operator.builders import ClusterFacts, deployment
 
 AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 
+# The two places auth may be written (berth_api.auth).
+AUTH_PLACES = ("config.storage.auth", "config.auth")
 # Spec paths (API names, list items as "*") whose change must change the Deployment, given the same ClusterFacts.
 POD_SHAPING = {
     "image",
@@ -35,18 +37,25 @@ POD_SHAPING = {
     "http.secret.name",
     "http.tls.secretName",
     "redis.secret.name",
-    "config.storage.auth.htpasswd.secret.name",
-    # Token auth's trust volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
-    *(f"config.storage.auth.token.{field}.{kind}.name" for field in ("rootCertBundle", "jwks")
+    "config.proxy.credentials.secretName",  # the upstream credentials' Secret volume
+    "config.notifications.secretName",  # the notification headers' Secret volume (issue 21)
+    # Auth, at either of its two places (berth_api.auth): the htpasswd Secret's volume, and token auth's trust
+    # volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
+    *(f"{auth}.htpasswd.secret.name" for auth in AUTH_PLACES),
+    *(f"{auth}.token.{field}.{kind}.name" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
 }
 # Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
 POD_SHAPING_SECTIONS = {
-    "http.secret", "http.tls", "redis", "config.storage.auth.htpasswd",
+    "http.secret", "http.tls", "redis",
     "config.storage.filesystem", "config.storage.objectStorage", "config.storage.inmemory",
-    "config.storage.auth.token", "config.storage.auth.token.jwks", "config.storage.auth.token.rootCertBundle",
-    *(f"config.storage.auth.token.{field}.{kind}" for field in ("rootCertBundle", "jwks")
+    *(f"{auth}.{section}" for auth in AUTH_PLACES
+      for section in ("htpasswd", "token", "token.jwks", "token.rootCertBundle")),
+    *(f"{auth}.token.{field}.{kind}" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
+    "config.proxy", "config.proxy.credentials",  # with credentials: their Secret volume
+    "config.notifications",  # with secretName: its Secret volume
+    "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
 _FULL_OPTIONS = {
@@ -109,6 +118,27 @@ def _with_storage(backend: dict[str, Any], auth: dict[str, Any] | None = None, *
     return spec
 
 
+def _with_proxy(proxy: dict[str, Any]) -> dict[str, Any]:
+    spec = _with_storage({"filesystem": {"storageClass": "standard"}})
+    spec["config"]["proxy"] = proxy
+    del spec["garbageCollection"]  # refused on a pull-through cache (berth_api.GC_PROXY_MESSAGE)
+    return spec
+
+
+def _with_notifications() -> dict[str, Any]:
+    """Webhook notifications and a ServiceMonitor (issue 21): only the headers' Secret shapes the pod."""
+    spec = _with_storage({"filesystem": {"storageClass": "standard"}})
+    spec["config"]["notifications"] = {
+        "secretName": "hooks", "events": {"includeReferences": False},
+        "endpoints": [{"name": "scan", "url": "https://hooks.example.com/events", "disabled": False,
+                       "headers": [{"name": "Authorization", "secretKey": "token"}, {"name": "X-A", "value": "a"}],
+                       "timeout": "2s", "threshold": 5, "backoff": "3s", "ignoredMediaTypes": ["a/b"],
+                       "ignore": {"mediaTypes": ["c/d"], "actions": ["pull"]}},
+                      {"name": "audit", "url": "http://audit.example/"}]}
+    spec["monitoring"] = {"serviceMonitor": {"labels": {"release": "kps"}, "interval": "15s"}}
+    return spec
+
+
 # (id, spec, facts): together they reach every field of the models.
 BASES = [
     ("filesystem-claim-rwx", _with_storage({"filesystem": {"persistentVolumeClaim": "shared"}}, replicas=2),
@@ -128,7 +158,23 @@ BASES = [
         **_TOKEN, "rootCertBundle": {"secret": {"name": "trust", "field": "ca.pem"}},
         "jwks": {"configMap": {"name": "keys", "field": "jwks.json"}}}}), ClusterFacts(AGENT_IMAGE)),
     ("silly", _with_storage({"inmemory": {}}, {"silly": {"realm": "r", "service": "s"}}), ClusterFacts(AGENT_IMAGE)),
+    ("proxy", _with_proxy({"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"},
+                           "ttl": "72h", "cacheWriteTimeout": "1m"}), ClusterFacts(AGENT_IMAGE)),
+    ("notifications", _with_notifications(), ClusterFacts(AGENT_IMAGE)),
 ]
+
+
+def _auth_at_top(spec: dict[str, Any]) -> dict[str, Any]:
+    """The same spec with its auth at spec.config.auth instead of spec.config.storage.auth."""
+    moved = copy.deepcopy(spec)
+    moved["config"]["auth"] = moved["config"]["storage"].pop("auth")
+    return moved
+
+
+# The same bases with auth at spec.config.auth: the walk reaches its fields there too.
+BASES += [(f"{base_id}-at-config-auth", _auth_at_top(spec), facts) for base_id, spec, facts in BASES
+          if base_id in ("filesystem-claim-rwx", "token-configmap-bundle", "token-secret-bundle", "silly")]
+TOP = {base_id: index for index, (base_id, _, _) in enumerate(BASES)}
 
 # Values tried for a changed field; the models decide which are valid for it.
 _STRING_CANDIDATES = [
@@ -362,7 +408,22 @@ POD_SHAPING_CHANGES = [
       for base, field, kind in ((5, "rootCertBundle", "configMap"), (5, "jwks", "secret"),
                                 (6, "rootCertBundle", "secret"), (6, "jwks", "configMap"))),
     ("token trust ConfigMap -> Secret", _spec(5), BASES[5][2], _spec(6), BASES[6][2]),
+    ("config.proxy.credentials.secretName", _spec(TOP["proxy"]), BASES[0][2],
+     _set(_spec(TOP["proxy"]), ["config", "proxy", "credentials", "secretName"], "other"), BASES[0][2]),
+    ("proxy credentials removed (anonymous upstream)", _spec(TOP["proxy"]), BASES[0][2],
+     _set(_spec(TOP["proxy"]), ["config", "proxy", "credentials"], None), BASES[0][2]),
+    ("config.auth.htpasswd.secret.name", _spec(TOP["filesystem-claim-rwx-at-config-auth"]), BASES[0][2],
+     _set(_spec(TOP["filesystem-claim-rwx-at-config-auth"]), ["config", "auth", "htpasswd", "secret", "name"],
+          "other"), BASES[0][2]),
+    *((f"config.auth.token.{field}.{kind}.name", _spec(TOP[base]), BASES[5][2],
+       _set(_spec(TOP[base]), ["config", "auth", "token", field, kind, "name"], "other"), BASES[5][2])
+      for base, field, kind in (("token-configmap-bundle-at-config-auth", "rootCertBundle", "configMap"),
+                                ("token-configmap-bundle-at-config-auth", "jwks", "secret"),
+                                ("token-secret-bundle-at-config-auth", "rootCertBundle", "secret"),
+                                ("token-secret-bundle-at-config-auth", "jwks", "configMap"))),
     ("token -> silly", _spec(5), BASES[5][2], _spec(7), BASES[7][2]),
+    ("config.notifications.secretName", _spec(TOP["notifications"]), BASES[0][2],
+     _set(_spec(TOP["notifications"]), ["config", "notifications", "secretName"], "other"), BASES[0][2]),
 ]
 
 
@@ -383,3 +444,10 @@ def test_scaling_does_not_change_the_pod_template():
     assert after["spec"]["replicas"] == 5
     assert json.dumps(after["spec"]["template"], sort_keys=True) == json.dumps(before["spec"]["template"],
                                                                                 sort_keys=True)
+
+
+@pytest.mark.parametrize("base_id", ["filesystem-claim-rwx", "token-configmap-bundle", "token-secret-bundle", "silly"])
+def test_moving_auth_between_its_two_places_leaves_the_deployment_byte_identical(base_id):
+    """spec.config.storage.auth -> spec.config.auth is an edit of where, not what: no pod is replaced."""
+    _, spec, facts = BASES[TOP[base_id]]
+    assert deployment_json(_auth_at_top(spec), facts) == deployment_json(spec, facts)

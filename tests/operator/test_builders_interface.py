@@ -26,6 +26,7 @@ def test_filesystem_class_gets_every_object(registry_factory, facts_factory):
         ("Secret", "demo-http-secret"),
         ("PersistentVolumeClaim", "demo-data"),
         ("Service", "demo"),
+        ("Service", "demo-metrics"),
         ("Deployment", "demo"),
         ("Lease", "demo-reload"),
         ("Lease", "demo-gc"),
@@ -66,7 +67,11 @@ def test_builders_are_pure(builder_case):
 
 
 def by_kind(objects: list[dict]) -> dict[str, dict]:
-    return {o["kind"]: o for o in objects}
+    """The first object of each kind (the registry's Service before the metrics Service)."""
+    found: dict[str, dict] = {}
+    for o in objects:
+        found.setdefault(o["kind"], o)
+    return found
 
 
 def test_agent_rbac_is_its_own_registry_events_and_mounted_secrets(registry_factory, facts_factory):
@@ -155,7 +160,8 @@ def test_names_are_deterministic(registry_factory, facts_factory):
     assert first == [
         ("ServiceAccount", "team-a-agent"), ("Role", "team-a-agent"), ("RoleBinding", "team-a-agent"),
         ("Secret", "team-a-http-secret"), ("BucketClaim", "team-a-bucket"), ("BucketAccess", "team-a-bucket-access"),
-        ("Service", "team-a"), ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"), ("Lease", "team-a-reload"),
+        ("Service", "team-a"), ("Service", "team-a-metrics"),
+        ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"), ("Lease", "team-a-reload"),
         ("Lease", "team-a-gc"),
     ]
     assert names.selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"

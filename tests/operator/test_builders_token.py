@@ -14,7 +14,7 @@ def token_registry(bundle: dict, jwks: dict | None = None) -> Registry:
     token = {"realm": "https://auth.example.com/token", "service": "registry", "issuer": "auth",
              "rootCertBundle": bundle, **({"jwks": jwks} if jwks else {})}
     return Registry.model_validate({"metadata": {"name": "demo", "namespace": "ns", "uid": "u"}, "spec": {
-        "config": {"storage": {"inmemory": {}, "auth": {"token": token}}}}})
+        "config": {"storage": {"inmemory": {}}, "auth": {"token": token}}}})
 
 
 def pod_spec(reg: Registry) -> dict:

@@ -274,13 +274,13 @@ def test_missing_trust_config_map_then_created(operator_harness, kube_api):
     field (the pod cannot start without the volume), and clear once the key is there."""
     harness = operator_harness([NS], refresh_interval=0.3)
     trust = {"configMap": {"name": "issuer-trust", "field": "ca.crt"}}
-    kube_api.create(registry("tok", {"config": {"storage": {"inmemory": {}, "auth": {"token": {
+    kube_api.create(registry("tok", {"config": {"storage": {"inmemory": {}}, "auth": {"token": {
         "realm": "https://issuer.example/token", "service": "registry", "issuer": "issuer",
-        "rootCertBundle": trust}}}}}))
+        "rootCertBundle": trust}}}}))
     harness.wait_reconciled(NS, "tok")
     status, reason, message = condition(harness, "tok", "Degraded")
     assert (status, reason) == ("True", "MissingConfigMap")
-    assert "ConfigMap issuer-trust (spec.config.storage.auth.token.rootCertBundle.configMap)" in message
+    assert "ConfigMap issuer-trust (spec.config.auth.token.rootCertBundle.configMap)" in message
     assert condition(harness, "tok", "Ready")[:2] == ("False", "MissingConfigMap")
     wait_for(lambda: warning_events(harness, "tok", "MissingConfigMap"), "the MissingConfigMap event")
 

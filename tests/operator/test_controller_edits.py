@@ -113,7 +113,7 @@ def test_deleting_the_registry_leaves_nothing_behind(operator_harness, kube_api)
     harness = operator_harness([NS])
     reg = kube_api.create(registry("gone", COSI_R2 | {"replicas": 3}))
     harness.wait_reconciled(NS, "gone")
-    assert len(harness.owned(NS, reg["metadata"]["uid"])) == 11  # with the reload and GC Leases
+    assert len(harness.owned(NS, reg["metadata"]["uid"])) == 12  # with the reload and GC Leases and the metrics Service
 
     kube_api.delete(REGISTRIES_PATH, NS, "gone")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from berth_api import GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE
+from berth_api import GC_PROXY_MESSAGE, GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE
 from support.clock import SetClock
 from support.operator_harness import REGISTRIES_PATH, wait_for
 
@@ -159,6 +159,24 @@ def test_the_annotation_on_an_in_memory_registry_starts_nothing_and_says_why(ope
     assert "request" not in gc_status(harness, "volatile")
     assert harness.condition(NS, "volatile", "Progressing")["reason"] != "GarbageCollecting"
     assert not events(harness, "volatile", "GarbageCollectionRequested")
+
+
+def test_the_annotation_on_a_pull_through_cache_starts_nothing_and_says_why(operator_harness, kube_api):
+    """Issue 20: read-only mode does not stop a proxy from writing what it pulls through (measured, design
+    §4.6), so a collection would race the cache. The CRD refuses garbageCollection there; the annotation gets a
+    Warning naming the reason."""
+    harness = operator_harness([NS], clock=SetClock(T0))
+    body = registry("mirror")
+    body["spec"]["config"]["proxy"] = {"remoteURL": "https://registry-1.docker.io"}
+    kube_api.create(body)
+    harness.wait_reconciled(NS, "mirror")
+    kube_api.patch(REGISTRIES_PATH, NS, "mirror", {"metadata": {"annotations": {
+        GC_REQUEST_ANNOTATION: "2026-11-30T02:59:00Z"}}})
+    refused = wait_for(lambda: events(harness, "mirror", "InvalidGarbageCollectionRequest"), "the refusal")
+    assert refused[0]["type"] == "Warning" and GC_PROXY_MESSAGE in refused[0]["message"], refused
+    wait_for(lambda: gc_status(harness, "mirror").get("handledRequest") == "2026-11-30T02:59:00Z", "handled")
+    assert "request" not in gc_status(harness, "mirror")
+    assert not events(harness, "mirror", "GarbageCollectionRequested")
 
 
 def test_a_run_whose_runner_died_is_marked_interrupted_at_its_deadline(operator_harness, kube_api):

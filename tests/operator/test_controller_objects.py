@@ -76,7 +76,7 @@ OWN = {
 
 def base(name: str, *, http_secret: bool = True) -> set[tuple[str, str]]:
     objs = {("ServiceAccount", f"{name}-agent"), ("Role", f"{name}-agent"), ("RoleBinding", f"{name}-agent"),
-            ("Service", name), ("Deployment", name), ("Lease", f"{name}-reload"),
+            ("Service", name), ("Service", f"{name}-metrics"), ("Deployment", name), ("Lease", f"{name}-reload"),
             ("Lease", f"{name}-gc")}
     return objs | ({("Secret", f"{name}-http-secret")} if http_secret else set())
 

@@ -217,6 +217,8 @@ def test_redis_db_in_spec_and_url_must_agree():
     (S3_SPEC, "spec.config.storage.objectStorage"),
     ({"config": {"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}}},
      "spec.config.storage.auth.htpasswd"),
+    ({"config": {"storage": {"inmemory": {}}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}},
+     "spec.config.auth.htpasswd"),
     ({"http": {"secret": {"name": "h", "field": "f"}}}, "spec.http.secret"),
     ({"http": {"tls": {"secretName": "t"}}}, "spec.http.tls.secretName"),
     ({"redis": REDIS}, "spec.redis.secret"),
@@ -266,3 +268,19 @@ def test_every_example_renders_for_both_versions():
             # The document render() hands on is the one its YAML holds: nobody needs to parse it again.
             assert rendered.document == yaml.safe_load(rendered.config)
             assert Rendered(rendered.config).document == rendered.document
+
+
+@pytest.mark.parametrize("provider", [
+    {"htpasswd": {"secret": {"name": "u", "field": "f"}}},
+    {"silly": {"realm": "r", "service": "s"}},
+    {"token": {"realm": "https://a.example/t", "service": "s", "issuer": "i",
+               "rootCertBundle": {"configMap": {"name": "trust", "field": "ca.pem"}}}},
+])
+def test_auth_renders_the_same_from_either_place(provider, tmp_path):
+    """spec.config.auth and spec.config.storage.auth are one field at two paths: the same config, byte for byte."""
+    inputs = MountedInputs(htpasswd=HTPASSWD, token_bundle=b"-----BEGIN CERTIFICATE-----\nMIIB\n")
+    paths = RenderPaths(config_dir=tmp_path)
+    top = render(spec_of(config={"storage": {"inmemory": {}}, "auth": provider}), inputs, paths=paths)
+    under = render(spec_of(config={"storage": {"inmemory": {}, "auth": provider}}), inputs, paths=paths)
+    assert top.config == under.config and top.files == under.files
+    assert set(parsed(top)["auth"]) == set(provider)

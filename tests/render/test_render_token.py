@@ -21,7 +21,7 @@ TOKEN = {"realm": "https://auth.example.com/token", "service": "registry.example
 
 def spec_of(major: str = "3", **auth):
     return Registry.model_validate({"spec": {"image": f"registry:{major}", "config": {
-        "storage": {"inmemory": {}, "auth": auth}}}}).spec
+        "storage": {"inmemory": {}}, "auth": auth}}}).spec
 
 
 def test_token_with_a_bundle_on_both_versions(tmp_path):
@@ -34,7 +34,7 @@ def test_token_with_a_bundle_on_both_versions(tmp_path):
             "autoredirect": False}}
         assert rendered.files == {TOKEN_BUNDLE_FILE: BUNDLE}
         assert rendered.origins[TOKEN_BUNDLE_FILE] == (
-            "spec.config.storage.auth.token.rootCertBundle (ConfigMap issuer-trust key ca.pem)")
+            "spec.config.auth.token.rootCertBundle (ConfigMap issuer-trust key ca.pem)")
 
 
 def test_the_3x_fields_and_a_jwks_from_a_secret(tmp_path):
@@ -49,7 +49,7 @@ def test_the_3x_fields_and_a_jwks_from_a_secret(tmp_path):
     # The spec says 3; an agent told --distribution 2 refuses, naming the field.
     with pytest.raises(InputError) as caught:
         render(spec_of("3", token=token), MountedInputs(token_bundle=BUNDLE, token_jwks=JWKS), distribution="2")
-    assert "spec.config.storage.auth.token.jwks" in str(caught.value) and "Distribution 3" in str(caught.value)
+    assert "spec.config.auth.token.jwks" in str(caught.value) and "Distribution 3" in str(caught.value)
 
 
 def test_silly_is_rendered_as_given():

@@ -113,13 +113,13 @@ class RegistryPod:
                                       stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self.agent
 
-    def start_supervisor(self, *, packaged: bool = False) -> Supervisor:
+    def start_supervisor(self, *, packaged: bool = False, env: dict[str, str] | None = None) -> Supervisor:
         """The registry container: supervise.sh as the agent wrote it (or the packaged copy, to start first)."""
         script = None if packaged else wait_for(
             lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
             what="the agent to write supervise.sh")
         self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
-                                     log_path=self.root / "registry.log", binary=self.binary).start()
+                                     log_path=self.root / "registry.log", binary=self.binary, env=env).start()
         return self.supervisor
 
     # ---- observations ----------------------------------------------------------------------------------------

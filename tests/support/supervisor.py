@@ -75,13 +75,14 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str
 
 class Supervisor:
     def __init__(self, config_dir: Path, *, shell: str = "dash", log_path: Path | None = None,
-                 script: Path | None = None, binary: str = REGISTRY_BIN):
+                 script: Path | None = None, binary: str = REGISTRY_BIN, env: dict[str, str] | None = None):
         self.config_dir = Path(config_dir)
         self.config_path = self.config_dir / "config.yml"
         self.shell = shell
         self.log_path = log_path or self.config_dir.parent / f"supervise-{shell}.log"
         self.script = script
         self.binary = binary or REGISTRY_BIN  # 2.8 by default; support.registry.registry_binaries() gives 3.x too
+        self.env = dict(env or {})  # more environment for the script (BERTH_DEBUG_PORTS, ...)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Supervisor:
@@ -92,6 +93,7 @@ class Supervisor:
         env = registry_env()
         env["BERTH_CONFIG"] = str(self.config_path)
         env["BERTH_REGISTRY_BIN"] = self.binary
+        env.update(self.env)
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [*SHELLS[self.shell], str(script)], env=env, stdin=subprocess.DEVNULL,

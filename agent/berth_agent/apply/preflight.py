@@ -32,12 +32,13 @@ from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
 from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis
+from .preflight_proxy import UpstreamRefused, check_upstream, distribution_of, publish
 from .preflight_tls import check_pair
 from .preflight_token import check_bundle, check_jwks
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-SILLY_WARNING = ("spec.config.storage.auth.silly lets in any request that carries an Authorization header, "
-                 "whatever it holds: for tests only, never in production")
+SILLY_WARNING = ("auth.silly (spec.config.auth.silly or spec.config.storage.auth.silly) lets in any request that "
+                 "carries an Authorization header, whatever it holds: for tests only, never in production")
 TIMEOUT_SECONDS = 5.0
 
 
@@ -67,6 +68,7 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
             warnings += [PreflightWarning("CertificateExpiresSoon", text)
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
     warnings += _check_token(rendered, previous, now)
+    warnings += _check_proxy(rendered, previous)
     if "silly" in (rendered.document.get("auth") or {}) and (
             previous is None or "silly" not in (previous.document.get("auth") or {})):
         warnings.append(PreflightWarning("SillyAuthInUse", SILLY_WARNING))
@@ -101,6 +103,28 @@ def _check_token(rendered: Rendered, previous: Rendered | None,
         else:
             check_jwks(data, where, token.get("signingalgorithms"))
     return warnings
+
+
+def _check_proxy(rendered: Rendered, previous: Rendered | None) -> list[PreflightWarning]:
+    """A pull-through cache's upstream (apply/preflight_proxy): before any restart its /v2/ must answer (the
+    registry panics at start otherwise), and new credentials or a new remoteURL must authenticate. With nothing
+    running yet, a refusal is a warning: starting lets the cache serve what its storage already holds."""
+    target = rendered.proxy
+    if target is None:
+        return []
+    old = previous.proxy if previous is not None else None
+    try:
+        check = check_upstream(target.remote_url, target.username, target.password,
+                               major=distribution_of(rendered), reachability_only=old == target)
+    except UpstreamRefused as exc:
+        publish(exc.check)
+        if previous is not None:
+            raise
+        reason = "UpstreamUnreachable" if not exc.check.reachable else "UpstreamAuthFailed"
+        return [PreflightWarning(reason, f"{exc}; starting anyway (the registry serves what it has cached)"
+                                 .replace("; keeping the running config", ""))]
+    publish(check)
+    return []
 
 
 def _redis_fields(target: RedisTarget | None) -> tuple:

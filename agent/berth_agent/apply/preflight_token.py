@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from berth_api.storage import SIGNING_ALGORITHMS
+from berth_api.auth import SIGNING_ALGORITHMS
 
 from ..core.errors import PreflightError
 from .preflight_tls import EXPIRY_WARNING, der_not_after

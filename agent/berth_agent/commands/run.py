@@ -55,6 +55,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--health-addr", default="0.0.0.0:8081", metavar="HOST:PORT",
                         help="where /startupz, /readyz, /livez (the pod's probes) and the Prometheus /metrics are "
                              "served (default 0.0.0.0:8081)")
+    parser.add_argument("--registry-metrics-addr", default=None, metavar="HOST:PORT",
+                        help="serve the registry's own Prometheus /metrics here, proxied to the debug port of "
+                             "whichever registry process is current (supervise.sh names it in the state dir; its "
+                             "BERTH_DEBUG_PORTS turns them on); default: not served")
     parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
     parser.add_argument("--registry-bin", default="registry", metavar="NAME",
@@ -66,6 +70,9 @@ def add_parser(subparsers: Any) -> None:
                         help="longest a burst may postpone rendering (default 2)")
     parser.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
                         help="full re-check of every input, the safety net for missed events (default 60)")
+    parser.add_argument("--upstream-interval", type=float, default=300.0, metavar="SECONDS",
+                        help="with spec.config.proxy: how often the upstream is checked for status.agents.<pod>."
+                        "upstream (it is also checked before every restart)")
     parser.add_argument("--api-secret", action="append", default=[], metavar="DIR=SECRET",
                         help="with --registry: also watch Secret SECRET, mounted at DIR/ of the mount root, over the "
                              "API, and apply its changes without waiting for the kubelet (repeatable)")
@@ -95,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
     try:
         host, port = _split_addr(args.health_addr)
+        args.registry_metrics = (_split_addr(args.registry_metrics_addr, "--registry-metrics-addr")
+                                 if args.registry_metrics_addr else None)
         if args.registry is not None and args.registry.count("/") != 1:
             raise ValueError("--registry must be NAMESPACE/NAME")
         if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
@@ -119,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _split_addr(addr: str) -> tuple[str, int]:
+def _split_addr(addr: str, flag: str = "--health-addr") -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"--health-addr must be HOST:PORT, not {addr!r}")
+        raise ValueError(f"{flag} must be HOST:PORT, not {addr!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -152,6 +161,7 @@ def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
 
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..apply.registry_watch import RegistryWatch
+    from ..apply.upstream_watch import UpstreamWatch
     from ..core.health import Health, start_health_server
     from ..core.write import write_atomic
     from ..pipeline.coordinator import Pipeline, PipelineSettings
@@ -177,19 +187,28 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     wiring.join(pipeline)
     watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
     watch.report = pipeline.watch_problem
-    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch]
+    upstream = UpstreamWatch(pipeline.applier, interval=args.upstream_interval)  # spec.config.proxy only
+    upstream.on_record = wiring.reporter.upstream  # status.agents.<pod>.upstream
+    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch, upstream]
     # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
                             supervisor_for(args.registry_bin, args.config_dir), mode=0o644)
     server = await start_health_server(health, host, port)
+    servers = [server]
+    if args.registry_metrics is not None:
+        from ..supervisor.metrics import start_metrics_proxy
+
+        metrics_runner, _proxy = await start_metrics_proxy(args.state_dir or args.config_dir, *args.registry_metrics)
+        servers.append(metrics_runner)
     log.info("agent started", extra={"fields": {
         "registry": wiring.subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
         "health_addr": f"{host}:{port}", "pod": args.pod_name}})
-    return await _serve(pipeline, sources, queue_emitter(queue), queue, loop, server)
+    return await _serve(pipeline, sources, queue_emitter(queue), queue, loop, servers)
 
 
-async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Queue, loop: Any, server: Any) -> int:
+async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Queue, loop: Any,
+                 servers: list[Any]) -> int:
     """Run the pipeline and every source until SIGTERM or SIGINT, or until one of them ends (a bug: exit 1)."""
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -210,6 +229,7 @@ async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Qu
         for task in [*tasks, stopper]:
             task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        await server.cleanup()
+        for server in servers:
+            await server.cleanup()
         log.info("agent stopped", extra={"fields": {"exit_status": status}})
     return status

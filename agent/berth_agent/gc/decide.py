@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from berth_api import GC_STORAGE_MESSAGE
+from berth_api import GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE
 from berth_api.gc import GarbageCollectionRun, gc_status
 from berth_api.timestamps import parse_epoch
 
@@ -51,6 +51,8 @@ def next_step(registry: dict | None, now_wall: float) -> Run | Interrupt | Refus
         return Interrupt(hold, active.get("runner"), active.get("startedAt"))
     if _storage(registry).get("inmemory") is not None:
         return Refuse(hold, GC_STORAGE_MESSAGE)
+    if (((registry or {}).get("spec") or {}).get("config") or {}).get("proxy") is not None:
+        return Refuse(hold, GC_PROXY_MESSAGE)  # read-only does not stop a proxy from writing (design §4.6)
     return Run(hold)
 
 

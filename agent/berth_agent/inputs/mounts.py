@@ -16,15 +16,19 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from berth_api import RegistrySpec
+from berth_api.auth import TrustKeyRef
 from berth_api.pod import (
     HTTP_SECRET_KEY,
     MOUNT_ROOT,
+    NOTIFICATIONS_VOLUME,
+    PROXY_PASSWORD_KEY,
+    PROXY_USERNAME_KEY,
+    PROXY_VOLUME,
     TLS_CERT_KEY,
     TLS_KEY_KEY,
     TOKEN_BUNDLE_VOLUME,
     TOKEN_JWKS_VOLUME,
 )
-from berth_api.storage import TrustKeyRef
 
 from ..core.errors import InputError
 from .cosi import S3Credentials, read_cosi
@@ -55,6 +59,9 @@ class MountedInputs:
     tls_key: bytes | None = None
     token_bundle: bytes | None = None  # auth.token.rootCertBundle (PEM certificates)
     token_jwks: bytes | None = None  # auth.token.jwks (a JSON Web Key Set)
+    proxy_username: str | None = None  # proxy.credentials: the upstream's user name and password
+    proxy_password: str | None = None
+    notification_headers: dict[str, str] | None = None  # notifications.secretName: header value by key
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -147,9 +154,10 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     if storage.object_storage is not None:
         values["s3"] = read_cosi(root("cosi") / "cosi")
 
-    if storage.auth.htpasswd is not None:
-        key = storage.auth.htpasswd.secret.field
-        data = read_key(root("htpasswd"), "htpasswd", key, why="spec.config.storage.auth.htpasswd.secret",
+    auth_path, auth = spec.config.auth_in_use
+    if auth.htpasswd is not None:
+        key = auth.htpasswd.secret.field
+        data = read_key(root("htpasswd"), "htpasswd", key, why=f"{auth_path}.htpasswd.secret",
                         limit=HTPASSWD_LIMIT)
         _check_htpasswd(data, f"htpasswd/{key}")
         values["htpasswd"] = data
@@ -174,13 +182,35 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key
 
-    token = storage.auth.token
+    token = auth.token
     if token is not None:
         for volume, ref, field, name in ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle, "rootCertBundle",
                                           "token_bundle"), (TOKEN_JWKS_VOLUME, token.jwks, "jwks", "token_jwks")):
             if ref is not None:
                 values[name] = read_key(root(volume), volume, ref.ref.field, limit=TRUST_LIMIT,
-                                        why=f"spec.config.storage.auth.token.{field}, {trust_origin(ref)}")
+                                        why=f"{auth_path}.token.{field}, {trust_origin(ref)}")
+
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        why = "spec.config.proxy.credentials.secretName"
+        for key, name in ((PROXY_USERNAME_KEY, "proxy_username"), (PROXY_PASSWORD_KEY, "proxy_password")):
+            values[name] = read_text(root(PROXY_VOLUME), PROXY_VOLUME, key, why=why)
+            if not values[name]:
+                raise InputError(f"{PROXY_VOLUME}/{key}", f"is empty (asked for by {why})")
+
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        why = "spec.config.notifications.secretName"
+        headers = {}
+        for key in notifications.secret_keys():
+            value = read_text(root(NOTIFICATIONS_VOLUME), NOTIFICATIONS_VOLUME, key, why=why)
+            if not value:
+                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}", f"is empty (asked for by {why})")
+            if "\r" in value or "\n" in value or "\0" in value:
+                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}",
+                                 f"holds a line break or NUL, which no header value may (asked for by {why})")
+            headers[key] = value
+        values["notification_headers"] = headers
 
     return MountedInputs(**values)
 

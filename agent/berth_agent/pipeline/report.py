@@ -39,6 +39,8 @@ class Reporter(Protocol):
 
     async def waiting(self, message: str | None) -> None: ...  # waiting for its turn to reload; None: not any more
 
+    async def upstream(self, record: dict | None) -> None: ...  # status.agents.<pod>.upstream; None removes it
+
 
 class LogReporter:
     """File mode, outside Kubernetes: what a pod reports to status and Events, as DEBUG log lines.
@@ -69,6 +71,9 @@ class LogReporter:
     async def waiting(self, message: str | None) -> None:
         if message:
             log.info(message, extra={"fields": {"registry": self.subject}})
+
+    async def upstream(self, record: dict | None) -> None:
+        log.debug("upstream checked", extra={"fields": {"registry": self.subject, "upstream": record}})
 
 
 def data_path_record(state: PvcState | None, now: float) -> dict | None:
@@ -150,6 +155,14 @@ class ApiReporter:
     async def waiting(self, message: str | None) -> None:
         """status.agents.<pod>.waiting while another pod holds the reload Lease (null removes it)."""
         await asyncio.to_thread(self._write_waiting, message)
+
+    async def upstream(self, record: dict | None) -> None:
+        """status.agents.<pod>.upstream (the upstream watch writes only what changed, or every 10 minutes)."""
+        await asyncio.to_thread(self._write_upstream, record)
+
+    def _write_upstream(self, record: dict | None) -> None:
+        with self._lock:
+            self._patch_status({"upstream": record}, "status")
 
     async def read_only_for(self, request_id: str | None) -> bool:
         """status.agents.<pod>.readOnlyFor: the GC request this pod's registry serves read-only for (null: it

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from berth_api import RegistrySpec
+from berth_api.auth import TokenAuth
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, trust_origin
@@ -42,18 +43,22 @@ def render(
     config: dict[str, Any] = {"version": "0.1", "log": {"level": spec.config.log.level}}
     config["storage"] = storage_section(spec, inputs, major, paths)
 
-    if spec.config.storage.auth.htpasswd is not None:
+    auth_path, auth = spec.config.auth_in_use
+    if auth.htpasswd is not None:
         if inputs.htpasswd is None:
-            raise InputError("spec.config.storage.auth.htpasswd", "is set but no htpasswd file was read")
+            raise InputError(f"{auth_path}.htpasswd", "is set but no htpasswd file was read")
         files[HTPASSWD_FILE] = inputs.htpasswd
         config["auth"] = {"htpasswd": {"realm": HTPASSWD_REALM, "path": str(paths.config_dir / HTPASSWD_FILE)}}
     origins: dict[str, str] = {}
-    if spec.config.storage.auth.token is not None:
-        config["auth"] = {"token": _token(spec, inputs, major, paths, files, origins)}
-    if spec.config.storage.auth.silly is not None:
-        silly = spec.config.storage.auth.silly
-        config["auth"] = {"silly": {"realm": silly.realm, "service": silly.service}}
+    if auth.token is not None:
+        config["auth"] = {"token": _token(auth.token, f"{auth_path}.token", inputs, major, paths, files, origins)}
+    if auth.silly is not None:
+        config["auth"] = {"silly": {"realm": auth.silly.realm, "service": auth.silly.service}}
 
+    if spec.config.proxy is not None:
+        config["proxy"] = _proxy(spec, inputs, major)
+    if spec.config.notifications is not None:
+        config["notifications"] = _notifications(spec, inputs, major)
     config["http"] = _http(spec, inputs, major, paths, files)
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
@@ -71,12 +76,10 @@ def render(
                     parsed=config, origins=origins)  # the document just dumped: nobody parses it again
 
 
-def _token(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
+def _token(token: TokenAuth, where: str, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
            files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
-    """auth.token; the bundle and the JWKS are copied beside config.yml (the registry reads them once, at start)."""
-    token = spec.config.storage.auth.token
-    assert token is not None
-    where = "spec.config.storage.auth.token"
+    """auth.token (`where`: its field path); the bundle and the JWKS are copied beside config.yml (the registry
+    reads them once, at start)."""
     if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
         for field in token.v3_fields_set():
             raise InputError(f"{where}.{field}", "needs Distribution 3; this registry runs Distribution 2")
@@ -97,6 +100,61 @@ def _token(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths
     if token.auto_redirect_path is not None:
         section["autoredirectpath"] = token.auto_redirect_path
     return section
+
+
+def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
+    """proxy: the upstream and its credentials (read by the registry once, at start: a change restarts it)."""
+    proxy = spec.config.proxy
+    assert proxy is not None
+    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+        for field in proxy.v3_fields_set():
+            raise InputError(f"spec.config.proxy.{field}", "needs Distribution 3; this registry runs Distribution 2")
+    section: dict[str, Any] = {"remoteurl": proxy.remote_url}
+    if proxy.credentials is not None:
+        if inputs.proxy_username is None or inputs.proxy_password is None:
+            raise InputError("spec.config.proxy.credentials.secretName", "is set but no credentials were read")
+        section["username"], section["password"] = inputs.proxy_username, inputs.proxy_password
+    if proxy.ttl is not None:
+        section["ttl"] = proxy.ttl
+    if proxy.cache_write_timeout is not None:
+        section["cachewritetimeout"] = proxy.cache_write_timeout
+    return section
+
+
+def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
+    """notifications: Distribution's endpoints (read once, at start: a change, a rotated header too, restarts it)."""
+    notifications = spec.config.notifications
+    assert notifications is not None
+    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+        for field in notifications.v3_fields_set():
+            raise InputError(f"spec.config.notifications.{field}",
+                             "needs Distribution 3; this registry runs Distribution 2")
+    endpoints = []
+    for endpoint in notifications.endpoints:
+        headers: dict[str, list[str]] = {}
+        for header in endpoint.headers:
+            if header.secret_key is not None:
+                value = (inputs.notification_headers or {}).get(header.secret_key)
+                if value is None:
+                    raise InputError("spec.config.notifications.secretName",
+                                     f"key {header.secret_key} was not read")
+            else:
+                value = header.value or ""
+            headers.setdefault(header.name, []).append(value)
+        section: dict[str, Any] = {
+            "name": endpoint.name, "disabled": endpoint.disabled, "url": endpoint.url, "headers": headers,
+            "timeout": endpoint.timeout, "threshold": endpoint.threshold, "backoff": endpoint.backoff,
+        }
+        if endpoint.ignored_media_types:
+            section["ignoredmediatypes"] = list(endpoint.ignored_media_types)
+        if endpoint.ignore is not None:
+            section["ignore"] = {"mediatypes": list(endpoint.ignore.media_types),
+                                 "actions": list(endpoint.ignore.actions)}
+        endpoints.append(section)
+    result: dict[str, Any] = {"endpoints": endpoints}
+    if notifications.events is not None:
+        result["events"] = {"includereferences": notifications.events.include_references}
+    return result
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from .paths import HTPASSWD_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
-from .targets import RedisTarget, S3Target, redis_target, s3_target
+from .targets import ProxyTarget, RedisTarget, S3Target, proxy_target, redis_target, s3_target
 
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
 # machine). Only a render read back from disk (last good, the config dir) is parsed at all.
@@ -64,6 +64,10 @@ class Rendered:
     @cached_property
     def s3(self) -> S3Target | None:
         return s3_target(self.document)
+
+    @cached_property
+    def proxy(self) -> ProxyTarget | None:
+        return proxy_target(self.document)
 
     @property
     def trust(self) -> dict[str, str]:

@@ -85,4 +85,29 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
     )
 
 
-__all__ = ["RedisTarget", "S3Target", "redis_target", "s3_target", "split_addr"]
+
+
+@dataclass(frozen=True, repr=False)
+class ProxyTarget:
+    """The upstream of a pull-through cache: what the registry asks at start (proxy.remoteurl) and with which
+    credentials (None for an anonymous upstream)."""
+
+    remote_url: str
+    username: str | None
+    password: str | None
+
+    def __repr__(self) -> str:
+        return f"ProxyTarget(remote_url={self.remote_url!r}, credentials=<hidden>)"
+
+
+def proxy_target(config: dict[str, Any]) -> ProxyTarget | None:
+    """The proxy section of a rendered config, or None when the registry is no pull-through cache."""
+    section = config.get("proxy")
+    if not isinstance(section, dict) or not section.get("remoteurl"):
+        return None
+    username, password = section.get("username"), section.get("password")
+    return ProxyTarget(str(section["remoteurl"]), None if username is None else str(username),
+                       None if password is None else str(password))
+
+
+__all__ = ["ProxyTarget", "RedisTarget", "S3Target", "proxy_target", "redis_target", "s3_target", "split_addr"]

@@ -22,6 +22,7 @@ GC_PID_NAME = "gc.pid"  # "PID ID" while garbage-collect runs
 GC_OUTPUT_NAME = "gc-output"  # what garbage-collect prints
 GC_RESULT_NAME = "gc-result"  # "ID STATUS" once it ended
 GC_HEARTBEAT_NAME = "gc-heartbeat"  # touched by the agent while it runs: 10 s without and the command is stopped
+METRICS_NAME = "registry-metrics"  # "PID PORT" of the current registry's debug (metrics) port, "PID -" without one
 
 # In the environment of each registry the script starts: what the script understands (an older one dies of the
 # signal it does not trap).
@@ -30,6 +31,6 @@ GC_MARKER = b"BERTH_SUPERVISE_GC=1"  # SIGUSR2 runs garbage-collect
 
 __all__ = [
     "CONFIG_NAME", "EXIT_NAME", "GC_HEARTBEAT_NAME", "GC_MARKER", "GC_OUTPUT_NAME", "GC_PID_NAME", "GC_REQUEST_NAME",
-    "GC_RESULT_NAME", "HANDOVER_MARKER", "HANDOVER_NAME", "OUTPUT_NAME", "PREVIOUS_OUTPUT_NAME", "SUPERVISOR_NAME",
-    "SUPERVISOR_PID_NAME",
+    "GC_RESULT_NAME", "HANDOVER_MARKER", "HANDOVER_NAME", "METRICS_NAME", "OUTPUT_NAME", "PREVIOUS_OUTPUT_NAME",
+    "SUPERVISOR_NAME", "SUPERVISOR_PID_NAME",
 ]

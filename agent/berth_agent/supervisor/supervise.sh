@@ -26,8 +26,18 @@
 # A wrapper subshell owns the command (starts, watches, reaps it, writes the result), so a GC exit never
 # reaches the registry bookkeeping below.
 #
+# Metrics (docs/design.md §4.2, "The registry's metrics across reloads"): with BERTH_DEBUG_PORTS set (loopback
+# ports, e.g. "5301 5302"), each registry gets REGISTRY_HTTP_DEBUG_ADDR=127.0.0.1:PORT and its Prometheus
+# metrics on /metrics through Distribution's environment overrides, so config.yml (and its hash) never changes.
+# The draining registry keeps its debug port until it exits, and a failed debug bind is fatal to the registry
+# (field-notes §8), so a successor gets a port no draining registry holds; one whose debug port was taken
+# anyway is started again on another, or without metrics: the debug listener never fails a reload. "PID PORT"
+# (or "PID -") of the current registry goes to registry-metrics in the state dir, where the agent's stable
+# metrics endpoint finds it.
+#
 # Environment: BERTH_CONFIG (default /etc/berth/config.yml), BERTH_REGISTRY_BIN (default registry),
-# BERTH_HANDOVER (default handover beside the config), BERTH_STATE_DIR (default the config's directory).
+# BERTH_HANDOVER (default handover beside the config), BERTH_STATE_DIR (default the config's directory),
+# BERTH_DEBUG_PORTS (default none: no metrics), BERTH_DEBUG_HOST (default 127.0.0.1).
 
 config="${BERTH_CONFIG:-/etc/berth/config.yml}"
 registry_bin="${BERTH_REGISTRY_BIN:-registry}"
@@ -54,6 +64,12 @@ gc_heartbeat="$state/gc-heartbeat"
 gc_seen="$state/.gc-heartbeat-seen"  # the watchdog's marker: touched whenever it saw a newer heartbeat
 gc_wrapper=""   # the subshell running a garbage-collect
 gc_wanted=""    # set by SIGUSR2: the agent wrote gc-request
+debug_ports="${BERTH_DEBUG_PORTS:-}"
+debug_host="${BERTH_DEBUG_HOST:-127.0.0.1}"
+metrics_file="$state/registry-metrics"
+debug_port=""   # the current registry's debug port ("" without one)
+debug_held=""   # "PID:PORT" of each registry started with a debug port (draining ones keep theirs until they exit)
+debug_refused=""  # ports a registry could not bind since the last handover (another process holds them)
 
 log() {
     echo "berth-supervise: $*" >&2
@@ -95,16 +111,66 @@ start_tee() {
     tee_pid=$!
 }
 
+# The first of $debug_ports that no live draining registry holds and none failed to bind since the last handover;
+# "" when there is none (the registry then starts without metrics rather than die of a taken debug port).
+pick_debug_port() {
+    debug_port=""
+    for port in $debug_ports; do
+        taken=""
+        for held in $debug_held; do
+            if [ "${held#*:}" = "$port" ] && kill -0 "${held%%:*}" 2>/dev/null; then
+                taken=1
+            fi
+        done
+        case " $debug_refused " in
+            *" $port "*) taken=1 ;;
+        esac
+        if [ -z "$taken" ]; then
+            debug_port=$port
+            return
+        fi
+    done
+}
+
+# Forget registries that have exited: their debug ports are free again.
+forget_debug_ports() {
+    left=""
+    for held in $debug_held; do
+        if kill -0 "${held%%:*}" 2>/dev/null; then
+            left="$left $held"
+        fi
+    done
+    debug_held=$left
+}
+
 start_registry() {
     if [ -n "$tee_pid" ] && ! kill -0 "$tee_pid" 2>/dev/null; then
         start_tee  # someone killed it: registries writing to a full FIFO would block
     fi
+    forget_debug_ports
+    pick_debug_port
     # The markers tell the agent this supervisor takes handovers and runs garbage-collect (an older one would
     # die of SIGUSR1 or SIGUSR2).
-    BERTH_SUPERVISE_HANDOVER=1 BERTH_SUPERVISE_GC=1 "$registry_bin" serve "$config" >&3 2>&3 &
-    current=$!
+    if [ -n "$debug_port" ]; then
+        REGISTRY_HTTP_DEBUG_ADDR="$debug_host:$debug_port" REGISTRY_HTTP_DEBUG_PROMETHEUS_ENABLED=true \
+            REGISTRY_HTTP_DEBUG_PROMETHEUS_PATH=/metrics \
+            BERTH_SUPERVISE_HANDOVER=1 BERTH_SUPERVISE_GC=1 "$registry_bin" serve "$config" >&3 2>&3 &
+        current=$!
+    else
+        BERTH_SUPERVISE_HANDOVER=1 BERTH_SUPERVISE_GC=1 "$registry_bin" serve "$config" >&3 2>&3 &
+        current=$!
+    fi
     started=$(date +%s)  # after the start: forking date first would add to the time without a listener
-    log "started registry (pid $current)"
+    if [ -n "$debug_port" ]; then
+        debug_held="$debug_held $current:$debug_port"
+        put "$metrics_file" "$current $debug_port"
+        log "started registry (pid $current, metrics on $debug_host:$debug_port)"
+    else
+        if [ -n "$debug_ports" ]; then
+            put "$metrics_file" "$current -"
+        fi
+        log "started registry (pid $current)"
+    fi
     if [ -n "$stopping" ]; then
         kill -TERM "$current" 2>/dev/null  # the signal came before $current was known
     fi
@@ -159,6 +225,7 @@ take_handover() {
     draining="$draining $current"
     handed_over=1
     retries=0
+    debug_refused=""  # a new reload tries every port again
     start_registry
 }
 
@@ -386,6 +453,13 @@ while [ -z "$stopping" ]; do
     fi
     if [ -n "$stopping" ]; then
         break
+    fi
+    # A registry that died because its debug port was taken (by a process this script does not know): the next
+    # start picks another port, or none. Its output is read after the pause, when tee has written it.
+    if [ "$code" -ne 0 ] && [ "$lived" -lt 2 ] && [ -n "$debug_port" ] \
+        && grep -q 'error listening on debug interface' "$output" 2>/dev/null; then
+        log "registry (pid $current_was) could not listen on debug port $debug_port: starting without it"
+        debug_refused="$debug_refused $debug_port"
     fi
     # What it said, for the agent (after the pause, tee has written it all); the next one starts on an empty file.
     cp "$output" "$output.1" 2>/dev/null

@@ -16,6 +16,7 @@ from . import (
     deployment,
     http_secret,
     lease,
+    metrics_service,
     names,
     pod_disruption_budget,
     pvc,
@@ -38,6 +39,7 @@ _WORKLOAD_BUILDERS = (
     bucket_claim.build,
     bucket_access.build,
     service.build,
+    metrics_service.build,
     deployment.build,
     pod_disruption_budget.build,
     lease.build,  # every Registry has one (scaling up then needs no new object before the agents use it)

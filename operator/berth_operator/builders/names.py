@@ -14,6 +14,7 @@ REGISTRY_COMPONENT = "registry"
 AGENT_COMPONENT = "agent"
 STORAGE_COMPONENT = "storage"
 HTTP_SECRET_COMPONENT = "http-secret"
+METRICS_COMPONENT = "metrics"  # the metrics Service; a ServiceMonitor selects it by this label
 
 
 def registry_name(reg: Registry) -> str:
@@ -58,6 +59,10 @@ def gc_lease_name(reg: Registry) -> str:
 
 def service_name(reg: Registry) -> str:
     return registry_name(reg)
+
+
+def metrics_service_name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-metrics"
 
 
 def http_secret_name(reg: Registry) -> str:

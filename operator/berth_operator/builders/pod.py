@@ -21,7 +21,10 @@ from berth_api.pod import (
     HTPASSWD_VOLUME,
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
+    NOTIFICATIONS_VOLUME,
+    PROXY_VOLUME,
     REDIS_VOLUME,
+    REGISTRY_METRICS_PORT,
     STATE_DIR,
     SUPERVISOR_NAME,
     TLS_VOLUME,
@@ -55,6 +58,14 @@ TERMINATION_GRACE_PERIOD_SECONDS = 300
 TOKEN_EXPIRATION_SECONDS = 3607
 # Secret files readable by the pod's group (fsGroup) and nobody else.
 SECRET_MODE = 0o440
+# The registry's own metrics (docs/design.md §4.2, "The registry's metrics across reloads"): the agent serves the
+# current registry process's /metrics on this stable port (container port REGISTRY_METRICS_PORT_NAME), proxied to
+# the loopback debug port supervise.sh gave that process, one of DEBUG_PORTS (alternating, so a successor never
+# binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
+# field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
+REGISTRY_METRICS_PORT_NAME = "registry-metrics"
+AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
+DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
 # Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.
 FIRST_UNPRIVILEGED_PORT = 1024
 
@@ -96,7 +107,7 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     cosi = storage.cosi_secret(reg, facts)
     if cosi is not None:
         sources[COSI_VOLUME] = cosi
-    htpasswd = spec.config.storage.auth.htpasswd
+    htpasswd = spec.config.auth_in_use.auth.htpasswd
     if htpasswd is not None:
         sources[HTPASSWD_VOLUME] = htpasswd.secret.name
     sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
@@ -105,12 +116,18 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     if spec.http.tls is not None:
         sources[TLS_VOLUME] = spec.http.tls.secret_name
     sources.update({volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "Secret"})
+    proxy = spec.config.proxy
+    if proxy is not None and proxy.credentials is not None:
+        sources[PROXY_VOLUME] = proxy.credentials.secret_name
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        sources[NOTIFICATIONS_VOLUME] = notifications.secret_name
     return sources
 
 
 def trust_sources(reg: Registry) -> dict[str, tuple[str, str]]:
     """Volume name -> (Secret or ConfigMap, its name): token auth's root certificate bundle and JWKS."""
-    token = reg.spec.config.storage.auth.token
+    token = reg.spec.config.auth_in_use.auth.token
     if token is None:
         return {}
     refs = ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle), (TOKEN_JWKS_VOLUME, token.jwks))
@@ -188,6 +205,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--health-addr", f"0.0.0.0:{AGENT_HEALTH_PORT}",
             "--leave-seconds", str(LEAVE_SECONDS),
             "--state-dir", STATE_DIR,
+            "--registry-metrics-addr", f"0.0.0.0:{REGISTRY_METRICS_PORT}",
             # The same Secrets as the volumes (so no other edit reaches the template through here), watched
             # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
             *(arg for volume, secret in secret_sources(reg, facts).items()
@@ -196,7 +214,10 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
               for arg in ("--api-configmap", f"{volume}={config_map}")),
         ],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
-        "ports": [{"name": "agent-health", "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": AGENT_METRICS_PORT_NAME, "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"},
+            {"name": REGISTRY_METRICS_PORT_NAME, "containerPort": REGISTRY_METRICS_PORT, "protocol": "TCP"},
+        ],
         # Generous: the first render may wait for a Secret or the API server.
         "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
         # The pod leaves its Service through this probe before its registry restarts (a native sidecar's
@@ -208,6 +229,11 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
+
+
+def debug_ports(reg: Registry) -> list[int]:
+    """The two loopback debug ports supervise.sh alternates between, never the registry's own port."""
+    return [port for port in DEBUG_PORTS if port != reg.spec.http.port][:2]
 
 
 def registry_container(reg: Registry) -> dict[str, Any]:
@@ -229,6 +255,8 @@ def registry_container(reg: Registry) -> dict[str, Any]:
             # supervise.sh's pid, last exit and the registry's output, for the agent (the config volume is
             # read-only here; both containers mount the pod's tmp volume).
             {"name": "BERTH_STATE_DIR", "value": STATE_DIR},
+            # Metrics on by default, through REGISTRY_HTTP_DEBUG_* overrides per process (config.yml is unchanged).
+            {"name": "BERTH_DEBUG_PORTS", "value": " ".join(str(port) for port in debug_ports(reg))},
             # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
         ],

@@ -18,7 +18,7 @@ from berth_api import Registry
 from support.certs import self_signed
 from support.token_issuer import TestCA, jwks
 
-WHERE = "spec.config.storage.auth.token.rootCertBundle (ConfigMap trust key ca.pem)"
+WHERE = "spec.config.auth.token.rootCertBundle (ConfigMap trust key ca.pem)"
 NOW = datetime.datetime.now(datetime.UTC)
 
 
@@ -79,9 +79,9 @@ def test_a_jwks_needs_a_key_the_algorithms_allow():
 
 
 def test_check_render_checks_the_trust_only_when_it_changed():
-    spec = Registry.model_validate({"spec": {"config": {"storage": {"inmemory": {}, "auth": {"token": {
+    spec = Registry.model_validate({"spec": {"config": {"storage": {"inmemory": {}}, "auth": {"token": {
         "realm": "https://a.example/token", "service": "s", "issuer": "i",
-        "rootCertBundle": {"configMap": {"name": "trust", "field": "ca.pem"}}}}}}}}).spec
+        "rootCertBundle": {"configMap": {"name": "trust", "field": "ca.pem"}}}}}}}).spec
     good = render(spec, MountedInputs(token_bundle=TestCA().cert_pem))
     assert check_render(good, None) == []
     bad = render(spec, MountedInputs(token_bundle=b"garbage"))

@@ -69,7 +69,7 @@ class Trust:
 
 def token_registry_spec(port: int, major: str, trust: Trust, realm: str) -> dict:
     spec = filesystem_spec(port, major=major, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "30s"})
-    spec["config"]["storage"]["auth"] = {"token": trust.token_spec(realm)}
+    spec["config"]["auth"] = {"token": trust.token_spec(realm)}
     return spec
 
 
@@ -245,7 +245,7 @@ def test_malformed_trust_is_refused_before_any_restart(tmp_path, kube_api, dist)
             error = wait_for(lambda problem=problem: (e := (records(kube_api).get("pod-a") or {}).get("error"))
                              and problem in e and e, timeout=30,
                              what=f"the refusal ({problem})\n{pod.agent_log_text()[-2000:]}")
-            assert f"spec.config.storage.auth.token.{field} (ConfigMap {TRUST} key {trust.key_name})" in error
+            assert f"spec.config.auth.token.{field} (ConfigMap {TRUST} key {trust.key_name})" in error
             assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE)) == 200  # the last good trust serves
         set_trust(kube_api, trust, "old")

@@ -21,7 +21,7 @@ from berth_agent.gc import report as gc_report
 from berth_agent.gc.api import GcStatusApi, LeaseKeeper
 from berth_agent.gc.run import GcRunner
 from berth_agent.kube.lease import ReloadLease
-from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun
+from berth_api import GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, GarbageCollectionRun
 from berth_api.leases import gc_lease_name
 from support.gc import gc_outcome
 from support.pod import filesystem_spec
@@ -286,6 +286,18 @@ def test_a_request_on_in_memory_storage_is_refused_without_running_the_command(r
     assert command.calls == [] and last["result"] == "Failed", last
     assert last["message"] == f"not run: {GC_STORAGE_MESSAGE}" and last.get("blobsDeleted") is None, last
     assert gc(reg).get("active") is None
+
+
+def test_a_request_on_a_pull_through_cache_is_refused_without_running_the_command(reg, runner):
+    """A hand-written request on a proxy (the CRD refuses garbageCollection there): refused, no command run."""
+    reg.patch(REGISTRIES, "default", "reg", {"spec": {"config": {"proxy": {"remoteURL": "https://ghcr.io"}}}})
+    request(reg)
+    ack(reg, "pod-a")
+    command = Command(reg)
+    runner(command, Reporter()).attempt()
+    last = gc(reg)["lastRun"]
+    assert command.calls == [] and last["result"] == "Failed", last
+    assert last["message"] == f"not run: {GC_PROXY_MESSAGE}", last
 
 
 def test_the_loop_runs_a_request_it_is_offered_and_a_cancel_stops_a_running_command(reg, runner):

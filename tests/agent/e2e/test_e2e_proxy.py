@@ -1,0 +1,279 @@
+"""A pull-through cache with its upstream credentials rotated hot (issue 20, acceptance).
+
+Real agents (`berth-agent run --registry default/reg --api-secret proxy=upstream-creds`), supervise.sh and
+registries, 2.8 and 3.1.1, with the test API server; the upstream is a second real registry on 127.0.0.1
+(support.upstream): htpasswd (basic auth, Distribution 3 only: 2.8 cannot answer basic as a proxy), or token
+auth behind a one-port front that counts every request and tells which password got each token. Clients are
+skopeo and a plain HTTP client (support.pull_loop).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+
+from support.balancer import Balancer
+from support.pod import filesystem_spec
+from support.ports import free_port
+from support.pull_loop import PullLoop
+from support.registry import (
+    REGISTRY3_BINARY,
+    REGISTRY_BINARY,
+    http_get,
+    make_oci_image,
+    pull_image,
+    push_image,
+    requires_registry3,
+)
+from support.replicas import backends, running_replicas
+from support.supervisor import wait_for
+from support.upstream import Upstream, htpasswd_upstream, token_upstream
+
+pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
+
+REGISTRIES = "berth.dev/v1alpha1/registries"
+SECRETS = "v1/secrets"
+CREDS = "upstream-creds"
+USER = "mirror"
+OLD, NEW, WRONG = "old-upstream-password", "new-upstream-password", "wrong-upstream-password"
+DRAIN = 5  # seconds: spec.http.drainTimeout
+LEAVE_SECONDS = 0.3
+
+FLOWS = [pytest.param(("2", REGISTRY_BINARY, "token"), id="dist2-token"),
+         pytest.param(("3", REGISTRY3_BINARY, "token"), id="dist3-token", marks=requires_registry3),
+         pytest.param(("3", REGISTRY3_BINARY, "basic"), id="dist3-basic", marks=requires_registry3)]
+
+
+def secret_data(password: str) -> dict[str, str]:
+    return {"username": base64.b64encode(USER.encode()).decode(),
+            "password": base64.b64encode(password.encode()).decode()}
+
+
+def records(kube_api) -> dict:
+    return ((kube_api.get(REGISTRIES, "default", "reg") or {}).get("status") or {}).get("agents") or {}
+
+
+def upstream_for(tmp_path, kind: str, binary: str, passwords: set[str]):
+    if kind == "token":
+        return token_upstream(tmp_path / "upstream", {USER: passwords}, binary=binary)
+    return htpasswd_upstream(tmp_path / "upstream", {USER: sorted(passwords)[0]}, binary=binary)
+
+
+def start(tmp_path, kube_api, dist, upstream: Upstream, count: int):
+    major, binary, _ = dist
+    kube_api.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/basic-auth",
+                     "metadata": {"name": CREDS, "namespace": "default"}, "data": secret_data(OLD)})
+    port = free_port()
+    spec = filesystem_spec(port, major=major, http={"addr": f"127.0.0.1:{port}", "drainTimeout": f"{DRAIN}s"})
+    spec["config"]["proxy"] = {"remoteURL": upstream.url, "credentials": {"secretName": CREDS}}
+    return running_replicas(tmp_path / "pods", kube_api, spec, count=count, leave_seconds=LEAVE_SECONDS,
+                            binary=binary, mounts={"proxy": {"username": USER, "password": OLD}},
+                            extra=["--api-secret", f"proxy={CREDS}", "--upstream-interval", "1"])
+
+
+def blob_gets(upstream: Upstream) -> list[str]:
+    """Blob GETs the upstream served (the front's log for a token upstream, the access log for htpasswd)."""
+    if upstream.front is not None:
+        return [e.path for e in upstream.front.log if e.method == "GET" and "/blobs/" in e.path and e.status == 200]
+    return upstream.content_requests("blobs")
+
+
+def seed(tmp_path, upstream: Upstream, reference: str, *, password: str = OLD, layers: int = 1,
+         layer_size: int = 256 * 1024):
+    image = make_oci_image(tmp_path / reference.replace("/", "_").replace(":", "_"), layers=layers,
+                           layer_size=layer_size)
+    push_image(image, upstream.registry, reference, creds=(USER, password))
+    return image
+
+
+@pytest.mark.parametrize("dist", FLOWS)
+def test_pull_through_once_then_from_cache_also_with_the_upstream_stopped(tmp_path, kube_api, dist):
+    with upstream_for(tmp_path, dist[2], dist[1], {OLD}) as upstream, \
+            start(tmp_path, kube_api, dist, upstream, count=1) as pods:
+        (pod,) = pods.values()
+        image = seed(tmp_path, upstream, "lib/app:1")
+        blobs_in_image = len(image.blobs) - 1  # the config and the layer; the manifest is no blob
+        first = pull_image(pod.host, "lib/app:1", tmp_path / "first")
+        assert first.blobs == image.blobs  # byte-identical
+        per_fill = 2 if dist[0] == "2" else 1
+        fetched = wait_for(lambda: len(blob_gets(upstream)) >= blobs_in_image * per_fill and blob_gets(upstream),
+                           what="the cache's blob fetches in the upstream's log")
+        second = pull_image(pod.host, "lib/app:1", tmp_path / "second")
+        assert second.blobs == image.blobs
+        time.sleep(0.5)
+        assert blob_gets(upstream) == fetched, "the second pull fetched blobs from the upstream again"
+        # 3.x tees a miss into the cache while serving it; 2.8 serves it from one upstream GET and stores it
+        # from a second, in the background (registry/proxy/proxyblobstore.go v2.8.2: storeLocal beside
+        # copyContent). Either way, once per cache fill.
+        assert all(fetched.count(path) == per_fill for path in fetched), fetched
+        assert len(set(fetched)) == blobs_in_image
+        record = wait_for(lambda: (records(kube_api).get("pod-a") or {}).get("upstream"), what="upstream status")
+        assert record["url"] == upstream.url and record["reachable"] is True
+        assert record["auth"] == ("bearer" if dist[2] == "token" else "basic")
+        assert record.get("lastAuthFailure") is None
+
+        # A push to the cache is refused, with its status code.
+        answer = http_get(f"{pod.url}/v2/lib/pushed/blobs/uploads/", method="POST")
+        assert answer.status == 405, answer
+        with pytest.raises(RuntimeError, match="unsupported"):
+            push_image(make_oci_image(tmp_path / "other", layer_size=1024), pod.host, "lib/pushed:1")
+
+        # The upstream stops: cached content still pulls, byte-identical; content not cached does not.
+        upstream.stop()
+        assert pull_image(pod.host, "lib/app:1", tmp_path / "stopped").blobs == image.blobs
+        with pytest.raises(RuntimeError, match="manifest unknown"):
+            pull_image(pod.host, "lib/never-pulled:1", tmp_path / "missing")
+        record = wait_for(lambda: (r := (records(kube_api).get("pod-a") or {}).get("upstream")) and
+                          r["reachable"] is False and r, what="the upstream reported unreachable")
+        # A restart now would panic the registry (it asks the upstream's /v2/ at start): a CR edit is refused
+        # before any restart and the cache keeps serving.
+        pid, starts = pod.registry_pid(), pod.registry_starts()
+        kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"config": {"log": {"level": "debug"}}}})
+        error = wait_for(lambda: (records(kube_api).get("pod-a") or {}).get("error"), timeout=30,
+                         what="the refusal of a restart with the upstream down")
+        assert f"spec.config.proxy: remoteURL {upstream.url} is unreachable" in error, error
+        assert pod.registry_pid() == pid and pod.registry_starts() == starts
+        assert pull_image(pod.host, "lib/app:1", tmp_path / "still").blobs == image.blobs
+        # The upstream back: the edit goes through.
+        upstream.start_again()
+        wait_for(lambda: not (records(kube_api).get("pod-a") or {}).get("error"), timeout=60,
+                 what="the edit applied once the upstream answers")
+        assert pod.registry_pid() != pid
+
+
+@pytest.mark.parametrize("dist", FLOWS)
+def test_wrong_credentials_are_refused_before_any_restart_with_the_upstreams_answer(tmp_path, kube_api, dist):
+    with upstream_for(tmp_path, dist[2], dist[1], {OLD}) as upstream, \
+            start(tmp_path, kube_api, dist, upstream, count=1) as pods:
+        (pod,) = pods.values()
+        image = seed(tmp_path, upstream, "lib/app:1")
+        layer = image.layer_digests[0]
+        url = f"{pod.url}/v2/lib/app/blobs/{layer}"
+        assert http_get(url).body == image.blobs[layer]  # cached now
+        pid, starts = pod.registry_pid(), pod.registry_starts()
+        kube_api.patch(SECRETS, "default", CREDS, {"data": secret_data(WRONG)})
+        error = wait_for(lambda: (records(kube_api).get("pod-a") or {}).get("error"), timeout=30,
+                         what=f"the pre-flight refusal\n{pod.agent_log_text()[-2000:]}")
+        assert "not applied: spec.config.proxy: " in error and "HTTP 401" in error, error
+        assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"
+        assert http_get(url).body == image.blobs[layer]  # the cache keeps serving
+        record = wait_for(lambda: (r := records(kube_api)["pod-a"].get("upstream")) and r.get("lastAuthFailure")
+                          and r, what="lastAuthFailure")
+        assert record["lastAuthFailure"]["status"] == 401 and record["reachable"] is True
+        assert pod.metric("reload_failures_total", 'reason="preflight"') >= 1
+        # Right again: applied, and the error goes.
+        kube_api.patch(SECRETS, "default", CREDS, {"data": secret_data(OLD)})
+        wait_for(lambda: not (records(kube_api).get("pod-a") or {}).get("error"), timeout=30, what="recovery")
+        text = pod.agent_log_text() + pod.metrics_text() + json.dumps(kube_api.list("v1/events", "default")) + \
+            json.dumps(records(kube_api))
+        for secret in (OLD, WRONG):
+            assert secret not in text
+
+
+class MissLoop(PullLoop):
+    """Pulls a blob not pulled before on each request (a cache miss, fetched through), from `blobs` in turn."""
+
+    def __init__(self, base: str, blobs: list[tuple[str, bytes]], **kwargs) -> None:
+        super().__init__(base, b"", **kwargs)
+        self.base, self.blobs, self.index = base, blobs, 0
+
+    def one_request(self) -> None:
+        digest, data = self.blobs[self.index % len(self.blobs)]
+        self.index += 1
+        self.url, self.expected = f"{self.base}/v2/lib/many/blobs/{digest}", data
+        super().one_request()
+
+
+def rotate(kube_api, pods: dict, upstream: Upstream, loops: list[PullLoop]) -> dict[str, float]:
+    """The README's order: 1. the upstream gets the new password; 2. the Secret is updated; 3. once every pod
+    reports the new config and the drain timeout has passed, the old password is revoked at the upstream."""
+    before = {name: records(kube_api)[name]["configHash"] for name in pods}
+    upstream.front.passwords[USER].add(NEW)  # 1
+    began = time.monotonic()
+    kube_api.patch(SECRETS, "default", CREDS, {"data": secret_data(NEW)})  # 2
+    for name in pods:
+        wait_for(lambda name=name: (r := records(kube_api).get(name) or {}).get("configHash") != before[name]
+                 and not r.get("error"), timeout=60, what=f"{name} to apply the new credentials")
+    applied = round(time.monotonic() - began, 3)
+    time.sleep(DRAIN + 1)
+    revoked_at = time.monotonic()
+    upstream.front.passwords[USER].discard(OLD)  # 3
+    served = [loop.stats.successes for loop in loops]
+    wait_for(lambda: all(loop.stats.successes > count + 20 for loop, count in zip(loops, served)),
+             what="pulls after the revoke")
+    return {"applied_seconds": applied, "revoked_at": revoked_at}
+
+
+def load(tmp_path, upstream: Upstream, url: str, *, retry_seconds: float):
+    hit = seed(tmp_path, upstream, "lib/app:1")
+    many = seed(tmp_path, upstream, "lib/many:1", layers=120, layer_size=8 * 1024)
+    layer = hit.layer_digests[0]
+    blobs = [(d, many.blobs[d]) for d in many.layer_digests]
+    return [PullLoop(f"{url}/v2/lib/app/blobs/{layer}", hit.blobs[layer], retry_seconds=retry_seconds),
+            MissLoop(url, blobs, retry_seconds=retry_seconds, pause=0.05)]
+
+
+def no_old_password_after(upstream: Upstream, moment: float) -> None:
+    after = upstream.front.after(moment)
+    assert after, "the upstream saw no request after the revoke"
+    assert not [e for e in after if e.password == OLD], "something was pulled with the old password"
+    assert not [e for e in upstream.front.token_log if e.at >= moment and e.password == OLD]
+    assert [e for e in after if e.password == NEW and "/blobs/" in e.path], "no blob fetched with the new one"
+
+
+@pytest.mark.parametrize("dist", FLOWS[:2])
+def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube_api, dist):
+    loops: list[PullLoop] = []
+    with upstream_for(tmp_path, "token", dist[1], {OLD}) as upstream, \
+            start(tmp_path, kube_api, dist, upstream, count=2) as pods:
+        balancer = Balancer(backends(pods), check_interval=0.05).start()
+        try:
+            loops = load(tmp_path, upstream, balancer.url, retry_seconds=0)  # 0: a refusal is a failure here
+            for loop in loops:
+                loop.start()
+            wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops")
+            seconds = rotate(kube_api, pods, upstream, loops)
+            stats = [loop.stop() for loop in loops]
+        finally:
+            for loop in loops:
+                loop.stop()
+            balancer_stats = balancer.stop()
+        assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
+        assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
+        assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
+        assert balancer_stats.min_ready == 1, balancer_stats
+        no_old_password_after(upstream, seconds["revoked_at"])
+        for pod in pods.values():
+            assert len(pod.actions("restarted")) == 1  # the credential change, from the API copy
+        print(json.dumps({"major": dist[0], "credentials_applied_seconds": seconds["applied_seconds"],
+                          "pulls": sum(s.requests for s in stats), "misses": stats[1].requests,
+                          "failed": 0, "refused": 0}))
+
+
+@pytest.mark.parametrize("dist", FLOWS[:2])
+def test_credential_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
+    """One replica: the overlapped restart; refused connections are retried by the client, counted, shown."""
+    loops: list[PullLoop] = []
+    with upstream_for(tmp_path, "token", dist[1], {OLD}) as upstream, \
+            start(tmp_path, kube_api, dist, upstream, count=1) as pods:
+        (pod,) = pods.values()
+        try:
+            loops = load(tmp_path, upstream, pod.url, retry_seconds=5)
+            for loop in loops:
+                loop.start()
+            wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops")
+            seconds = rotate(kube_api, pods, upstream, loops)
+            stats = [loop.stop() for loop in loops]
+        finally:
+            for loop in loops:
+                loop.stop()
+        print(json.dumps({"major": dist[0], "credentials_applied_seconds": seconds["applied_seconds"],
+                          "pulls": sum(s.requests for s in stats), "failed": sum(len(s.failures) for s in stats),
+                          "refused_retried": sum(s.refused_retries for s in stats),
+                          "reset_retried": sum(s.reset_retries for s in stats)}))
+        assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
+        no_old_password_after(upstream, seconds["revoked_at"])
+        assert len(pod.actions("restarted")) == 1

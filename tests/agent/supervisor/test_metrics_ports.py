@@ -1,0 +1,134 @@
+"""The registry's metrics across overlapped restarts (issue 21): supervise.sh gives each registry a debug port no
+draining registry holds, names it in the state dir, and never lets a taken debug port fail a reload.
+
+Real supervise.sh (dash and busybox), real registries (2.8 and 3.1.1).
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+
+from berth_agent.core.write import write_atomic
+from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.files import METRICS_NAME
+from berth_agent.supervisor.metrics import read_target
+from berth_agent.supervisor.probe import answers
+from berth_agent.supervisor.restart import restart_registry
+from support.ports import free_port
+from support.registry import registry_binaries
+from support.supervisor import minimal_config, wait_for
+from support.upload import SlowUpload
+
+SHARED_SECRET = "  secret: metrics-test-secret\n"  # under http: an upload finishes on the successor
+
+
+def _scrape(port: int) -> str:
+    """The registry's metrics text on its debug port ("" until it listens)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
+def _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports):
+    supervisor = supervisor_factory(shell, binary=binary, env={"BERTH_DEBUG_PORTS": " ".join(map(str, ports))})
+    write_atomic(supervisor.config_path,
+                 minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
+    first = supervisor.registry()
+    state = supervisor.config_path.parent
+    wait_for(lambda: (t := read_target(state)) is not None and t.pid == first.pid, what="the metrics file")
+    wait_for(lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200, what="the registry to answer")
+    return supervisor, first, state
+
+
+def _named(state, pid: int):
+    """The metrics file once it names registry `pid`."""
+    return wait_for(lambda: (t := read_target(state)) is not None and t.pid == pid and t,
+                    what=f"the metrics file to name registry {pid}")
+
+
+def _upload(port: int, seconds: float = 4.0) -> SlowUpload:
+    upload = SlowUpload(f"http://127.0.0.1:{port}", "demo/slow", b"x" * 200_000, seconds=seconds).start()
+    assert upload.in_flight.wait(20) and upload.error is None, upload.error
+    return upload
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_each_successor_takes_the_debug_port_the_draining_registry_does_not_hold(
+    supervisor_factory, shell, registry_port, tmp_path, dist
+):
+    _major, binary = dist
+    ports = [free_port(), free_port()]
+    supervisor, first, state = _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports)
+    assert read_target(state).port == ports[0]
+    assert "registry_" in wait_for(lambda: _scrape(ports[0]), what="the first registry's metrics")
+    endpoint = Endpoint("127.0.0.1", registry_port)
+    draining: set = set()
+    seen = []
+    for _ in range(3):
+        upload = _upload(registry_port)  # the old registry drains it, holding its debug port meanwhile
+        before = read_target(state)
+        result = restart_registry(supervisor.config_path, endpoint, timeout=20, draining=draining)
+        assert result.ok and result.handed_over, result.detail
+        draining |= set(result.old)
+        after = _named(state, result.new.pid)
+        assert after.port is not None and after.port != before.port, (before, after, supervisor.log())
+        assert "registry_" in wait_for(lambda port=after.port: _scrape(port), what="the successor's metrics")
+        seen.append(after.port)
+        upload.join(60)
+        assert upload.error is None, (upload.error, upload.statuses)
+        old = result.old[0]
+        wait_for(lambda old=old: not old.alive(), timeout=40, what="the old registry to finish draining")
+    assert seen == [ports[1], ports[0], ports[1]]  # alternating
+    assert "could not listen on debug port" not in supervisor.log()
+    assert (state / METRICS_NAME).read_text().split()[0] == str(supervisor.registries()[0].pid)
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_a_debug_port_taken_by_another_process_never_fails_the_reload(
+    supervisor_factory, shell, registry_port, tmp_path, dist
+):
+    _major, binary = dist
+    ports = [free_port(), free_port()]
+    supervisor, first, state = _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports)
+    squatter = socket.socket()  # a process the supervisor does not know holds the other port
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", ports[1]))
+    squatter.listen()
+    try:
+        upload = _upload(registry_port)  # port 0 stays held by the draining registry
+        result = restart_registry(supervisor.config_path, Endpoint("127.0.0.1", registry_port), timeout=30,
+                                  draining=set())
+        assert result.ok, (result.detail, supervisor.log())
+        # The start on the taken port died of it; the next one started without metrics, and serves.
+        target = wait_for(lambda: (t := read_target(state)) is not None and t.pid == result.new.pid and t,
+                          what="the metrics file to name the registry that serves")
+        assert target.port is None, supervisor.log()
+        assert f"could not listen on debug port {ports[1]}" in supervisor.log()
+        upload.join(60)
+        assert upload.error is None
+        wait_for(lambda: not first.alive(), timeout=40, what="the old registry to finish draining")
+    finally:
+        squatter.close()
+    # The next reload tries every port again: the metrics are back.
+    result = restart_registry(supervisor.config_path, Endpoint("127.0.0.1", registry_port), timeout=30,
+                              draining=set())
+    assert result.ok, result.detail
+    target = wait_for(lambda: (t := read_target(state)) is not None and t.pid == result.new.pid and t,
+                      what="the metrics file")
+    assert target.port in ports
+    assert "registry_" in wait_for(lambda: _scrape(target.port), what="metrics again")
+
+
+def test_without_debug_ports_nothing_changes(supervisor_factory, shell, registry_port, tmp_path):
+    supervisor = supervisor_factory(shell)
+    write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
+    registry = supervisor.registry()
+    wait_for(lambda: f"started registry (pid {registry.pid})" in supervisor.log(), what="the start")
+    assert not (supervisor.config_path.parent / METRICS_NAME).exists()
+    env = open(f"/proc/{registry.pid}/environ", "rb").read()
+    assert b"REGISTRY_HTTP_DEBUG" not in env
