@@ -172,8 +172,8 @@ def test_a_first_reconcile_reads_nothing_before_it_applies(kube_apiserver, apise
     assert len(created) == 1, [e["message"] for e in created]
     objects = set(created[0]["message"].removeprefix("Created ").split(", "))
     assert objects == {"ServiceAccount fresh-agent", "Role fresh-agent", "RoleBinding fresh-agent",
-                       "Secret fresh-http-secret", "Service fresh", "Deployment fresh", "Lease fresh-reload",
-                       "Lease fresh-gc"}, objects
+                       "Secret fresh-http-secret", "Service fresh", "Service fresh-metrics", "Deployment fresh",
+                       "Lease fresh-reload", "Lease fresh-gc"}, objects
     service = api.get("v1/services", ns, "fresh")
     assert {m["manager"] + ":" + m["operation"] for m in service["metadata"]["managedFields"]} == {
         f"{FIELD_MANAGER}:Apply"}
