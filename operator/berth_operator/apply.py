@@ -33,6 +33,7 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
+from . import facts
 from .builders import names
 from .client import COSI, FIELD_MANAGER, Kube, KubeError
 
@@ -42,6 +43,7 @@ CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAc
 PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = (
     ("policy/v1", "PodDisruptionBudget", names.pdb_name),
     (COSI, "BucketAccess", names.bucket_access_name),
+    ("monitoring.coreos.com/v1", "ServiceMonitor", names.service_monitor_name),  # only once the CRD was seen
 )
 CONFLICT_RETRIES = 3
 
@@ -229,6 +231,8 @@ def prune(kube: Kube, reg: Registry, built: list[Mapping[str, Any]]) -> list[Act
     uid = reg.metadata.get("uid")
     actions = []
     for api_version, kind, name_of in PRUNABLE:
+        if kind == "ServiceMonitor" and not facts.crd_known_installed():
+            continue  # none can exist without the CRD (and a GET would 404 for every Registry)
         name = name_of(reg)
         if (kind, name) in wanted:
             continue

@@ -51,6 +51,8 @@ KINDS: dict[tuple[str, str], Kind] = {
     (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False),
     (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False),
     ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): Kind("servicemonitors"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("customresourcedefinitions", namespaced=False),
 }
 
 

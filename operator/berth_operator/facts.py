@@ -8,6 +8,7 @@ read into anything that is logged or reported (only key names are compared).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from .client import COSI, Kube, KubeError
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+CRD_CHECK_SECONDS = 60.0  # one GET of the CRD per minute for the whole operator, whatever the Registries ask
 SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, so no watch sees it come
 
 
@@ -127,6 +130,31 @@ def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
         raise
 
 
+_crd_seen: dict[str, tuple[float, bool]] = {}  # CRD name -> (monotonic time checked, installed)
+
+
+def crd_installed(kube: Kube, name: str = SERVICE_MONITOR_CRD, *, clock=time.monotonic) -> bool:
+    """Whether a CRD is installed, checked at most every CRD_CHECK_SECONDS (a GET by name: the ClusterRole grants
+    get on this one CRD only). Unreadable (403, an error) counts as not installed, and is said so by the finding."""
+    now = clock()
+    seen = _crd_seen.get(name)
+    if seen is not None and now - seen[0] < CRD_CHECK_SECONDS:
+        return seen[1]
+    try:
+        crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name, cached=False)
+        installed = crd is not None
+    except KubeError:
+        installed = False
+    _crd_seen[name] = (now, installed)
+    return installed
+
+
+def crd_known_installed(name: str = SERVICE_MONITOR_CRD) -> bool:
+    """The last answer of crd_installed, without asking (prune: no ServiceMonitor can exist without the CRD)."""
+    seen = _crd_seen.get(name)
+    return seen is not None and seen[1]
+
+
 def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
     """Facts the builders need and the references that are missing, before anything is applied."""
     namespace = names.namespace(reg)
@@ -187,8 +215,16 @@ def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
                 "(spec.config.storage.objectStorage.bucketAccessClass) not found",
             ))
 
+    service_monitor_crd = False
+    if reg.spec.monitoring.service_monitor is not None:
+        service_monitor_crd = crd_installed(kube)
+        if not service_monitor_crd:
+            findings.append(Finding(
+                "MissingMonitoringCRD",
+                f"spec.monitoring.serviceMonitor needs the prometheus-operator CRD {SERVICE_MONITOR_CRD}, which is "
+                "not installed (install prometheus-operator or its CRDs; the registry serves meanwhile)"))
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
-                         pvc_access_modes=pvc_access_modes)
+                         pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd)
     return Lookup(facts=facts, findings=findings)
 
 

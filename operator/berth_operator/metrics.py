@@ -24,6 +24,13 @@ REGISTRIES = Gauge(
     "Registries known to this operator, by condition and its status.",
     ["condition", "status"],
 )
+# Per Registry (issue 21: alerts that name the Registry): 1 while the condition is True, else 0. Labels are the
+# Registry's namespace and name (object names, bounded by the Registries that exist) and the condition type.
+REGISTRY_CONDITION = Gauge(
+    "berth_operator_registry_condition",
+    "1 while the Registry's condition is True, else 0 (written by the leader).",
+    ["namespace", "registry", "condition"],
+)
 LEADER = Gauge("berth_operator_leader", "1 while this process holds the leader Lease and acts, else 0.")
 
 # (namespace, name) -> {condition type: status}; the gauge is recomputed from it, so a Registry moving from
@@ -34,8 +41,16 @@ _states: dict[tuple[str, str], dict[str, str]] = {}
 def record_conditions(key: tuple[str, str], conditions: list[Mapping[str, str]] | None) -> None:
     if conditions is None:
         _states.pop(key, None)
+        for ctype in ("Ready", "Progressing", "Degraded"):
+            try:
+                REGISTRY_CONDITION.remove(key[0], key[1], ctype)
+            except KeyError:
+                pass
     else:
         _states[key] = {c["type"]: c["status"] for c in conditions}
+        for ctype in ("Ready", "Progressing", "Degraded"):
+            REGISTRY_CONDITION.labels(namespace=key[0], registry=key[1], condition=ctype).set(
+                1 if _states[key].get(ctype) == "True" else 0)
     _refresh_gauge()
 
 

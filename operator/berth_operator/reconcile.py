@@ -29,7 +29,7 @@ STATUS_CONFLICT_RETRIES = 5
 UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC",
     "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
-    "MissingBucketAccessClass", "VolumeExpansionNotAllowed",
+    "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD",
 })
 USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
                                   "WaitingForBucketAccess"})

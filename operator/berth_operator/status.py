@@ -35,6 +35,7 @@ DEGRADED_REASONS = (
     "Unsatisfiable",
     "ReplicasCapped",
     "AgentFailed",
+    "MissingMonitoringCRD",
 )
 PROGRESSING_REASONS = (
     "WaitingForPVC",

@@ -18,6 +18,31 @@ DOCUMENTS = [
     for path in FILES
     for index, document in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8")))
 ]
+# The Docker Hub mirror (examples/dockerhub-mirror/): a Registry and the token Secret it names, in a folder of
+# their own (`kubectl apply -f` the folder); every other example is one Registry.
+MIRROR = REPO / "examples" / "dockerhub-mirror"
+
+
+def test_the_docker_hub_mirror_example_is_a_registry_and_the_secret_it_reads(tmp_path: Path) -> None:
+    from berth_agent.inputs.mounts import read_inputs
+    from berth_agent.render.config import render
+    from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
+    from support.secretdir import write_secret_dir
+
+    registry = yaml.safe_load((MIRROR / "registry.yaml").read_text(encoding="utf-8"))
+    secret = yaml.safe_load((MIRROR / "token-secret.yaml").read_text(encoding="utf-8"))
+    assert admit(registry) == []
+    proxy = Registry.model_validate(registry).spec.config.proxy
+    assert proxy is not None and proxy.remote_url == "https://registry-1.docker.io"
+    assert proxy.credentials is not None and proxy.credentials.secret_name == secret["metadata"]["name"]
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "kubernetes.io/basic-auth")
+    assert set(secret["stringData"]) == {PROXY_USERNAME_KEY, PROXY_PASSWORD_KEY}
+    write_secret_dir(tmp_path / "proxy", secret["stringData"])
+    spec = Registry.model_validate(registry).spec
+    rendered = render(spec, read_inputs(spec, tmp_path))
+    assert yaml.safe_load(rendered.config)["proxy"] == {
+        "remoteurl": "https://registry-1.docker.io", "username": secret["stringData"]["username"],
+        "password": secret["stringData"]["password"], "ttl": "168h"}
 
 
 def test_there_are_documents_to_check() -> None:

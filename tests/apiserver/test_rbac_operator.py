@@ -55,6 +55,14 @@ UNEXERCISED_GRANTS = {
     ("", "configmaps", "watch"): "the agent Role grants it on the pod's own ConfigMaps (escalation prevention)",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
+    # spec.monitoring.serviceMonitor (issue 21): exercised by tests/apiserver/test_monitoring.py, where the
+    # prometheus-operator CRDs are installed; this scenario's examples ask for no ServiceMonitor.
+    ("apiextensions.k8s.io", "customresourcedefinitions", "get"): "whether the ServiceMonitor CRD is installed, "
+                                                                  "for a Registry with spec.monitoring",
+    ("monitoring.coreos.com", "servicemonitors", "get"): "applies a Registry's ServiceMonitor (spec.monitoring)",
+    ("monitoring.coreos.com", "servicemonitors", "create"): "applies a Registry's ServiceMonitor (spec.monitoring)",
+    ("monitoring.coreos.com", "servicemonitors", "patch"): "applies a Registry's ServiceMonitor (spec.monitoring)",
+    ("monitoring.coreos.com", "servicemonitors", "delete"): "prunes it when spec.monitoring is removed",
 }
 # Server-side apply creates a missing object: the audit log records a patch, and the API server authorizes a
 # create besides it (apply.py applies these kinds; only the create-only kinds are POSTed).

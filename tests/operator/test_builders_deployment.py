@@ -117,7 +117,7 @@ def test_agent_is_a_native_sidecar(builder_case):
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
     ]
     assert agent["ports"] == [{"name": "agent-health", "containerPort": 8081, "protocol": "TCP"},
-                              {"name": "registry-metrics", "containerPort": 8082, "protocol": "TCP"}]
+                              {"name": "reg-metrics", "containerPort": 8082, "protocol": "TCP"}]
     assert parsed.registry_metrics_addr == "0.0.0.0:8082"
     assert agent["startupProbe"]["httpGet"] == {"path": "/startupz", "port": "agent-health"}
     assert agent["startupProbe"]["periodSeconds"] * agent["startupProbe"]["failureThreshold"] >= 120

@@ -20,7 +20,7 @@ def test_the_metrics_service_selects_the_pods_and_names_their_metrics_ports(regi
     agent = deployment["spec"]["template"]["spec"]["initContainers"][0]
     container_ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
     assert {p["name"]: p["targetPort"] for p in spec["ports"]} == {
-        "agent-health": "agent-health", "registry-metrics": "registry-metrics"}
+        "agent-health": "agent-health", "reg-metrics": "reg-metrics"}
     assert {p["targetPort"]: p["port"] for p in spec["ports"]} == container_ports
     # The registry's own Service is unchanged: clients see the registry's port only.
     [service] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "demo"]

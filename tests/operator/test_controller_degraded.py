@@ -113,6 +113,23 @@ def test_missing_secret_then_created(operator_harness, kube_api):
     wait_for(lambda: condition(harness, "auth", "Degraded")[0] == "False", "Degraded cleared")
 
 
+def test_missing_proxy_credentials_secret_and_key(operator_harness, kube_api):
+    """Issue 20: the Secret of spec.config.proxy.credentials, and its username and password keys."""
+    harness = operator_harness([NS], refresh_interval=0.3)
+    kube_api.create(registry("mirror", {"config": {"storage": {"inmemory": {}}, "proxy": {
+        "remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"}}}}))
+    harness.wait_reconciled(NS, "mirror")
+    status, reason, message = condition(harness, "mirror", "Degraded")
+    assert (status, reason) == ("True", "MissingSecret")
+    assert "Secret hub (spec.config.proxy.credentials.secretName)" in message
+    kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub", "namespace": NS},
+                     "type": "kubernetes.io/basic-auth", "data": {"username": base64.b64encode(b"u").decode()}})
+    wait_for(lambda: condition(harness, "mirror", "Degraded")[1] == "MissingSecretKey", "MissingSecretKey")
+    assert "has no key password" in condition(harness, "mirror", "Degraded")[2]
+    kube_api.patch("v1/secrets", NS, "hub", {"data": {"password": base64.b64encode(b"p").decode()}})
+    wait_for(lambda: condition(harness, "mirror", "Degraded")[0] == "False", "Degraded cleared")
+
+
 def test_waiting_for_pvc_then_pods_then_ready(operator_harness, kube_api):
     harness = operator_harness([NS], refresh_interval=0.3)
     kube_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "disk"},

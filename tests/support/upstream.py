@@ -146,7 +146,7 @@ class TokenFront:
 
     def start(self) -> None:
         """Listen (again, on the same port after stop())."""
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self._server = _QuietServer(("127.0.0.1", self.port), self._handler())
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, name="token-front", daemon=True).start()
@@ -259,6 +259,11 @@ class TokenFront:
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815 (the stdlib's names)
 
         return Handler
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # a registry killed mid-request resets: not news
+        pass
 
 
 def _answer(handler: http.server.BaseHTTPRequestHandler, status: int, body: dict) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from berth_api.timestamps import format_time
 
+from ..core import metrics
 from ..sources import Emit
 from .applier import Applier
 from .preflight_proxy import UpstreamCheck, UpstreamRefused, check_upstream, distribution_of, publish, take
@@ -54,6 +55,7 @@ class UpstreamWatch:
             if check.reachable and check.failure_status and check.authenticated is False:
                 self.last_auth_failure = {"status": check.failure_status, "reason": check.failure_reason[:256],
                                           "at": format_time(check.checked_at)}
+                metrics.upstream_auth_failures_total.inc()  # deploy/monitoring pages on it (issue 21)
         record = self.record()
         # Whether the credentials were accepted is part of what changed: after a refusal, a success writes a
         # checkedAt newer than lastAuthFailure.at, which is how status says the credentials work again.
@@ -88,7 +90,7 @@ class UpstreamWatch:
                     await self.on_record(None)  # no longer a proxy: the record goes
                 reported_none = True
                 take()
-                await asyncio.sleep(self.tick)
+                await asyncio.sleep(self.tick * 5)  # no proxy: only look for one now and then
                 continue
             reported_none = False
             if waited >= self.interval:

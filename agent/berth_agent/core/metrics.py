@@ -87,6 +87,12 @@ gc_read_only_seconds = Gauge(_P + "gc_read_only_seconds",
 gc_read_only = Gauge(_P + "gc_read_only", "1 while this pod serves read-only for garbage collection, else 0.")
 
 
+# A pull-through cache's upstream refusing the credentials (issue 20's upstream check counts each refusal; the
+# PrometheusRule in deploy/monitoring pages on it, issue 21).
+upstream_auth_failures_total = Counter(
+    _P + "upstream_auth_failures", "Times the pull-through cache's upstream refused the credentials (or a token).")
+
+
 def expose_pvc() -> None:
     """Add the pvc_* series to /metrics (idempotent)."""
     global _pvc_exposed
@@ -132,6 +138,7 @@ __all__ = [
     "secret_mount_lag_seconds",
     "set_config_hash",
     "supervisor_up",
+    "upstream_auth_failures_total",
     "watch_errors_total",
     "watch_events_total",
     "watch_restarts_total",

@@ -2,7 +2,7 @@
 
 supervise.sh starts each registry with its debug listener on a loopback port no draining registry holds (the
 other of two, alternating) and names it in the state dir (files.METRICS_NAME: "PID PORT", or "PID -" for a
-registry started without one). This module serves GET /metrics on the agent's stable registry-metrics port by
+registry started without one). This module serves GET /metrics on the agent's stable reg-metrics port by
 proxying to that port: the registry's text passes through unchanged (registry_http_*, registry_storage_*,
 registry_notifications_*, registry_proxy_* and whatever a later version adds), with its own Content-Type.
 

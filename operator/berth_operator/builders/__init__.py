@@ -24,6 +24,7 @@ from . import (
     role_binding,
     service,
     service_account,
+    service_monitor,
     storage,
 )
 from .context import ClusterFacts
@@ -40,6 +41,7 @@ _WORKLOAD_BUILDERS = (
     bucket_access.build,
     service.build,
     metrics_service.build,
+    service_monitor.build,  # only when asked and the CRD is installed
     deployment.build,
     pod_disruption_budget.build,
     lease.build,  # every Registry has one (scaling up then needs no new object before the agents use it)

@@ -15,3 +15,5 @@ class ClusterFacts:
     bucket_access_secret: str | None = None
     # accessModes of an EXISTING spec.config.storage.filesystem.persistentVolumeClaim (None: unknown).
     pvc_access_modes: tuple[str, ...] | None = None
+    # Whether the prometheus-operator ServiceMonitor CRD is installed (spec.monitoring.serviceMonitor needs it).
+    service_monitor_crd: bool = False

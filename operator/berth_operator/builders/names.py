@@ -61,6 +61,10 @@ def service_name(reg: Registry) -> str:
     return registry_name(reg)
 
 
+def service_monitor_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
 def metrics_service_name(reg: Registry) -> str:
     return f"{registry_name(reg)}-metrics"
 

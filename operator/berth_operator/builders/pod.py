@@ -63,7 +63,7 @@ SECRET_MODE = 0o440
 # the loopback debug port supervise.sh gave that process, one of DEBUG_PORTS (alternating, so a successor never
 # binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
 # field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
-REGISTRY_METRICS_PORT_NAME = "registry-metrics"
+REGISTRY_METRICS_PORT_NAME = "reg-metrics"  # a port name has at most 15 characters
 AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
 # Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.

@@ -51,3 +51,12 @@ def test_token_rotation_benchmark_runs_and_restarts_once_per_change():
                             capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "restarts 2 of 2 changes" in result.stdout and " 0 failed," in result.stdout
+
+
+def test_proxy_benchmark_runs_and_restarts_once_per_credential_change():
+    result = subprocess.run([sys.executable, str(BENCH / "proxy_pull.py"), "--rounds", "1", "--layers", "1",
+                             "--layer-mib", "1", "--changes", "2"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "cold pull through the cache (every blob a miss): " in result.stdout
+    assert "restarts 2 of 2 changes" in result.stdout

@@ -1,0 +1,51 @@
+"""The ServiceMonitor (monitoring.coreos.com/v1) of a Registry that asks for one (spec.monitoring.serviceMonitor),
+built only when the prometheus-operator CRD is installed (ClusterFacts.service_monitor_crd; otherwise facts.py
+reports MissingMonitoringCRD and nothing else changes).
+
+A ServiceMonitor, not a PodMonitor: the metrics Service (metrics_service) exists anyway, so that any Prometheus
+can find the pods by it, and it publishes not-ready pods (a pod out of its Service for a reload, or failing its
+health check, stays a target). Prometheus Operator's defaults select ServiceMonitors (kube-prometheus-stack's
+serviceMonitorSelector), as the twuni chart's users expect. Two endpoints: the agent's own metrics and the
+registry's, which the agent serves stable across reloads. The labels are the user's, for the Prometheus's
+serviceMonitorSelector, on top of Berth's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth_api import Registry
+
+from . import names
+from .context import ClusterFacts
+from .meta import object_meta
+from .pod import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
+
+API_VERSION = "monitoring.coreos.com/v1"
+KIND = "ServiceMonitor"
+CRD_NAME = "servicemonitors.monitoring.coreos.com"
+
+
+def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
+    wanted = reg.spec.monitoring.service_monitor
+    if wanted is None or not facts.service_monitor_crd:
+        return None
+    meta = object_meta(reg, names.service_monitor_name(reg), names.METRICS_COMPONENT)
+    meta["labels"] = {**wanted.labels, **meta["labels"]}  # Berth's own labels win: the caches and prune use them
+    # Every series gets `registry` (the metrics Service's instance label), which the alerts and the dashboard of
+    # deploy/monitoring group by; `namespace` and `pod` come from the prometheus-operator's own target labels.
+    endpoint = {"path": "/metrics", "scheme": "http", "interval": wanted.interval, "relabelings": [
+        {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"], "targetLabel": "registry",
+         "action": "replace"}]}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": {**names.selector_labels(reg),
+                                         names.COMPONENT_LABEL: names.METRICS_COMPONENT}},
+            "namespaceSelector": {"matchNames": [names.namespace(reg)]},
+            "endpoints": [{"port": AGENT_METRICS_PORT_NAME, **endpoint},
+                          {"port": REGISTRY_METRICS_PORT_NAME, **endpoint}],
+        },
+    }

@@ -1,0 +1,142 @@
+"""Webhook notifications (issue 21) with the real agent, supervise.sh and registry (2.8 and 3.1.1): a receiver on
+127.0.0.1 gets the push and pull events of a real skopeo push and pull, with an Authorization header read from the
+mounted notifications Secret; rotating the Secret restarts the registry hitlessly and later events carry the new
+value; the value never appears in the agent's log or metrics. And what a reload costs in events: N pushes around a
+reload, M push events received (printed; docs/design.md §4.2 has the figures)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from support.notifications import running_receiver
+from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.registry import make_oci_image, pull_image, push_image, registry_binaries
+from support.secretdir import swap_secret_dir, write_secret_dir
+from support.supervisor import wait_for
+
+pytestmark = pytest.mark.e2e
+
+TOKEN_1, TOKEN_2 = "Bearer first-n0tif1cation-token", "Bearer second-n0tif1cation-token"
+
+
+def _spec(pod: RegistryPod, major: str, url: str, level: str = "info", manifests_only: bool = False) -> dict:
+    spec = on_distribution(filesystem_spec(pod.port, http={"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "10s"}),
+                           major)
+    spec["config"]["log"]["level"] = level
+    spec["config"]["notifications"] = {"secretName": "hooks", "endpoints": [{
+        "name": "scanner", "url": url, "timeout": "2s", "threshold": 3, "backoff": "1s",
+        "headers": [{"name": "Authorization", "secretKey": "token"}, {"name": "X-Source", "value": "berth-e2e"}]}]}
+    if manifests_only:  # layer and config blobs are application/octet-stream: one event per manifest push
+        spec["config"]["notifications"]["endpoints"][0]["ignoredMediaTypes"] = ["application/octet-stream"]
+    return registry_object(spec)
+
+
+@pytest.fixture(params=registry_binaries(), ids=lambda p: f"v{p[0]}")
+def dist(request):
+    return request.param
+
+
+def _pushes(receiver, repo: str):
+    return [(h, e) for h, e in receiver.events("push", manifests_only=True)
+            if e.get("target", {}).get("repository") == repo]
+
+
+def test_push_and_pull_events_reach_the_receiver_with_a_header_from_the_secret_rotated_hot(dist, tmp_path):
+    major, binary = dist
+    pod = RegistryPod(tmp_path / "pod", binary=binary)
+    with running_receiver() as receiver:
+        try:
+            write_secret_dir(pod.mounts / "notifications", {"token": TOKEN_1 + "\n"})
+            pod.write_registry_file(_spec(pod, major, receiver.url))
+            pod.start_agent()
+            pod.start_supervisor()
+            pod.wait_serving()
+            image = make_oci_image(tmp_path / "image", layer_size=32 * 1024)
+            push_image(image, pod.host, "demo/app:1")
+            pull_image(pod.host, "demo/app:1", tmp_path / "pulled")
+            pushed = wait_for(lambda: _pushes(receiver, "demo/app"), what="the push event")
+            pulled = wait_for(lambda: [(h, e) for h, e in receiver.events("pull")
+                                       if e["target"]["repository"] == "demo/app"], what="the pull events")
+            headers, event = pushed[0]
+            assert event["target"]["digest"] == image.manifest_digest and event["target"].get("tag") == "1"
+            assert headers["Authorization"] == TOKEN_1 and headers["X-Source"] == "berth-e2e"
+            assert {e["target"]["digest"] for _, e in pulled} >= {image.manifest_digest}
+            assert all(h["Authorization"] == TOKEN_1 for h, _ in receiver.events())
+
+            # Rotate the Secret: a hitless restart onto the new value, and later events carry it.
+            old_pid = pod.registry_pid()
+            swap_secret_dir(pod.mounts / "notifications", {"token": TOKEN_2 + "\n"})
+            wait_for(lambda: pod.actions("restarted"), what=f"a restart on the new token\n{pod.agent_log_text()}")
+            assert pod.registry_pid() != old_pid and pod.supervisor.alive()
+            push_image(image, pod.host, "demo/app:2")
+            second = wait_for(lambda: [(h, e) for h, e in _pushes(receiver, "demo/app")
+                                       if e["target"].get("tag") == "2"], what="the second push event")
+            assert second[0][0]["Authorization"] == TOKEN_2
+            text = pod.agent_log_text() + pod.metrics_text()
+            assert "n0tif1cation" not in text  # neither token in the log or the metrics
+        finally:
+            pod.stop()
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0], ids=["fast-receiver", "slow-receiver"])
+def test_what_a_reload_costs_in_events(dist, tmp_path, delay):
+    """N pushes, a reload in the middle of them: M push events arrive. A receiver that answers at once gets them
+    as they happen; one that takes 1 s per request lets a queue build in the registry, and what is queued in
+    the old process when it exits is lost (the queue is in memory, distribution#2422)."""
+    major, binary = dist
+    pod = RegistryPod(tmp_path / "pod", binary=binary)
+    pushes = 16
+    with running_receiver(delay=delay) as receiver:
+        try:
+            write_secret_dir(pod.mounts / "notifications", {"token": TOKEN_1})
+            pod.write_registry_file(_spec(pod, major, receiver.url, manifests_only=True))
+            pod.start_agent()
+            pod.start_supervisor()
+            pod.wait_serving()
+            image = make_oci_image(tmp_path / "image", layer_size=16 * 1024)
+            push_image(image, pod.host, "demo/warm:0")  # the blobs exist: each push below is a manifest PUT
+            done: list[str] = []
+
+            def push_all():
+                for index in range(pushes):
+                    push_image(image, pod.host, f"demo/loss:{index}")
+                    done.append(str(index))
+                    time.sleep(0.1)  # so that the reload falls among the pushes
+
+            pusher = threading.Thread(target=push_all, daemon=True)
+            pusher.start()
+            wait_for(lambda: len(done) >= pushes // 2, timeout=120, what="half of the pushes")
+            pod.write_registry_file(_spec(pod, major, receiver.url, level="warn", manifests_only=True))  # mid-way
+            wait_for(lambda: pod.actions("restarted"), timeout=60, what="the reload")
+            reloaded_after = len(done)
+            pusher.join(180)
+            assert len(done) == pushes  # every push succeeded across the reload
+            # Settle: the slow receiver drains the new process's queue (1 s per event); none new for 3 s.
+            settled = _Settled(receiver)
+            wait_for(settled, timeout=90, interval=0.2, what="the events to settle")
+            received = len({e["target"]["tag"] for _, e in _pushes(receiver, "demo/loss")})
+        finally:
+            pod.stop()
+    print(f"v{major}, receiver delay {delay}s: {pushes} pushes, reload after push {reloaded_after}, "
+          f"{received} push events received, {pushes - received} lost")
+    assert received <= pushes
+    # The new process delivers what it got: every push made after the reload is there (its queue was not cut).
+    tags = {e["target"]["tag"] for _, e in _pushes(receiver, "demo/loss")}
+    assert {str(i) for i in range(reloaded_after + 1, pushes)} <= tags, sorted(tags, key=int)
+
+
+class _Settled:
+    """True once the receiver has had no new event for 3 s."""
+
+    def __init__(self, receiver) -> None:
+        self.receiver, self.count, self.since = receiver, -1, time.monotonic()
+
+    def __call__(self) -> bool:
+        count, now = len(self.receiver.events()), time.monotonic()
+        if count != self.count:
+            self.count, self.since = count, now
+            return False
+        return now - self.since >= 3.0
