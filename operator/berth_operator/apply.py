@@ -12,6 +12,8 @@
   PersistentVolumeClaim, BucketClaim, BucketAccess, Secrets (the generated HTTP secret is never overwritten)
   and Leases (their spec is the agents'). The one exception, growing the claim's storage request, is
   expansion.py's, with its own checks.
+- An object missing from the caches is not read first: it is applied without force (a create-only kind:
+  POSTed), and read only when the server refuses that (409, 422: it exists and is someone else's, or differs).
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them:
   the PodDisruptionBudget (replicas down to 1) and a BucketAccess the operator made. A PVC or a
@@ -33,7 +35,7 @@ from berth_api import Registry
 
 from . import facts
 from .builders import names
-from .client import COSI, Kube, KubeError
+from .client import COSI, FIELD_MANAGER, Kube, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
 # A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.
@@ -141,6 +143,12 @@ def replacement(live: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str,
     return patch
 
 
+def _only_ours(answer: Mapping[str, Any]) -> bool:
+    """Whether no other manager wrote the object the apply answered with (it was created by that apply)."""
+    entries = (answer.get("metadata") or {}).get("managedFields") or ()
+    return all(entry.get("manager") == FIELD_MANAGER for entry in entries)
+
+
 def _annotated(wanted: Mapping[str, Any], digest: str) -> dict[str, Any]:
     meta = wanted["metadata"]
     return {**wanted, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
@@ -152,20 +160,30 @@ def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
     digest = desired_hash(wanted)
-    # A create-only kind is POSTed on a cache miss without asking the server first: an object that exists
-    # without Berth's label answers 409, and is read then.
-    create_first = kind in CREATE_ONLY_KINDS
-    live = kube.get_owned(api_version, kind, namespace, name) if create_first else kube.get(
+    # On a miss of the caches (no object with Berth's label) nothing is read first. A create-only kind is POSTed:
+    # an object that exists without Berth's label answers 409, and is read then. Any other kind is applied
+    # WITHOUT force, which creates a missing object in one request and cannot take over an existing one: a
+    # field another manager set to another value is a 409, an object controlled by another owner gets a second
+    # controller reference and is invalid (422), as is a list entry beside a differently keyed one of the same
+    # name (422); then it is read, and decided on as below. What such an apply merges into an existing object
+    # without complaint (fields nobody else set, or set to our values) is what the forced apply would adopt too.
+    cached = kube.caches is not None and kube.caches.covers(api_version, kind, namespace)
+    live = kube.get_owned(api_version, kind, namespace, name) if cached or kind in CREATE_ONLY_KINDS else kube.get(
         api_version, kind, namespace, name)
-    if live is None and create_first:
+    if live is None and (cached or kind in CREATE_ONLY_KINDS):
         try:
-            kube.create(_annotated(wanted, digest))
-            return Action("Created", kind, name)
+            if kind in CREATE_ONLY_KINDS:
+                kube.create(_annotated(wanted, digest))
+                return Action("Created", kind, name)
+            answer = kube.apply(_annotated(wanted, digest), force=False)
+            return Action("Created" if _only_ours(answer) else "Updated", kind, name)
         except KubeError as exc:
-            if exc.status != 409:
+            if exc.status not in ((409,) if kind in CREATE_ONLY_KINDS else (403, 409, 422)):
                 raise
-            live = kube.get(api_version, kind, namespace, name)  # created meanwhile: check whose it is
+            live = kube.get(api_version, kind, namespace, name)  # it exists: check whose it is
             if live is None:
+                if exc.status != 409:
+                    raise  # nothing it could clash with: refused or invalid by itself
                 raise Conflict(f"{kind} {name} exists and cannot be read; the next reconcile retries") from None
     if live is not None:
         owner = _owner_uid(live)
@@ -179,8 +197,16 @@ def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
             return Action("Created" if live is None else "Updated", kind, name)
         except KubeError as exc:
             if exc.status == 422 and live is not None:
-                kube.patch(api_version, kind, namespace, name, replacement(live, _annotated(wanted, digest)))
-                return Action("Updated", kind, name)
+                live = kube.patch(api_version, kind, namespace, name, replacement(live, _annotated(wanted, digest)))
+                if not needs_write(live, wanted, digest):
+                    return Action("Updated", kind, name)
+                continue  # the clash is gone, but not all of ours is there (an object made by hand: no label, no
+                # owner reference, which the merge patch does not send): the forced apply adds them now
+            if exc.status == 403 and live is not None and _owner_uid(live) is None:
+                # Adding an owner reference to an existing object needs delete permission on it under the
+                # OwnerReferencesPermissionEnforcement admission plugin, which Berth does not hold for most kinds.
+                raise NotOurs(f"{kind} {name} exists without an owner reference (made by hand?) and the API server "
+                              f"refused to let Berth adopt it ({exc}); delete it and Berth creates its own") from None
             if exc.status != 409:  # a forced apply conflicts on no field; a 409 is a race (two creates): again
                 raise
     raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")

@@ -108,6 +108,9 @@ class Caches:
         self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self.on_change = on_change
         self._store: dict[Key, bytes] = {}
+        # Names by instance label (apiVersion, kind, namespace, instance): list() reads one Registry's pods without
+        # decoding every pod. An entry may be stale (label changed, object gone): list() re-checks the store.
+        self._by_instance: dict[Key, set[str]] = {}
         self._written: dict[Key, str | None] = {}  # our last write of each object: its resourceVersion, None: deleted
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -152,6 +155,24 @@ class Caches:
         stored = self._store.get((api_version, kind, namespace or "", name))
         return json.loads(stored) if stored is not None else None
 
+    def list(self, api_version: str, kind: str, namespace: str | None,
+             labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The cached objects with these labels (call only where covers() is true)."""
+        instance = labels.get(INSTANCE_LABEL)
+        with self._lock:
+            if instance is not None:
+                index = (api_version, kind, namespace or "", instance)
+                names = self._by_instance.get(index, set())
+                keys = [(api_version, kind, namespace or "", name) for name in sorted(names)]
+                names.intersection_update({key[3] for key in keys if key in self._store})
+            else:
+                keys = sorted(k for k in self._store if k[:2] == (api_version, kind)
+                              and (namespace is None or k[2] == namespace))
+            stored = [self._store[key] for key in keys if key in self._store]
+        found = [json.loads(content) for content in stored]
+        return [obj for obj in found
+                if all(((obj["metadata"].get("labels") or {}).get(k)) == v for k, v in labels.items())]
+
     # ---- writes (our own, and the informers')
 
     def record(self, obj: Mapping[str, Any]) -> None:
@@ -190,6 +211,9 @@ class Caches:
                 if new_version is not None and old_version is not None and new_version < old_version:
                     return False
             self._store[key] = content
+            instance = (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
+            if instance is not None:
+                self._by_instance.setdefault((key[0], key[1], key[2], instance), set()).add(key[3])
         return before is None or _without_version(before) != _without_version(content)
 
     def _drop(self, obj: Mapping[str, Any]) -> bool:

@@ -8,6 +8,7 @@ the client's ApiException; KubeError turns one into a message that never include
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -102,9 +103,26 @@ class Kube:
         self.timeout = timeout
         self.may_write = may_write
         self.caches = caches
+        self._reads: dict[tuple[str, str, str, str], dict[str, Any] | None] | None = None
 
     def close(self) -> None:
         self.api.close()
+
+    def reading_once(self) -> Kube:
+        """The same client (connections, caches, fence) for one reconcile, which reads each object the caches do
+        not hold from the server once: a claim, Secret or class the spec names is looked up, applied around and
+        checked for readiness in the same reconcile, and a reconcile is one snapshot anyway. A write of the
+        object, and a get with cached=False, read it again."""
+        view = copy.copy(self)
+        view._reads = {}
+        return view
+
+    def _read_key(self, api_version: str, kind: str, namespace: str | None, name: str) -> tuple[str, str, str, str]:
+        return api_version, kind, namespace or "", name
+
+    def _unread(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        if self._reads is not None:
+            self._reads.pop(self._read_key(api_version, kind, namespace, name), None)
 
     def _call(self, method: str, url: str, *, body: Any = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -129,15 +147,22 @@ class Kube:
         """The object, or None when it does not exist (404). From the caches when they hold it (unless not
         cached); a miss is read from the server (an object without Berth's label is not cached, and may exist)."""
         if self.caches is not None and cached:
-            cached = self.caches.get(api_version, kind, namespace, name)
-            if cached is not None:
-                return cached
+            hit = self.caches.get(api_version, kind, namespace, name)
+            if hit is not None:
+                return hit
+        key = self._read_key(api_version, kind, namespace, name)
+        if self._reads is not None and cached and key in self._reads:
+            read = self._reads[key]
+            return copy.deepcopy(read) if read is not None else None
         try:
-            return self._call("GET", path(api_version, kind, namespace, name))
+            answer: dict[str, Any] | None = self._call("GET", path(api_version, kind, namespace, name))
         except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubeError("get", kind, name, exc) from None
+            if exc.status != 404:
+                raise KubeError("get", kind, name, exc) from None
+            answer = None
+        if self._reads is not None:
+            self._reads[key] = copy.deepcopy(answer) if answer is not None else None
+        return answer
 
     def get_owned(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """An object Berth made (so carrying its label), or None: from the caches alone where they cover the kind
@@ -148,8 +173,12 @@ class Kube:
 
     def list(self, api_version: str, kind: str, namespace: str | None,
              labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-        """Objects with these labels. The selector is sent AND re-checked here (a server may ignore it)."""
+        """Objects with these labels: from the caches where they cover the kind (pods: the reconcile's list costs no
+        request; a pod the watch has not delivered yet wakes the Registry when it arrives), else from the server,
+        where the selector is sent AND re-checked here (a server may ignore it)."""
         selector = dict(labels or {})
+        if self.caches is not None and self.caches.covers(api_version, kind, namespace):
+            return self.caches.list(api_version, kind, namespace, selector)
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         try:
             items = self._call("GET", path(api_version, kind, namespace), query=query).get("items") or []
@@ -191,16 +220,21 @@ class Kube:
             response.release_conn()
 
     def _record(self, answer: dict[str, Any]) -> dict[str, Any]:
+        if answer and isinstance(answer.get("metadata"), Mapping):
+            meta = answer["metadata"]
+            self._unread(answer.get("apiVersion") or "", answer.get("kind") or "", meta.get("namespace"),
+                         meta.get("name") or "")
         if self.caches is not None and answer:
             self.caches.record(answer)
         return answer
 
-    def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply as FIELD_MANAGER, forcing (Berth is the source of every field it sets; fields it
-        does not set stay whoever's they are). Creates the object when it does not exist."""
+    def apply(self, manifest: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
+        """Server-side apply as FIELD_MANAGER, forcing by default (Berth is the source of every field it sets;
+        fields it does not set stay whoever's they are). Creates the object when it does not exist. Without
+        force, a field another manager set to another value is a 409 Conflict."""
         meta = manifest["metadata"]
         url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")]
         try:
             return self._record(self._call("PATCH", url, body=dict(manifest),
                                            content_type="application/apply-patch+yaml", query=query))
@@ -224,6 +258,7 @@ class Kube:
                                 query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             raise KubeError("patch", kind, name, exc) from None
+        self._unread(api_version, kind, namespace, name)
         return answer if subresource else self._record(answer)
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, uid: str | None = None) -> bool:
@@ -232,6 +267,7 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
+            self._unread(api_version, kind, namespace, name)
             self._call("DELETE", path(api_version, kind, namespace, name), body=body)
             if self.caches is not None:
                 self.caches.forget(api_version, kind, namespace, name)

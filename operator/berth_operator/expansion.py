@@ -124,7 +124,10 @@ def expand(kube: Kube, reg: Registry) -> tuple[list[Action], list[Finding]]:
         if fs.persistent_volume_claim or not _controlled_by(claim, reg.metadata.get("uid")):
             return [], resize_progress(claim)  # the user's claim: watched, never patched
         class_name = (claim.get("spec") or {}).get("storageClassName")
-        decision = decide(claim, fs.size, *_storage_class(kube, class_name))
+        # The class matters only for growing: decided without it first (no request when the size is unchanged).
+        decision = decide(claim, fs.size, None, class_readable=False)
+        if decision.grow_to is not None:
+            decision = decide(claim, fs.size, *_storage_class(kube, class_name))
         if decision.grow_to is None:
             return [], [*decision.findings, *resize_progress(claim)]
         version = claim["metadata"].get("resourceVersion")

@@ -31,7 +31,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ import kopf
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
 from . import gc_schedule, metrics
+from .apply import Action
 from .client import Kube
 from .clock import UtcClock, WallClock
 from .reconcile import Outcome, reconcile
@@ -100,10 +101,21 @@ def _older(body: Mapping[str, Any], version: str | None) -> bool:
     return bool(version and mine and version.isdigit() and str(mine).isdigit() and int(mine) < int(version))
 
 
+def write_events(actions: Iterable[Action]) -> list[tuple[str, str]]:
+    """(reason, message) of the Normal Events for one reconcile's writes: one per verb (Created, Updated,
+    Deleted), naming every object it applies to in the order written: `Created ServiceAccount r, Role r, ...`.
+    One Event per object would be most of the operator's requests when it creates a Registry's objects."""
+    by_verb: dict[str, list[str]] = {}
+    for action in actions:
+        by_verb.setdefault(action.verb, []).append(f"{action.kind} {action.name}")
+    return [(verb, f"{verb} {', '.join(objects)}") for verb, objects in by_verb.items()]
+
+
 def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
-    """Normal events for each write, a Warning when Degraded turns True or its reason or message changes."""
-    for action in outcome.actions:
-        kopf.event(body, type="Normal", reason=action.verb, message=str(action))
+    """Normal events for the writes (write_events), a Warning when Degraded turns True or its reason or message
+    changes."""
+    for reason, message in write_events(outcome.actions):
+        kopf.event(body, type="Normal", reason=reason, message=message)
     degraded = outcome.degraded
     if degraded is not None and degraded_changed(outcome.previous_conditions, outcome.conditions):
         kopf.event(body, type="Warning", reason=degraded["reason"], message=degraded["message"])

@@ -146,6 +146,7 @@ def needs_polling(reg: Registry | None, findings: list[Finding]) -> bool:
 def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
     clock = clock or WallClock()
     moment = clock.now()
+    kube = kube.reading_once()
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
     generation = meta.get("generation")
@@ -184,7 +185,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
             return outcome
         # The status moved since body was read, and this write records a result (Interrupted): read it
         # again and decide again (the runner may have recorded its own result just before).
-        fresh = kube.get(*REGISTRY, namespace, name)
+        fresh = kube.get(*REGISTRY, namespace, name, cached=False)
         if fresh is None:
             outcome.gone = True
             return outcome

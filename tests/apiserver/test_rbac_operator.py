@@ -70,6 +70,13 @@ APPLY_CREATES = "server-side apply of a missing object is a create: authorized a
 UNEXERCISED_GRANTS.update({(group, resource, "create"): APPLY_CREATES for group, resource in (
     ("apps", "deployments"), ("", "services"), ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
     ("rbac.authorization.k8s.io", "rolebindings"), ("policy", "poddisruptionbudgets"))})
+# A cache miss is applied unforced, with no read first (apply.py): an applied kind is read (GET) only when the
+# server refuses that apply because the object exists without Berth's label (another controller's, or made by
+# hand), or for the Deployment of an invalid spec when it is not cached; a run may have neither.
+READ_ON_REFUSAL = "read only when an unforced apply of a cache miss is refused (the object exists, not Berth's)"
+UNEXERCISED_GRANTS.update({(group, resource, "get"): READ_ON_REFUSAL for group, resource in (
+    ("apps", "deployments"), ("", "services"), ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"), ("policy", "poddisruptionbudgets"))})
 
 # Kinds the apply layer patches only when the live object drifted from what the builders make.
 DRIFTED_KINDS = {

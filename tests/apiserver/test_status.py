@@ -63,8 +63,9 @@ def test_the_operator_writes_status_through_the_subresource(kube_apiserver, apis
         first = wait_for(lambda: reconciled(api, ns, "reg"), "reg reconciled", 60)
         assert {c["type"] for c in first["status"]["conditions"]} == {"Ready", "Progressing", "Degraded"}
         assert first["status"]["observedGeneration"] == 1
-        # Two agents' records; only pod-live has a Pod (with the Deployment's selector labels).
-        labels = api.get("apps/v1/deployments", ns, "reg")["spec"]["selector"]["matchLabels"]
+        # Two agents' records; only pod-live has a Pod (with the Deployment's pod template labels, as its
+        # ReplicaSet makes them: the selector's and Berth's).
+        labels = api.get("apps/v1/deployments", ns, "reg")["spec"]["template"]["metadata"]["labels"]
         api.create(pod(ns, "pod-live", labels, "reg-agent"))
         api.create(pod(ns, "pod-unrelated", {"app": "other"}, "reg-agent"))
         records = {name: {"observedGeneration": 1, "configHash": "h"} for name in ("pod-live", "pod-gone",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import kubernetes.client
 import kubernetes.config
@@ -303,6 +304,30 @@ def test_server_side_apply_creates_and_drops_unapplied_fields(core) -> None:
     assert applied.metadata.labels == {"a": "1"}
     assert applied.metadata.annotations == {"by": "someone else"}  # not this manager's field
     assert applied.metadata.generation == 1  # metadata only
+
+
+def test_server_side_apply_merges_owner_references_and_refuses_a_second_controller(core) -> None:
+    """As the API server: an apply's owner references join the object's (a list keyed by uid), and two
+    controllers among them are invalid (the operator's unforced apply relies on it to leave others' objects)."""
+    other = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "uid-d"}
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "owned", "ownerReferences": [other]}})
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "taken",
+                                                        "ownerReferences": [{**other, "controller": True}]}})
+    ours = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": "r", "uid": "uid-r", "controller": True}
+
+    def apply(name: str) -> Any:
+        manifest = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": NS, "ownerReferences": [ours]}}
+        return core.patch_namespaced_config_map(name, NS, manifest, field_manager="berth", force=False,
+                                                _content_type="application/apply-patch+yaml")
+
+    refs = apply("owned").metadata.owner_references
+    assert [(r.uid, bool(r.controller)) for r in refs] == [("uid-d", False), ("uid-r", True)]
+    with pytest.raises(ApiException) as refused:
+        apply("taken")
+    assert refused.value.status == 422
+    refs = core.read_namespaced_config_map("taken", NS).metadata.owner_references
+    assert [(r.uid, bool(r.controller)) for r in refs] == [("uid-d", True)]
 
 
 def test_scale_subresource(custom) -> None:

@@ -89,3 +89,15 @@ def test_replacement_replaces_only_differing_fields_whole():
     patch = replacement(live, wanted)
     assert patch == {"metadata": {"annotations": {DESIRED_HASH_ANNOTATION: DIGEST}},
                      "spec": {"ports": [{"name": "http", "port": 5000}]}}  # selector matched: not sent
+
+
+def test_one_event_per_verb_names_every_object_in_the_order_written():
+    from berth_operator.apply import Action
+    from berth_operator.handlers import write_events
+
+    actions = [Action("Created", "ServiceAccount", "r-agent"), Action("Updated", "Deployment", "r"),
+               Action("Created", "Service", "r"), Action("Deleted", "PodDisruptionBudget", "r")]
+    assert write_events(actions) == [("Created", "Created ServiceAccount r-agent, Service r"),
+                                     ("Updated", "Updated Deployment r"),
+                                     ("Deleted", "Deleted PodDisruptionBudget r")]
+    assert write_events([]) == []

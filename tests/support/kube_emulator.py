@@ -23,7 +23,8 @@ other path still goes to kmock. Each gap filler says why:
   container or volume left out of such a patch stays, as on a cluster. On custom resources: 415, as there.
 - PUT (replace), deletecollection, the `scale` subresource, generateName, and server-side apply
   (`application/apply-patch+yaml`) that creates a missing object and removes the fields the same field
-  manager applied before and no longer applies (kmock: PUT 404s, apply is a merge that 404s).
+  manager applied before and no longer applies (kmock: PUT 404s, apply is a merge that 404s); an apply's
+  owner references merge with the object's by uid, and two controllers among them are refused (422).
 - labelSelector and fieldSelector on list, watch and deletecollection (kmock ignores both).
 - watch: `watch=true` in any letter case (the official client sends `True`); with a resourceVersion it
   sends only newer events from a bounded history (kmock replays everything), and 410 Gone (an ERROR
@@ -110,6 +111,20 @@ def _remove_unapplied(current: Any, before: Any, now: Any) -> Any:
         elif key in result:
             result[key] = _remove_unapplied(result[key], value, now[key])
     return result
+
+
+def _apply_owner_references(current: Mapping[str, Any], patch: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An apply's metadata.ownerReferences, merged with the object's as the API server does (a list keyed by
+    uid: others' references stay), and refused as it refuses them: 422 when more than one is the controller."""
+    applied = (patch.get("metadata") or {}).get("ownerReferences")
+    if not isinstance(applied, list):
+        return patch
+    merged = {ref.get("uid"): ref for ref in (current.get("metadata") or {}).get("ownerReferences") or ()}
+    merged.update({ref.get("uid"): ref for ref in applied})
+    if sum(1 for ref in merged.values() if ref.get("controller")) > 1:
+        raise api_error(422, "Invalid", "metadata.ownerReferences: Invalid value: Only one reference can have "
+                                        "Controller set to true")
+    return {**patch, "metadata": {**patch["metadata"], "ownerReferences": list(merged.values())}}
 
 
 def _now() -> str:
@@ -394,7 +409,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             result = base
             if content_type == APPLY_PATCH:
                 result = _remove_unapplied(base, self._applied.get((key, field_manager), {}), patch)
+                merged = _apply_owner_references(result, patch)  # (a refusal records nothing)
                 self._applied[key, field_manager] = copy.deepcopy(dict(patch))
+                patch = merged
             result = merge_patch(result, patch)
         else:
             raise api_error(415, "UnsupportedMediaType", f"the body of the request was in an unknown format "
