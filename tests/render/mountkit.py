@@ -113,4 +113,10 @@ def write_mounts_for(spec: RegistrySpec, root: Path, *, s3: S3Target | None = No
         write_secret_dir(root / "tls", {"tls.crt": cert, "tls.key": key_pem})
         mounts.tls_cert = cert
         mounts.secret_values.append(key_pem.decode())
+    notifications = spec.config.notifications
+    if notifications is not None and notifications.secret_name is not None:
+        values = {key: f"Bearer {secrets.token_urlsafe(18)}" for key in notifications.secret_keys()}
+        write_secret_dir(root / "notifications", values)
+        # Not in secret_values: the registry itself prints each endpoint's headers at start, and these tests run
+        # it without supervise.sh, which cuts that line (tests/agent/e2e/test_e2e_notifications.py checks it).
     return mounts

@@ -39,6 +39,7 @@ INPUTS = MountedInputs(
     htpasswd=b"alice:$2y$05$" + b"A" * 53 + b"\n",
     http_secret="golden-http-secret",
     redis=parse_redis_url("redis://:golden-redis-password@redis.cache.svc:6379/0", "redis/url"),
+    notification_headers={"token": "Bearer golden-notification-token"},
 )
 
 # Everything the API can turn on, for Distribution 3 only keys in particular.
@@ -86,6 +87,11 @@ _COMMON = {
     "health.storagedriver.enabled", "health.storagedriver.interval", "health.storagedriver.threshold",
     "health.tcp[].addr", "health.tcp[].timeout", "health.tcp[].interval", "health.tcp[].threshold",
     "validation.manifests.urls.allow", "validation.manifests.urls.deny",
+    # notifications (configuration.go Endpoint at v2.8.3 and v3.1.1; field-notes §8); headers is a map of any
+    # header names, written here as "headers.*"
+    "notifications.endpoints[].name", "notifications.endpoints[].disabled", "notifications.endpoints[].url",
+    "notifications.endpoints[].headers.*", "notifications.endpoints[].timeout", "notifications.endpoints[].threshold",
+    "notifications.endpoints[].backoff", "notifications.endpoints[].ignoredmediatypes",
 }
 V2_REFERENCE = _COMMON | {
     "redis.addr", "redis.pool.maxidle", "redis.pool.maxactive", "redis.pool.idletimeout",
@@ -97,6 +103,8 @@ V3_REFERENCE = _COMMON | {
     "redis.tls.rootcas",
     # go-redis UniversalOptions, inline under redis
     "redis.addrs", "redis.username", "redis.maxidleconns", "redis.poolsize", "redis.connmaxidletime",
+    "notifications.endpoints[].ignore.mediatypes", "notifications.endpoints[].ignore.actions",
+    "notifications.events.includereferences",
 }
 
 
@@ -106,6 +114,8 @@ def key_paths(node, prefix: str = "") -> set[str]:
             return {prefix}
         paths: set[str] = set()
         for key, value in node.items():
+            if prefix.endswith(".headers"):  # notifications headers: a map of any header names
+                key = "*"
             paths |= key_paths(value, f"{prefix}.{key}" if prefix else str(key))
         return paths
     if isinstance(node, list) and node and isinstance(node[0], dict):

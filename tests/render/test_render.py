@@ -259,7 +259,8 @@ def test_reprs_hide_secrets():
 
 
 def test_every_example_renders_for_both_versions():
-    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis=redis_at("redis://:pw@cache:6379"))
+    inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis=redis_at("redis://:pw@cache:6379"),
+                            notification_headers={"token": "Bearer t"})
     for path in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")):
         spec = Registry.model_validate(yaml.safe_load(path.read_text())).spec
         for major in ("2", "3"):

@@ -107,9 +107,25 @@ note() {
 # holds open read-write on fd 3 (so a registry's write never finds it without a reader, and tee sees no end of
 # file between two registries); it gets fd 3 closed, so it ends once the script and every registry are gone.
 start_tee() {
-    tee -a "$output" <"$fifo" 3>&- &
+    if [ -n "$redact" ]; then
+        $redact "$redact_program" <"$fifo" 3>&- | tee -a "$output" 3>&- &
+    else
+        tee -a "$output" <"$fifo" 3>&- &
+    fi
     tee_pid=$!
 }
+
+# Distribution logs each notification endpoint at start with its headers, values included ("configuring endpoint
+# NAME (URL), timeout=..., headers=map[Authorization:[Bearer ...]]", 2.8 and 3.1.1): the output passes through awk,
+# which cuts such a line at "headers=", on its way to the container log and registry-output. awk flushes each line
+# (mawk needs -W interactive to read a line as it comes); without a working awk the output is not filtered.
+redact_program='{ i = index($0, "headers=map["); if (i) $0 = substr($0, 1, i - 1) "headers=<redacted>\""; print; fflush() }'
+redact=""
+if [ "$(echo x | awk -W interactive "$redact_program" 2>&1)" = x ]; then
+    redact="awk -W interactive"  # mawk (busybox awk warns that it ignores -W: then the next)
+elif [ "$(echo x | awk "$redact_program" 2>&1)" = x ]; then
+    redact="awk"
+fi
 
 # The first of $debug_ports that no live draining registry holds and none failed to bind since the last handover;
 # "" when there is none (the registry then starts without metrics rather than die of a taken debug port).

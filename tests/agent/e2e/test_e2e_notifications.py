@@ -77,6 +77,11 @@ def test_push_and_pull_events_reach_the_receiver_with_a_header_from_the_secret_r
             assert second[0][0]["Authorization"] == TOKEN_2
             text = pod.agent_log_text() + pod.metrics_text()
             assert "n0tif1cation" not in text  # neither token in the log or the metrics
+            # Nor in the registry container's log: the registry prints each endpoint's headers at start, and
+            # supervise.sh cuts that line (both versions do it).
+            registry_log = (tmp_path / "pod" / "registry.log").read_text(errors="replace")
+            assert "configuring endpoint scanner" in registry_log and "headers=<redacted>" in registry_log
+            assert "n0tif1cation" not in registry_log + (pod.config_dir / "registry-output").read_text()
         finally:
             pod.stop()
 
