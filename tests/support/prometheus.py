@@ -48,7 +48,20 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for_port(self.port, timeout=60)
+        # The port listens before the TSDB is open: queries answer 503 until /-/ready says 200.
+        deadline = time.monotonic() + 60
+        while not self._ready():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Prometheus not ready:\n{self.log_path.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
         return self
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=5) as response:
+                return response.status == 200
+        except OSError:
+            return False
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

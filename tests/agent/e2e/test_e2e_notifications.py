@@ -140,3 +140,40 @@ class _Settled:
             self.count, self.since = count, now
             return False
         return now - self.since >= 3.0
+
+
+def test_a_rotated_header_arrives_over_the_api_before_the_volume_follows(kube_api, tmp_path):
+    """The API fast path (--api-secret notifications=NAME, as the operator wires it): the Secret changed through the
+    API only (the mounted copy untouched, as during the kubelet's 60-90 s) restarts the registry onto the new value."""
+    import base64
+
+    from support.registry import REGISTRY_BINARY
+
+    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY_BINARY)
+    with running_receiver() as receiver:
+        try:
+            write_secret_dir(pod.mounts / "notifications", {"token": TOKEN_1})
+            kube_api.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                             "metadata": {"name": "hooks", "namespace": "default"},
+                             "data": {"token": base64.b64encode(TOKEN_1.encode()).decode()}})
+            kube_api.create(_spec(pod, "2", receiver.url, manifests_only=True))
+            pod.start_agent(registry="default/reg", kube_host=kube_api.url,
+                            extra=["--api-secret", "notifications=hooks"])
+            pod.start_supervisor()
+            pod.wait_serving()
+            image = make_oci_image(tmp_path / "image", layer_size=16 * 1024)
+            push_image(image, pod.host, "demo/api:1")
+            first = wait_for(lambda: _pushes(receiver, "demo/api"), what="the first push event")
+            assert first[0][0]["Authorization"] == TOKEN_1
+            kube_api.patch("v1/secrets", "default", "hooks",
+                           {"data": {"token": base64.b64encode(TOKEN_2.encode()).decode()}})
+            wait_for(lambda: pod.actions("restarted"), what=f"a restart from the API copy\n{pod.agent_log_text()}")
+            assert (pod.mounts / "notifications" / "token").read_text() == TOKEN_1  # the volume has not followed
+            push_image(image, pod.host, "demo/api:2")
+            second = wait_for(lambda: [(h, e) for h, e in _pushes(receiver, "demo/api") if e["target"]["tag"] == "2"],
+                              what="the second push event")
+            assert second[0][0]["Authorization"] == TOKEN_2
+            assert pod.metric("secret_changes_applied_total", 'path="api"') == 1
+            assert "n0tif1cation" not in pod.agent_log_text() + pod.metrics_text()
+        finally:
+            pod.stop()
