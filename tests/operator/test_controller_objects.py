@@ -56,6 +56,9 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
         secret("registry-http-secret", secretForLocalDev="planted-http-secret"),
         secret("registry-redis", redisConnection="redis://redis:6379"),
     ],
+    # The webhook token's Secret; no prometheus-operator CRD here (kmock), so no ServiceMonitor: Degraded
+    # MissingMonitoringCRD, everything else built.
+    "monitored": [secret("registry-hooks", token="Bearer planted-token")],
 }
 
 # Our own Registries for the modes the examples leave out.
@@ -90,6 +93,7 @@ EXPECTED = {
                                                ("PodDisruptionBudget", "shared-registry")},
     "cosi-existing": base("archive-registry"),
     "full": base("registry", http_secret=False),
+    "monitored": base("monitored") | {("PersistentVolumeClaim", "monitored-data")},
     "cosi-claim-with-access-class": base("mixed") | {("BucketAccess", "mixed-bucket-access"),
                                                      ("PodDisruptionBudget", "mixed")},
     "filesystem-class-r3-capped": base("capped") | {("PersistentVolumeClaim", "capped-data")},
