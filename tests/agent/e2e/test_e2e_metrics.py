@@ -143,3 +143,45 @@ def test_prometheus_scrapes_the_registry_through_the_agent_across_10_reloads(met
     assert not pod.actions("rolled back")
     print(f"v{pod.major}: {int(scrapes)} scrapes over 10 reloads, all up; {int(resets)} counter resets seen")
     assert scrapes >= 12 and resets == 9  # the first reload's counter rose from nothing
+
+
+def test_a_pull_through_cache_s_registry_proxy_metrics_pass_through_the_same_endpoint(tmp_path):
+    """Issue 20's pull-through cache on Distribution 3.1.1 (2.8 keeps these counters in expvar only): the misses of a
+    first pull and the hits of a second show in registry_proxy_* on the agent's stable endpoint, nothing to add."""
+    import re
+
+    from support.registry import REGISTRY3_BINARY, pull_image, running_registry
+
+    if not REGISTRY3_BINARY:
+        pytest.skip("BERTH_REGISTRY3_BIN is not set")
+    upstream_port = free_port()
+    upstream_config = (f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
+                       f"{tmp_path / 'upstream-data'}\nhttp:\n  addr: 127.0.0.1:{upstream_port}\n").encode()
+    with running_registry(upstream_config, tmp_path / "upstream", binary=REGISTRY3_BINARY) as upstream:
+        image = make_oci_image(tmp_path / "image", layer_size=32 * 1024)
+        push_image(image, upstream.host, "library/app:1")
+        pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
+        metrics_port = free_port()
+        try:
+            spec = on_distribution(filesystem_spec(pod.port), "3")
+            spec["config"]["proxy"] = {"remoteURL": upstream.url}
+            pod.write_registry_file(registry_object(spec))
+            pod.start_agent(extra=["--registry-metrics-addr", f"127.0.0.1:{metrics_port}"])
+            pod.start_supervisor(env={"BERTH_DEBUG_PORTS": f"{free_port()} {free_port()}"})
+            pod.wait_serving()
+            pull_image(pod.host, "library/app:1", tmp_path / "first")
+            pull_image(pod.host, "library/app:1", tmp_path / "second")
+
+            def total(name: str, text: str) -> float:
+                return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+            text = wait_for(lambda: (s := _scrape(metrics_port))[0] == 200
+                            and total("registry_proxy_hits_total", s[1]) > 0 and s[1],
+                            what="proxy hits through the agent's endpoint")
+        finally:
+            pod.stop()
+    assert total("registry_proxy_misses_total", text) >= 1
+    assert total("registry_proxy_requests_total", text) >= 2
+    requests, misses = total("registry_proxy_requests_total", text), total("registry_proxy_misses_total", text)
+    print(f"registry_proxy_* through the agent: {requests:.0f} requests, {misses:.0f} misses, "
+          f"{total('registry_proxy_hits_total', text):.0f} hits")
