@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
-from .types import ApiModel, ConfigMapKeyRef, SecretKeyRef
+from .types import ApiModel, ConfigMapKeyRef, SecretKeyRef, v3_only_message
 
 # The two places auth may be written, as field paths from the Registry (for messages).
 AUTH_PATH = "spec.config.auth"
@@ -37,8 +37,7 @@ TOKEN_V3_FIELDS = ("jwks", "signingAlgorithms", "autoRedirectPath")
 
 def token_v3_message(field: str, path: str = AUTH_PATH) -> str:
     """path: where the spec writes auth (AUTH_PATH or STORAGE_AUTH_PATH), named without the spec. prefix."""
-    return (f"{path.removeprefix('spec.')}.token.{field} needs Distribution 3, and this registry runs "
-            "Distribution 2 (spec.distribution, else the image tag)")
+    return v3_only_message(f"{path.removeprefix('spec.')}.token.{field}")
 
 
 class TrustKeyRef(ApiModel):

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .types import ApiModel, Duration, ObjectName, SecretKey
+from .types import ApiModel, Duration, ObjectName, SecretKey, v3_only_message
 
 NOTIFICATIONS_PATH = "spec.config.notifications"
 # The fields Distribution 2.8 does not know (path below spec.config.notifications), refused on 2.8.
@@ -34,8 +34,7 @@ UNIQUE_NAMES_MESSAGE = "config.notifications.endpoints: each name once"
 
 
 def notifications_v3_message(field: str) -> str:
-    return (f"config.notifications.{field} needs Distribution 3, and this registry runs Distribution 2 "
-            "(spec.distribution, else the image tag)")
+    return v3_only_message(f"config.notifications.{field}")
 
 
 class NotificationHeader(ApiModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .types import ApiModel, Duration, ObjectName
+from .types import ApiModel, Duration, ObjectName, v3_only_message
 
 # The proxy fields Distribution 2.8 does not know (API name), refused on 2.8 by the model and the CRD.
 PROXY_V3_FIELDS = ("ttl", "cacheWriteTimeout")
@@ -23,8 +23,7 @@ GC_PROXY_MESSAGE = ("garbageCollection cannot run on a pull-through cache (confi
 
 
 def proxy_v3_message(field: str) -> str:
-    return (f"config.proxy.{field} needs Distribution 3, and this registry runs Distribution 2 "
-            "(spec.distribution, else the image tag)")
+    return v3_only_message(f"config.proxy.{field}")
 
 
 class ProxyCredentials(ApiModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -176,26 +177,21 @@ class RegistrySpec(ApiModel):
         return self
 
     @model_validator(mode="after")
-    def _proxy_fields_need_distribution_3(self) -> RegistrySpec:
-        if self.config.proxy is not None and self.distribution_major == "2":
-            for field in self.config.proxy.v3_fields_set():
-                raise ValueError(proxy_v3_message(field))
+    def _v3_fields_need_distribution_3(self) -> RegistrySpec:
+        if self.distribution_major == "2":
+            for message in self._v3_field_messages():
+                raise ValueError(message)
         return self
 
-    @model_validator(mode="after")
-    def _notification_fields_need_distribution_3(self) -> RegistrySpec:
-        if self.config.notifications is not None and self.distribution_major == "2":
-            for field in self.config.notifications.v3_fields_set():
-                raise ValueError(notifications_v3_message(field))
-        return self
-
-    @model_validator(mode="after")
-    def _token_fields_need_distribution_3(self) -> RegistrySpec:
+    def _v3_field_messages(self) -> Iterator[str]:
+        """A refusal for each Distribution-3-only field the spec sets (the CEL rules above say the same)."""
+        if self.config.proxy is not None:
+            yield from (proxy_v3_message(field) for field in self.config.proxy.v3_fields_set())
+        if self.config.notifications is not None:
+            yield from (notifications_v3_message(field) for field in self.config.notifications.v3_fields_set())
         path, auth = self.config.auth_in_use
-        if auth.token is not None and self.distribution_major == "2":
-            for field in auth.token.v3_fields_set():
-                raise ValueError(token_v3_message(field, path))
-        return self
+        if auth.token is not None:
+            yield from (token_v3_message(field, path) for field in auth.token.v3_fields_set())
 
     @property
     def distribution_major(self) -> Literal["2", "3"]:

@@ -28,6 +28,12 @@ ADDR_PATTERN = r"^([^:/\s]*|\[[0-9a-fA-F:.]+\]):[0-9]{1,5}$"
 
 
 
+def v3_only_message(field_path: str) -> str:
+    """The refusal of a Distribution-3-only field (`config.proxy.ttl`) on a spec that runs Distribution 2."""
+    return (f"{field_path} needs Distribution 3, and this registry runs Distribution 2 "
+            "(spec.distribution, else the image tag)")
+
+
 def _bounded_number(digits: int) -> str:
     return rf"[0-9]{{1,{digits}}}(\.[0-9]+)?"
 

@@ -76,13 +76,18 @@ def render(
                     parsed=config, origins=origins)  # the document just dumped: nobody parses it again
 
 
+def _refuse_v3_fields(major: Distribution, where: str, fields: list[str]) -> None:
+    """The model refuses Distribution-3-only fields for the spec's own distribution; --distribution may say 2."""
+    if major == "2":
+        for field in fields:
+            raise InputError(f"{where}.{field}", "needs Distribution 3; this registry runs Distribution 2")
+
+
 def _token(token: TokenAuth, where: str, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
            files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
     """auth.token (`where`: its field path); the bundle and the JWKS are copied beside config.yml (the registry
     reads them once, at start)."""
-    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
-        for field in token.v3_fields_set():
-            raise InputError(f"{where}.{field}", "needs Distribution 3; this registry runs Distribution 2")
+    _refuse_v3_fields(major, where, token.v3_fields_set())
     section: dict[str, Any] = {"realm": token.realm, "service": token.service, "issuer": token.issuer}
     for ref, data, name, key, field in ((token.root_cert_bundle, inputs.token_bundle, TOKEN_BUNDLE_FILE,
                                          "rootcertbundle", "rootCertBundle"),
@@ -106,9 +111,7 @@ def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
     """proxy: the upstream and its credentials (read by the registry once, at start: a change restarts it)."""
     proxy = spec.config.proxy
     assert proxy is not None
-    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
-        for field in proxy.v3_fields_set():
-            raise InputError(f"spec.config.proxy.{field}", "needs Distribution 3; this registry runs Distribution 2")
+    _refuse_v3_fields(major, "spec.config.proxy", proxy.v3_fields_set())
     section: dict[str, Any] = {"remoteurl": proxy.remote_url}
     if proxy.credentials is not None:
         if inputs.proxy_username is None or inputs.proxy_password is None:
@@ -125,10 +128,7 @@ def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distributio
     """notifications: Distribution's endpoints (read once, at start: a change, a rotated header too, restarts it)."""
     notifications = spec.config.notifications
     assert notifications is not None
-    if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
-        for field in notifications.v3_fields_set():
-            raise InputError(f"spec.config.notifications.{field}",
-                             "needs Distribution 3; this registry runs Distribution 2")
+    _refuse_v3_fields(major, "spec.config.notifications", notifications.v3_fields_set())
     endpoints = []
     for endpoint in notifications.endpoints:
         headers: dict[str, list[str]] = {}
