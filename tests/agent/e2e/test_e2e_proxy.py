@@ -169,6 +169,11 @@ def test_wrong_credentials_are_refused_before_any_restart_with_the_upstreams_ans
         wait_for(lambda: not (records(kube_api).get("pod-a") or {}).get("error"), timeout=30, what="recovery")
         text = pod.agent_log_text() + pod.metrics_text() + json.dumps(kube_api.list("v1/events", "default")) + \
             json.dumps(records(kube_api))
+        # The registry container's log and registry-output too: the registry prints its proxy's URL at start,
+        # never the credentials (checked on 2.8.2 and 3.1.1).
+        registry_log = (pod.root / "registry.log").read_text(errors="replace")
+        assert "configured as a proxy cache to" in registry_log
+        text += registry_log + (pod.config_dir / "registry-output").read_text(errors="replace")
         for secret in (OLD, WRONG):
             assert secret not in text
 
