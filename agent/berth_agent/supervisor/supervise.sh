@@ -159,10 +159,18 @@ forget_debug_ports() {
     debug_held=$left
 }
 
-start_registry() {
+# A killed awk or tee (kill -9) leaves the FIFO without a reader but the script's own fd 3: a registry that fills
+# its 64 KiB would block on its next log write, and stop serving. Checked before each start and whenever a child's
+# exit interrupts the wait (the pipe's processes are children too), so a new pipe reads on at once.
+keep_output_pipe() {
     if [ -n "$tee_pid" ] && ! kill -0 "$tee_pid" 2>/dev/null; then
-        start_tee  # someone killed it: registries writing to a full FIFO would block
+        log "output pipe (pid $tee_pid) is gone: starting another"
+        start_tee
     fi
+}
+
+start_registry() {
+    keep_output_pipe
     forget_debug_ports
     pick_debug_port
     # The markers tell the agent this supervisor takes handovers and runs garbage-collect (an older one would
@@ -441,7 +449,8 @@ while [ -z "$stopping" ]; do
         break
     fi
     if kill -0 "$current" 2>/dev/null; then
-        reap  # interrupted by a signal (a draining registry ended?); the current one still runs
+        reap  # interrupted by a signal (a draining registry ended? the output pipe?); the current one still runs
+        keep_output_pipe
         continue
     fi
     collect "$current"  # gone, or a zombie: its own status, not the signal's
