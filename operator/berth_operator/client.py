@@ -172,12 +172,12 @@ class Kube:
         return self.get(api_version, kind, namespace, name)
 
     def list(self, api_version: str, kind: str, namespace: str | None,
-             labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+             labels: Mapping[str, str] | None = None, *, fresh: bool = False) -> list[dict[str, Any]]:
         """Objects with these labels: from the caches where they cover the kind (pods: the reconcile's list costs no
-        request; a pod the watch has not delivered yet wakes the Registry when it arrives), else from the server,
-        where the selector is sent AND re-checked here (a server may ignore it)."""
+        request; a pod the watch has not delivered yet wakes the Registry when it arrives), else, or when `fresh`,
+        from the server, where the selector is sent AND re-checked here (a server may ignore it)."""
         selector = dict(labels or {})
-        if self.caches is not None and self.caches.covers(api_version, kind, namespace):
+        if not fresh and self.caches is not None and self.caches.covers(api_version, kind, namespace):
             return self.caches.list(api_version, kind, namespace, selector)
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         try:

@@ -99,6 +99,23 @@ def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
 
+def _confirm_pods(kube: Kube, reg: Registry, cached: list[dict[str, Any]],
+                  agents: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The pods to count and prune records by. The cache's list, unless an agent wrote a record for a pod it does
+    not hold: an agent can write before the pod's watch event arrives, and a record pruned then is gone for good
+    (the agent writes an unchanged record once). Then the server's list, one request only while that lasts (a
+    record of a pod really gone is pruned by it); None (prune nothing, count nothing) if the server fails."""
+    cached_names = {p["metadata"]["name"] for p in cached}
+    if all(pod in cached_names for pod in agents):
+        return cached
+    try:
+        # The cache's own filter (Berth's label as well as the selector's): the same pods, only up to date.
+        return kube.list("v1", "Pod", names.namespace(reg),
+                         {**names.selector_labels(reg), names.MANAGED_BY_LABEL: "berth"}, fresh=True)
+    except KubeError:
+        return None
+
+
 def _serving(pod: Mapping[str, Any]) -> bool:
     """A pod that must serve the current spec: not terminating, not finished (an evicted pod lingers)."""
     phase = (pod.get("status") or {}).get("phase")
@@ -237,6 +254,8 @@ def _report(
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
+    if reg is not None and live_pods is not None and kube.caches is not None:
+        live_pods = _confirm_pods(kube, reg, live_pods, agents)
     pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
     serving = None if live_pods is None else tuple(p["metadata"]["name"] for p in live_pods if _serving(p))
     if serving is not None:  # a terminating pod's record is kept until it is gone, but no longer counted

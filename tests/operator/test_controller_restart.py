@@ -164,3 +164,40 @@ def test_no_secret_value_in_logs_events_status_or_metrics(operator_harness, kube
     for where, text in texts.items():
         for value in secrets:
             assert value not in text, f"a Secret value appeared in the {where}"
+
+
+def test_a_record_of_a_pod_the_cache_has_not_seen_yet_is_kept_and_counted(kube_api):
+    """An agent can write its record before its pod's watch event reaches the cache: the reconcile then asks the
+    server for the pods (one list) instead of pruning the record, which the agent would not write again."""
+    import kubernetes.client
+
+    from berth_api import Registry
+    from berth_operator.caches import Caches
+    from berth_operator.client import Kube
+    from berth_operator.reconcile import _confirm_pods
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = kube_api.url
+    caches = Caches(None, [NS])  # type: ignore[arg-type]  (no informer: the store stays as filled here)
+    caches.synced.set()
+    kube = Kube(configuration, caches=caches)
+    reg = Registry.model_validate(registry("late", SPECS["mem"]))
+    labels = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "late",
+              "app.kubernetes.io/managed-by": "berth"}
+    pod = kube_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "late-1", "namespace": NS,
+                                                                           "labels": labels},
+                           "spec": {"containers": []}})
+    record = {"late-1": {"configHash": "x", "observedGeneration": 1}}
+    assert kube.list("v1", "Pod", NS, labels) == []  # the cache has not seen it
+    assert [p["metadata"]["name"] for p in _confirm_pods(kube, reg, [], record)] == ["late-1"]
+    # A pod Berth did not label is not counted, as the cache would not count it.
+    kube_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "late-2", "namespace": NS, "labels": {
+        k: v for k, v in labels.items() if k != "app.kubernetes.io/managed-by"}}, "spec": {"containers": []}})
+    assert [p["metadata"]["name"] for p in _confirm_pods(kube, reg, [], record)] == ["late-1"]
+    # Every record's pod cached: the cache's list, no request.
+    caches.record(pod)
+    cached = kube.list("v1", "Pod", NS, labels)
+    assert _confirm_pods(kube, reg, cached, record) is cached
+    # A record of a pod really gone: the server's list, which does not name it, so status_patch prunes it.
+    confirmed = _confirm_pods(kube, reg, cached, {"gone-1": {}})
+    assert [p["metadata"]["name"] for p in confirmed] == ["late-1"]
