@@ -91,7 +91,8 @@ def create_example(api: KubeApiServer, key: str, docs: list[dict]) -> tuple[str,
     namespace = f"ex-{key}"
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     if key == "monitored":  # the Secret its comment tells the user to create
-        api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-hooks", "namespace": namespace},
+        api.create({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "registry-hooks", "namespace": namespace},
                     "stringData": {"token": "Bearer not-a-real-token"}})
     name = ""
     for doc in docs:
@@ -154,7 +155,8 @@ def test_a_bare_cluster_serves_what_needs_nothing_and_names_what_is_missing(bare
     try:
         claim = wait_for(lambda: api.get(f"{COSI}/bucketclaims", namespace, f"{name}-bucket"), "the BucketClaim", 30)
     except AssertionError:
-        raise AssertionError(f"{api.get(REGISTRIES, namespace, name).get('status')}\n{operator.log()[-5000:]}") from None
+        status = api.get(REGISTRIES, namespace, name).get("status")
+        raise AssertionError(f"{status}\n{operator.log()[-5000:]}") from None
     assert claim["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth"
 
     # prometheus-operator arrives: the ServiceMonitor is made, MissingMonitoringCRD goes.
