@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import selectors
 import signal
 import socket
@@ -28,7 +29,7 @@ from .gc import GcRunner
 from .lines import LineSplitter
 from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
 from .settings import Settings, split_addr
-from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn
+from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
 
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
 PAUSE_SECONDS = 1.0  # between two quick failures
@@ -37,6 +38,8 @@ RACE_RETRIES = 5
 PROBE_SECONDS = 0.005  # how often a successor's debug port is tried (it answers ~30 ms after exec)
 SUCCESSOR_RETRIES = 5  # successors that lost their debug port to another process, tried again at once
 DEBUG_BIND_ERROR = b"error listening on debug interface"
+# `registry --version`: 3.x ".../distribution/distribution/v3 v3.1.1", 2.8 ".../docker/distribution 2.8.2"
+ACTIVATION = re.compile(rb"distribution/v3\b|\sv3\.\d")
 MARKERS = {"BERTH_SUPERVISE_HANDOVER": "1", "BERTH_SUPERVISE_GC": "1"}
 WATCHED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCHLD)
 
@@ -162,6 +165,14 @@ class Supervisor:
     def hold_socket(self) -> None:
         """The one listening socket of this container (3.x): every registry serves on it, none binds its own."""
         host, port = split_addr(self.s.listen or "")
+        try:
+            version = version_output([self.s.registry_bin, "--version"], self.base_env)
+        except SpawnError as exc:
+            version = str(exc).encode()
+        if not ACTIVATION.search(version):
+            self.log(f"{self.s.registry_bin} is not Distribution 3 ({version.strip()[:200].decode(errors='replace')!r}"
+                     "): no socket activation, so each registry binds its own listener (overlapped restarts)")
+            return
         while self.listener is None and not self.stopping:
             try:
                 self.listener = listening_socket(host, port)
