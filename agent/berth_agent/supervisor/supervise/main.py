@@ -31,6 +31,7 @@ from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, S
 from .settings import Settings, split_addr
 from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
 
+CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
 PAUSE_SECONDS = 1.0  # between two quick failures
 RACE_RETRY_SECONDS = 0.01  # after a handover: the old listener may not have let the port go yet (2.8)
@@ -91,10 +92,11 @@ class Supervisor:
     # ---- the loop ----------------------------------------------------------------------------------------------
 
     def run(self) -> int:
+        activation = self.s.listen is not None and self.speaks_activation()  # asked before the config is there
         if not self.s.config.exists():
             self.log(f"waiting for {self.s.config}")
             while not self.s.config.exists():  # the agent writes the config before any registry may start
-                self.turn(0.1)
+                self.turn(CONFIG_POLL_SECONDS)
                 if self.stopping:
                     return 143
         try:
@@ -102,7 +104,7 @@ class Supervisor:
             (self.s.state / SUPERVISOR_PID_NAME).write_text(f"{os.getpid()}\n")
         except OSError as exc:
             self.log(f"cannot write to the state dir {self.s.state}: {exc}")
-        if self.s.listen is not None:
+        if activation:
             self.hold_socket()
         if not self.stopping:
             self.start_registry()
@@ -162,17 +164,21 @@ class Supervisor:
 
     # ---- starting and stopping ---------------------------------------------------------------------------------
 
-    def hold_socket(self) -> None:
-        """The one listening socket of this container (3.x): every registry serves on it, none binds its own."""
-        host, port = split_addr(self.s.listen or "")
+    def speaks_activation(self) -> bool:
+        """Whether the registry binary serves on a socket it is handed: Distribution 3 (`registry --version`)."""
         try:
             version = version_output([self.s.registry_bin, "--version"], self.base_env)
         except SpawnError as exc:
             version = str(exc).encode()
-        if not ACTIVATION.search(version):
-            self.log(f"{self.s.registry_bin} is not Distribution 3 ({version.strip()[:200].decode(errors='replace')!r}"
-                     "): no socket activation, so each registry binds its own listener (overlapped restarts)")
-            return
+        if ACTIVATION.search(version):
+            return True
+        self.log(f"{self.s.registry_bin} is not Distribution 3 ({version.strip()[:200].decode(errors='replace')!r}"
+                 "): no socket activation, so each registry binds its own listener (overlapped restarts)")
+        return False
+
+    def hold_socket(self) -> None:
+        """The one listening socket of this container (3.x): every registry serves on it, none binds its own."""
+        host, port = split_addr(self.s.listen or "")
         while self.listener is None and not self.stopping:
             try:
                 self.listener = listening_socket(host, port)
