@@ -41,15 +41,14 @@ from typing import Any
 
 import kubernetes.client
 import kubernetes.watch
-import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.apiserver import ApiError, KubeApiServer  # noqa: E402
+from support.apiserver import KubeApiServer  # noqa: E402
 from support.apiserver_identities import OPERATOR_USER, start_operator  # noqa: E402
 from support.control_plane import ControlPlane, running_cluster, skip_reason  # noqa: E402
-from support.kube import COSI_CRDS, REGISTRY_CRD  # noqa: E402
+from support.kube import COSI_CRDS  # noqa: E402
 from support.operator_harness import REGISTRIES_PATH  # noqa: E402
 
 NS = "bench"
@@ -101,26 +100,8 @@ def wait(predicate: Any, what: str, timeout: float, every: float = 0.5) -> None:
 
 # ------------------------------------------------------------------------------------------ the cluster
 
-def install_crds(api: KubeApiServer) -> None:
-    """The Registry CRD and COSI's, where the API server does not have them already (a bare one does not)."""
-    crds = [yaml.safe_load(REGISTRY_CRD.read_text()), *COSI_CRDS]
-    for crd in crds:
-        try:
-            api.create(crd)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-    path = "apiextensions.k8s.io/v1/customresourcedefinitions"
-    for crd in crds:
-        wait(lambda name=crd["metadata"]["name"]: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in ((api.get(path, None, name) or {}).get("status") or {}).get("conditions") or ()),
-            f"CRD {crd['metadata']['name']} established", 60, every=0.1)
-
-
 def seed(plane: ControlPlane, count: int) -> None:
     api = plane.api
-    install_crds(api)
     plane.namespace(NS)  # with its default ServiceAccount, as every namespace of a cluster has
     api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
                 "provisioner": "example.com/none", "allowVolumeExpansion": True})
@@ -310,7 +291,7 @@ def counted_writes(entries: list[dict[str, Any]]) -> list[str]:
 
 def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
-    with running_cluster() as plane, tempfile.TemporaryDirectory(prefix="berth-bench-") as logs:
+    with running_cluster(crds=COSI_CRDS) as plane, tempfile.TemporaryDirectory(prefix="berth-bench-") as logs:
         api = plane.api
         seed(plane, count)
         if refuse:
