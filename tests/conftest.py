@@ -2,4 +2,5 @@
 (an imported fixture is an unused name to a linter, and a test's parameter of that name shadows it)."""
 
 # Imported in this order: a later one imports an earlier one, which must be registered (assert-rewritten) first.
-pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3", "support.apiserver"]
+pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3", "support.apiserver",
+                  "support.control_plane"]

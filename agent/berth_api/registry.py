@@ -267,7 +267,11 @@ class UpstreamRecord(ApiModel):
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
-    config_hash: str = Field("", alias="configHash", description="sha256 of the config the registry now runs.")
+    config_hash: str = Field(
+        "", alias="configHash", description="Identity of the config the registry now runs: sha256 over config.yml "
+        "and every file the agent writes beside it for the registry (TLS pair, token trust bundle and JWKS, htpasswd), "
+        "each by name and sha256; the sha256 of config.yml alone when there is no such file. A TLS or trust rotation "
+        "changes it; it shows no secret.")
     applied_at: str | None = Field(None, alias="appliedAt", description="When that config was applied (RFC 3339).")
     observed_generation: int | None = Field(
         None, alias="observedGeneration", description="metadata.generation the agent rendered from."

@@ -45,15 +45,40 @@ def test_defaults_render_a_complete_minimal_config():
     assert "secret" not in config["http"] and "auth" not in config and "redis" not in config
 
 
-def test_same_inputs_same_bytes_and_the_hash_is_sha256_of_them():
+def test_same_inputs_same_bytes_and_the_same_identity():
     spec = load_example("full.yaml").spec
     inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="s", redis=redis_at("redis://:pw@cache:6379"))
     first = render(spec, inputs)
     again = render(load_example("full.yaml").spec, MountedInputs(**{**inputs.__dict__}))
-    assert first.config == again.config and first.files == again.files
-    assert first.config_hash == hashlib.sha256(first.config).hexdigest()
+    assert first.config == again.config and first.files == again.files and first.identity == again.identity
     changed = render(spec, MountedInputs(**{**inputs.__dict__, "http_secret": "t"}))
-    assert changed.config_hash != first.config_hash
+    assert changed.identity != first.identity
+    # With no file beside config.yml, the identity is config.yml's sha256 (what `sha256sum config.yml` says).
+    bare = render(spec_of(), MountedInputs())
+    assert bare.files == {} and bare.identity == hashlib.sha256(bare.config).hexdigest()
+
+
+def test_the_identity_covers_every_file_the_registry_reads():
+    """Issue 26: a TLS, trust bundle, JWKS or htpasswd change leaves config.yml as it was, and names a new state."""
+    bundle = {"configMap": {"name": "trust", "field": "ca.pem"}}
+    token = {"realm": "https://a.example/t", "service": "s", "issuer": "i", "rootCertBundle": bundle, "jwks": bundle}
+    spec = spec_of(image="registry:3.1.1", config={"storage": {"inmemory": {}}, "auth": {"token": token}},
+                   http={"tls": {"secretName": "t"}})
+    base = MountedInputs(tls_cert=b"C1", tls_key=b"K1", token_bundle=b"B1", token_jwks=b'{"keys": []}')
+    first = render(spec, base)
+    seen = {first.identity}
+    for key, value in (("tls_cert", b"C2"), ("tls_key", b"K2"), ("token_bundle", b"B2"), ("token_jwks", b"{}")):
+        other = render(spec, MountedInputs(**{**base.__dict__, key: value}))
+        assert other.config == first.config and other.identity not in seen, key
+        seen.add(other.identity)
+    users = spec_of(config={"storage": {"inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "u", "field": "f"}}}}})
+    one, two = (render(users, MountedInputs(htpasswd=h)) for h in (HTPASSWD, HTPASSWD + HTPASSWD))
+    assert one.config == two.config and one.identity != two.identity
+    # A file's name counts too: the same bytes as the certificate or as the key are two states.
+    swapped = render(spec, MountedInputs(**{**base.__dict__, "tls_cert": b"K1", "tls_key": b"C1"}))
+    assert swapped.identity != first.identity
+    # Only digests go in: 64 hex digits, no input in it.
+    assert len(first.identity) == 64 and int(first.identity, 16) >= 0
 
 
 def test_filesystem_root_and_config_files_follow_render_paths(tmp_path):

@@ -47,7 +47,7 @@ def test_a_new_password_restarts_the_registry(tmp_path):
     spec = spec_of("2", credentials={"secretName": "hub"})
     old = render(spec, MountedInputs(proxy_username="berth", proxy_password="one"))
     new = render(spec, MountedInputs(proxy_username="berth", proxy_password="two"))
-    assert new.restart_needed(old) and new.config_hash != old.config_hash
+    assert new.restart_needed(old) and new.identity != old.identity
 
 
 @pytest.mark.parametrize(("keys", "problem"), [

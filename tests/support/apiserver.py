@@ -53,6 +53,8 @@ JSON_PATCH = "application/json-patch+json"
 # Every request, at Metadata level: who asked what and what was answered (the RBAC tests read it).
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                 "rules": [{"level": "Metadata"}]}
+# The control plane's own users (support.control_plane): the API server's built-in bindings give each its role.
+COMPONENT_USERS = ("system:kube-controller-manager", "system:kube-scheduler")
 
 
 def apiserver_xz() -> pathlib.Path | None:
@@ -150,6 +152,7 @@ class KubeApiServer:
         # Shared with that server too, so each accepts the ServiceAccount tokens the other issues.
         self.service_account_key = service_account_key or _rsa_key_pem()
         self.admin_token = secrets.token_urlsafe(24)
+        self.component_tokens = {user: secrets.token_urlsafe(24) for user in COMPONENT_USERS}
         self.port = 0
         self.url = ""
         self.startup_seconds = 0.0
@@ -178,12 +181,13 @@ class KubeApiServer:
         self.url = f"https://127.0.0.1:{self.port}"
         certs = self.root / "certs"
         certs.mkdir(mode=0o700)
-        key = self.root / "sa.key"
+        key = self.service_account_key_file = self.root / "sa.key"  # the controller manager signs with it too
         key.touch(mode=0o600)
         key.write_bytes(self.service_account_key)
         tokens = self.root / "tokens.csv"
         tokens.touch(mode=0o600)
-        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
+        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n' + "".join(
+            f"{token},{user},{user}-uid\n" for user, token in self.component_tokens.items()))
         (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         self._spawn("kube-apiserver", [
             str(binary), f"--etcd-servers={self.etcd_url}",

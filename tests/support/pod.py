@@ -12,6 +12,7 @@ share the `config` volume, with a mount root of AtomicWriter Secret dirs (suppor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -52,6 +53,18 @@ def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[st
     }
     spec.update(overrides)
     return spec
+
+
+# What the agent writes beside config.yml for the registry (docs/design.md §4.1).
+SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json")
+
+
+def config_identity(config_dir: Path) -> str:
+    """RegistryPod.disk_identity for a config dir."""
+    digest = hashlib.sha256((config_dir / "config.yml").read_bytes())
+    for name in sorted(n for n in SIDE_FILES if (config_dir / n).exists()):
+        digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256((config_dir / name).read_bytes()).digest())
+    return digest.hexdigest()
 
 
 class RegistryPod:
@@ -172,6 +185,16 @@ class RegistryPod:
                              re.M)
         match = pattern.search(self.metrics_text())
         return float(match.group(1)) if match else 0.0
+
+    def config_info(self) -> list[str]:
+        """The hash labels of berth_agent_config_info's series (one while a config is verified serving)."""
+        return re.findall(r'^berth_agent_config_info\{hash="([0-9a-f]*)"\} 1\.0$', self.metrics_text(), re.M)
+
+    def disk_identity(self) -> str:
+        """The identity of what the config dir holds, as docs/design.md §4.1 defines it (computed here on its own,
+        not with the agent's code): sha256 of config.yml, then per file beside it, sorted by name, NUL name NUL
+        sha256 digest."""
+        return config_identity(self.config_dir)
 
     # ---- teardown --------------------------------------------------------------------------------------------
 

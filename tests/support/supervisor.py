@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +22,13 @@ from berth_agent.supervisor.script import supervisor_script
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SHELLS = {"dash": ["dash"], "busybox": ["busybox", "sh"]}
+# berth-supervise, the Python supervisor (issue 29): the same protocol, run as a module of the installed agent.
+PYTHON = "python"
+PYTHON_ARGV = [sys.executable, "-m", "berth_agent.supervisor.supervise"]
 
 
 def available_shells() -> list[str]:
-    return [name for name, argv in SHELLS.items() if shutil.which(argv[0])]
+    return [name for name, argv in SHELLS.items() if shutil.which(argv[0])] + [PYTHON]
 
 
 def registry_env() -> dict[str, str]:
@@ -87,16 +91,20 @@ class Supervisor:
 
     def start(self) -> Supervisor:
         script = self.script
-        if script is None:
-            script = self.config_dir.parent / "supervise.sh"
-            script.write_bytes(supervisor_script())
+        if self.shell == PYTHON:
+            argv = PYTHON_ARGV
+        else:
+            if script is None:
+                script = self.config_dir.parent / "supervise.sh"
+                script.write_bytes(supervisor_script())
+            argv = [*SHELLS[self.shell], str(script)]
         env = registry_env()
         env["BERTH_CONFIG"] = str(self.config_path)
         env["BERTH_REGISTRY_BIN"] = self.binary
         env.update(self.env)
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [*SHELLS[self.shell], str(script)], env=env, stdin=subprocess.DEVNULL,
+            argv, env=env, stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         return self

@@ -10,7 +10,6 @@ files, config paths, hashes and pids, never file contents.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
@@ -116,7 +115,7 @@ class Applier:
                 files[name] = (self.config_dir / name).read_bytes()
             except OSError:
                 pass
-        return Rendered(config=config, files=files, config_hash=hashlib.sha256(config).hexdigest())
+        return Rendered(config=config, files=files)
 
     def supervisor_gone(self) -> str | None:
         """Why no restart can work now (supervise.sh started once and is gone), or None."""
@@ -164,7 +163,7 @@ class Applier:
             return Outcome("htpasswd", True, changed_files=changed)
         gone = self.supervisor_gone()
         if gone:
-            return Outcome("failed", False, detail=gone, failed_hash=rendered.config_hash)
+            return Outcome("failed", False, detail=gone, failed_hash=rendered.identity)
 
         timings: dict[str, float] = {}
         warnings: list[PreflightWarning] = []
@@ -180,7 +179,7 @@ class Applier:
                 if _storage_changed(previous, rendered):
                     check_config(rendered)
             except PreflightError as exc:
-                return Outcome("preflight-failed", False, detail=str(exc), failed_hash=rendered.config_hash)
+                return Outcome("preflight-failed", False, detail=str(exc), failed_hash=rendered.identity)
             timings["preflight"] = round(time.monotonic() - began, 4)
 
         began = time.monotonic()
@@ -228,7 +227,7 @@ class Applier:
         if self.serving(disk) is not None:
             self._verified(disk)
             log.info("config on disk is current",
-                     extra={"fields": {"config_hash": disk.config_hash, "seen_serving": True}})
+                     extra={"fields": {"config_hash": disk.identity, "seen_serving": True}})
             return None
         gone = self.supervisor_gone()
         detail = gone
@@ -247,7 +246,7 @@ class Applier:
                     detail = self._wait_served(disk, bound)
                 if not detail:
                     self._verified(disk)
-                    log.info("config on disk is current", extra={"fields": {"config_hash": disk.config_hash,
+                    log.info("config on disk is current", extra={"fields": {"config_hash": disk.identity,
                                                                             "seen_serving": True}})
                     return None
                 if detail == STOPPED:
@@ -255,14 +254,14 @@ class Applier:
                 if not self._supervisor_started():
                     return Outcome("pending", False, detail="waiting for the registry container to start")
                 detail = with_registry_error(detail, self.state_dir)
-        message = f"the config on disk ({disk.config_hash[:12]}) is not served: {detail}"
+        message = f"the config on disk ({disk.identity[:12]}) is not served: {detail}"
         same = good is not None and good.config == disk.config and good.files == disk.files
         if gone or good is None or same:
             if not gone and (rendered.config != disk.config or rendered.files != disk.files):
                 return None  # nothing better to return to: try the wanted config
-            return Outcome("failed", False, detail=message, failed_hash=disk.config_hash)
+            return Outcome("failed", False, detail=message, failed_hash=disk.identity)
         log.warning("config on disk is not served, restoring the last config verified good",
-                    extra={"fields": {"config_hash": disk.config_hash, "restore_hash": good.config_hash,
+                    extra={"fields": {"config_hash": disk.identity, "restore_hash": good.identity,
                                       "reason": detail}})
         self._write(good, disk)
         rollback = restart_registry(self.config_path, endpoint_of(good), timeout=self._bound(None, good),
@@ -271,8 +270,8 @@ class Applier:
             self._verified(good)
         else:
             rollback.detail = with_registry_error(rollback.detail, self.state_dir)
-        return Outcome("rolled-back", False, detail=message, rollback=rollback, failed_hash=disk.config_hash,
-                       restored_hash=good.config_hash)
+        return Outcome("rolled-back", False, detail=message, rollback=rollback, failed_hash=disk.identity,
+                       restored_hash=good.identity)
 
     def _wait_served(self, rendered: Rendered, timeout: float) -> str:
         """Wait until a registry started on `rendered` answers: "" then, else why not. Registries that die at
@@ -287,12 +286,12 @@ class Applier:
             if line and line != first and not line.split()[1:2] == ["0"]:
                 exits.add(line)
             if len(exits) >= CRASHES_BEFORE_GIVING_UP:
-                return f"the registry exited at start {len(exits)} times on config {rendered.config_hash[:12]}"
+                return f"the registry exited at start {len(exits)} times on config {rendered.identity[:12]}"
             if self.supervisor_gone():
                 return self.supervisor_gone() or ""
             if self.stopping.wait(0.05):
                 return STOPPED
-        return f"no registry answered on config {rendered.config_hash[:12]} within {timeout:g}s"
+        return f"no registry answered on config {rendered.identity[:12]} within {timeout:g}s"
 
     def _write_and_restart(self, rendered: Rendered, previous: Rendered | None,
                            timings: dict[str, float], began: float,
@@ -333,10 +332,10 @@ class Applier:
                            timings=timings)
         detail = with_registry_error(result.detail, self.state_dir)
         if previous is None:
-            return Outcome("failed", False, detail=detail, restart=result, failed_hash=rendered.config_hash)
+            return Outcome("failed", False, detail=detail, restart=result, failed_hash=rendered.identity)
 
         log.warning("registry did not come up, restoring the last good config",
-                    extra={"fields": {"config_hash": rendered.config_hash, "restore_hash": previous.config_hash,
+                    extra={"fields": {"config_hash": rendered.identity, "restore_hash": previous.identity,
                                       "reason": detail}})
         self._write(previous, rendered)
         rollback = restart_registry(self.config_path, endpoint_of(previous),
@@ -347,7 +346,7 @@ class Applier:
             rollback.detail = with_registry_error(rollback.detail, self.state_dir)
             self.current = None
         return Outcome("rolled-back", False, detail=detail, restart=result, rollback=rollback,
-                       failed_hash=rendered.config_hash, restored_hash=previous.config_hash)
+                       failed_hash=rendered.identity, restored_hash=previous.identity)
 
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:
         # Side files first, config.yml last: the supervisor starts the registry as soon as config.yml exists,

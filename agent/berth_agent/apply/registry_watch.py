@@ -88,7 +88,7 @@ class RegistryWatch:
         elif self.applier.serving(believed) is not None:
             serving, reason = True, ""
         else:
-            serving, reason = False, f"no registry started on config {believed.config_hash[:12]} answers"
+            serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
         return Finding(serving, reason, supervisor, exit_line, said)
 

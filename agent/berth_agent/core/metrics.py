@@ -33,7 +33,9 @@ reload_lease_wait_seconds = Histogram(
     _P + "reload_lease_wait_seconds", "Time a reload waited for its turn (the Registry's reload Lease).",
     buckets=(0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
 )
-config_info = Gauge(_P + "config_info", "1 for the hash of the config the registry runs now.", ["hash"])
+# hash: Rendered.identity, over config.yml and the files beside it (status.agents.<pod>.configHash, the same value).
+config_info = Gauge(_P + "config_info", "1 for the identity of the config the registry runs now (sha256 over "
+                    "config.yml and the files beside it: TLS, token trust, htpasswd).", ["hash"])
 # The registry watch (apply/registry_watch.py): registry exits the agent did not ask for, by reason ("crash": it ran
 # a while; "signal": killed by a signal, e.g. kill -9 or the OOM killer; "start-failure": within 2 s of its
 # start, a config or a port it refuses), and whether supervise.sh runs.
@@ -102,10 +104,10 @@ def expose_pvc() -> None:
             REGISTRY.register(gauge)
 
 
-def set_config_hash(config_hash: str) -> None:
-    """Make config_info show `config_hash` only: an info metric with one live series."""
+def set_config_identity(identity: str) -> None:
+    """Make config_info show `identity` only: an info metric with one live series."""
     config_info.clear()
-    config_info.labels(hash=config_hash).set(1)
+    config_info.labels(hash=identity).set(1)
 
 
 __all__ = [
@@ -136,7 +138,7 @@ __all__ = [
     "rollbacks_total",
     "secret_changes_applied_total",
     "secret_mount_lag_seconds",
-    "set_config_hash",
+    "set_config_identity",
     "supervisor_up",
     "upstream_auth_failures_total",
     "watch_errors_total",

@@ -270,8 +270,10 @@ class GcCommand:
         ticks stay the same across the exec, so liveness and signals follow it."""
         wrapper = parent_pid(process)
         supervisor = supervisor_pid(self.state_dir)
+        # berth-supervise (Python) is the command's parent itself: it writes gc.pid after the exec, but the
+        # program exec'd may be a wrapper of its own that execs garbage-collect later.
         return wrapper is not None and supervisor is not None and \
-            parent_pid(RegistryProcess(wrapper, 0)) == supervisor
+            (wrapper == supervisor or parent_pid(RegistryProcess(wrapper, 0)) == supervisor)
 
     def _result(self, run_id: str) -> tuple[int, bool] | None:
         """(exit status, refused) from gc-result when it answers `run_id`."""

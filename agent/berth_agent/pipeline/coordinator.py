@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -110,7 +109,7 @@ class Pipeline:
         # (config hash, generation) of the last applied record the API accepted: status.agents.<pod> says it.
         self.reported_record: tuple[str, int | None] | None = None
         self._record_written = True  # the latest status write (applied or failed) reached the API
-        # A render the registry refused (its fingerprint) and why: tried again on the backoff and every resync.
+        # A render the registry refused (its identity) and why: tried again on the backoff and every resync.
         self.refused: tuple[str, str] | None = None
         self.backoff = settings.retry_seconds  # the next retry of a failed config; reset by a success
         self._pending_reported = False  # "waiting for the registry container" is on status
@@ -206,7 +205,7 @@ class Pipeline:
             return
         render_seconds = time.monotonic() - started
         outcome = await self._apply_step(rendered)
-        fields = {"config_hash": rendered.config_hash, "action": outcome.action,
+        fields = {"config_hash": rendered.identity, "action": outcome.action,
                   "seconds": round(time.monotonic() - started, 3),
                   "timings": {"render": round(render_seconds, 4), **outcome.timings}}
         await self._report_step(rendered, outcome, fields, error)
@@ -223,7 +222,7 @@ class Pipeline:
         if self.gc is not None:
             self.gc.arm_deadline(self._queue)
         forced, self._forced = self._forced, False
-        if self.refused is not None and self.refused[0] == render_fingerprint(rendered) \
+        if self.refused is not None and self.refused[0] == rendered.identity \
                 and self.applier.current is not None and not forced:
             # Already refused by the registry: tried again on the backoff timer and on every resync, at once when
             # an input changes (a new render), not on every unrelated event.
@@ -236,7 +235,7 @@ class Pipeline:
         turn = self.turn if self.replicas > 1 else None  # one replica: nobody to wait for, nowhere to go
         outcome = await asyncio.to_thread(self.applier.apply, rendered, turn)
         for warning in outcome.warnings:
-            log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.config_hash,
+            log.warning("pre-flight warning", extra={"fields": {"config_hash": rendered.identity,
                                                                 "reason": warning.reason, "warning": warning.message}})
             await self.reporter.event(warning.reason, warning.message, warning=True)
         if outcome.ok and self.api_secrets is not None:
@@ -274,14 +273,14 @@ class Pipeline:
 
     async def _report_failure(self, rendered: Rendered, outcome: Outcome, fields: dict) -> None:
         self._show_current()  # config_info names what is verified serving, or nothing
-        failed = outcome.failed_hash or rendered.config_hash
+        failed = outcome.failed_hash or rendered.identity
         message = f"config {failed[:12]} not applied: {outcome.detail}"
         if outcome.action == "preflight-failed":
             metrics.reload_failures_total.labels(reason="preflight").inc()
         elif outcome.detail != STOPPED:
             metrics.reload_failures_total.labels(reason="restart").inc()
-            if failed == rendered.config_hash:
-                self.refused = (render_fingerprint(rendered), message)
+            if failed == rendered.identity:
+                self.refused = (rendered.identity, message)
         if outcome.action == "rolled-back":
             message = await self._report_rollback(outcome, fields, failed, message)
         # Retried on a backoff (doubling to MAX_BACKOFF) and on every resync; a new input retries at once.
@@ -329,7 +328,7 @@ class Pipeline:
                 if newer_input_pending(self._queue):
                     return None, None  # a newer Registry or API Secret waits in the queue: the next round renders it
                 return rendered, error
-            log.info("stale render discarded", extra={"fields": {"config_hash": rendered.config_hash}})
+            log.info("stale render discarded", extra={"fields": {"config_hash": rendered.identity}})
         self._schedule_retry()  # the inputs keep moving: look again in a moment
         return None, None
 
@@ -413,7 +412,7 @@ class Pipeline:
         if current is None:
             metrics.config_info.clear()
         else:
-            metrics.set_config_hash(current.config_hash)
+            metrics.set_config_identity(current.identity)
 
     async def watch_problem(self, reason: str, problem: str | None) -> None:
         """From the registry watch: a missing supervisor or a crash loop (None: it ended). Status and an Event."""
@@ -443,14 +442,19 @@ class Pipeline:
             return
         self._show_current()
         trust = current.trust
-        served = (current.config_hash, self.served_generation, tuple(sorted(trust.items())))
+        served = (current.identity, self.served_generation, tuple(sorted(trust.items())))
         if self.reported_error is None and self.reported_record == served and self._record_written:
             return
         # trust only with token auth, so a reporter of before it needs no change
         written = await self.reporter.applied(*served[:2], **({"trust": trust} if trust else {}))
-        if self.reported_hash is not None and self.reported_hash != current.config_hash:
-            await self.reporter.event("ConfigApplied", f"registry runs config {current.config_hash[:12]}")
-        self.reported_error, self.reported_hash = None, current.config_hash
+        if self.reported_error is not None:
+            # The refused input (or the problem) is gone: say so where the `failed` line was, once.
+            log.info("recovered", extra={"fields": {"action": "recovered", "config_hash": current.identity,
+                                                    "generation": self.served_generation,
+                                                    "cleared": self.reported_error}})
+        if self.reported_hash is not None and self.reported_hash != current.identity:
+            await self.reporter.event("ConfigApplied", f"registry runs config {current.identity[:12]}")
+        self.reported_error, self.reported_hash = None, current.identity
         self.reported_record = served if written else None
         self._record_written = written
         if not written:
@@ -462,7 +466,7 @@ class Pipeline:
         if error != self.reported_error:
             log.error("failed", extra={"fields": {
                 "action": "failed", "error": error,
-                "config_hash": self.applier.current.config_hash if self.applier.current else None}})
+                "config_hash": self.applier.current.identity if self.applier.current else None}})
         first = error != self.reported_error
         self.reported_error = error
         self._record_written = await self.reporter.failed(error, self.generation)
@@ -472,14 +476,6 @@ class Pipeline:
             await self.reporter.event("ConfigRejected", error, warning=True)
 
 
-def render_fingerprint(rendered: Rendered) -> str:
-    """Identity of a render: config.yml and every file beside it (a TLS rotation leaves config.yml as it was)."""
-    digest = hashlib.sha256(rendered.config)
-    for name in sorted(rendered.files):
-        digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(rendered.files[name]).digest())
-    return digest.hexdigest()
-
-
 def listen_on(rendered: Rendered, host: str) -> Rendered:
     """The same render with http.addr on `host` (its port kept): two local pods on two loopback addresses."""
     document = copy.deepcopy(rendered.document)
@@ -487,8 +483,7 @@ def listen_on(rendered: Rendered, host: str) -> Rendered:
     document["http"]["addr"] = f"{host}:{port}"
     config = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=False,
                             width=1000).encode()
-    return dataclasses.replace(rendered, config=config, config_hash=hashlib.sha256(config).hexdigest(),
-                               parsed=document)
+    return dataclasses.replace(rendered, config=config, parsed=document)
 
 
 def _source_label(source: str) -> str:
@@ -497,4 +492,4 @@ def _source_label(source: str) -> str:
     return head if head in INPUT_VOLUMES else "spec"
 
 
-__all__ = ["Pipeline", "PipelineSettings", "render_fingerprint"]
+__all__ = ["Pipeline", "PipelineSettings"]

@@ -29,7 +29,8 @@ MAX_EVENT_MESSAGE = 1024  # what the events.k8s.io API allows for a note; longer
 
 class Reporter(Protocol):
     # applied and failed: True when the record reached status (or needs no write); False: the API refused it
-    async def applied(self, config_hash: str, generation: int | None) -> bool: ...  # + trust= with token auth
+    # identity: Rendered.identity of what the registry serves (status configHash)
+    async def applied(self, identity: str, generation: int | None) -> bool: ...  # + trust= with token auth
 
     async def failed(self, error: str, generation: int | None) -> bool: ...  # error already secret-free
 
@@ -52,8 +53,8 @@ class LogReporter:
     def __init__(self, subject: str = "") -> None:
         self.subject = subject  # e.g. the registry file's path, so a line says what it is about
 
-    async def applied(self, config_hash: str, generation: int | None, trust: dict | None = None) -> bool:
-        log.debug("config applied", extra={"fields": {"registry": self.subject, "config_hash": config_hash,
+    async def applied(self, identity: str, generation: int | None, trust: dict | None = None) -> bool:
+        log.debug("config applied", extra={"fields": {"registry": self.subject, "config_hash": identity,
                                                         "generation": generation, "trust": trust}})
         return True
 
@@ -136,12 +137,12 @@ class ApiReporter:
 
     # ---- status ----
 
-    async def applied(self, config_hash: str, generation: int | None, trust: dict | None = None) -> bool:
+    async def applied(self, identity: str, generation: int | None, trust: dict | None = None) -> bool:
         # waiting: null too: a record left by an agent that died while waiting for its turn goes with this one.
         # trust: null removes a record of token auth's trust when token auth is gone (merge patch).
-        record = {"configHash": config_hash, "appliedAt": None, "observedGeneration": generation, "error": None,
+        record = {"configHash": identity, "appliedAt": None, "observedGeneration": generation, "error": None,
                   "waiting": None, "trust": trust or None}
-        key = ("applied", config_hash, generation, tuple(sorted((trust or {}).items())))
+        key = ("applied", identity, generation, tuple(sorted((trust or {}).items())))
         return await asyncio.to_thread(self._write_record, record, key)
 
     async def failed(self, error: str, generation: int | None) -> bool:

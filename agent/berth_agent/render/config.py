@@ -1,13 +1,12 @@
 """Registry spec + mounted inputs -> the Distribution config.yml (docs/design.md §4.1).
 
-A pure function: no I/O, no clock, no randomness. The same inputs give the same bytes, so the sha256 of the
-config identifies it. Keys are emitted in a fixed order; sections the spec leaves at their defaults are still
-written where the registry's own default differs or matters (draintimeout, the whole maintenance block).
+A pure function: no I/O, no clock, no randomness. The same inputs give the same bytes, so a sha256 over them
+(Rendered.identity) names the state. Keys are emitted in a fixed order; sections the spec leaves at their defaults
+are still written where the registry's own default differs or matters (draintimeout, the whole maintenance block).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any, Literal
 
@@ -72,8 +71,8 @@ def render(
 
     data = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, allow_unicode=False, width=1000)
     config_bytes = data.encode("utf-8")
-    return Rendered(config=config_bytes, files=files, config_hash=hashlib.sha256(config_bytes).hexdigest(),
-                    parsed=config, origins=origins)  # the document just dumped: nobody parses it again
+    # parsed: the document just dumped, so nobody parses it again
+    return Rendered(config=config_bytes, files=files, parsed=config, origins=origins)
 
 
 def _refuse_v3_fields(major: Distribution, where: str, fields: list[str]) -> None:

@@ -1,5 +1,5 @@
-"""What a render produces: config.yml and the files beside it, identified by the config's sha256, with the
-document config.yml holds, parsed once, and typed reads of what pre-flight and the applier act on."""
+"""What a render produces: config.yml and the files beside it, identified together by one sha256 (`identity`),
+with the document config.yml holds, parsed once, and typed reads of what pre-flight and the applier act on."""
 
 from __future__ import annotations
 
@@ -23,12 +23,20 @@ DEFAULT_ADDR = ":5000"  # the registry's own default for http.addr
 class Rendered:
     config: bytes  # config.yml, deterministic
     files: dict[str, bytes] = field(default_factory=dict)  # more files for config_dir, by relative name
-    config_hash: str = ""  # sha256 hex of config
     # The document `config` holds, when the caller has it (render() dumped it): then it is never parsed.
     parsed: dict[str, Any] | None = field(default=None, compare=False)
     # Where a file came from, for pre-flight messages (`spec...rootCertBundle (ConfigMap trust key ca.pem)`);
     # empty for a render read back from disk, whose messages name the file.
     origins: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def identity(self) -> str:
+        """The applied state's one name (status configHash, config_info, log lines, messages): sha256 hex over
+        config.yml and every file beside it, each by name and sha256. Everything the registry reads is in these:
+        the secrets it gets inline (proxy and S3 credentials, notification headers, http and redis secrets) in
+        config.yml's bytes, the TLS pair, token trust and htpasswd as files. So a trust or TLS rotation, which
+        leaves config.yml as it was, names a new state; only hashes go in, so no secret can be read back out."""
+        return state_identity(self.config, self.files)
 
     @cached_property
     def document(self) -> dict[str, Any]:
@@ -87,7 +95,15 @@ class Rendered:
         return any(self.files.get(name) != previous.files.get(name) for name in names)
 
     def __repr__(self) -> str:
-        return f"Rendered(config_hash={self.config_hash!r}, files={sorted(self.files)!r})"
+        return f"Rendered(identity={self.identity!r}, files={sorted(self.files)!r})"
 
 
-__all__ = ["DEFAULT_ADDR", "Rendered"]
+def state_identity(config: bytes, files: dict[str, bytes]) -> str:
+    """Rendered.identity of config.yml `config` and `files` (by name relative to the config dir)."""
+    digest = hashlib.sha256(config)
+    for name in sorted(files):
+        digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()
+
+
+__all__ = ["DEFAULT_ADDR", "Rendered", "state_identity"]

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from berth_agent.apply.applier import Applier, endpoint_of, go_duration_seconds, restart_bound
 from berth_agent.apply.last_good import load_good
 from berth_agent.render import Rendered
+from berth_agent.render.rendered import state_identity
 from berth_agent.supervisor.files import CONFIG_NAME, SUPERVISOR_PID_NAME
 
 CONFIG = b"version: 0.1\nhttp:\n  addr: 127.0.0.1:5999\n  draintimeout: 1m30s\n"
 
 
 def _rendered(config: bytes = CONFIG, **files: bytes) -> Rendered:
-    return Rendered(config=config, files=dict(files), config_hash=hashlib.sha256(config).hexdigest())
+    return Rendered(config=config, files=dict(files))
 
 
 def test_the_same_render_again_is_unchanged_and_touches_nothing(tmp_path):
@@ -41,7 +40,7 @@ def test_a_restart_with_the_supervisor_gone_fails_and_writes_nothing(tmp_path):
     (tmp_path / SUPERVISOR_PID_NAME).write_text("999999999\n")  # it wrote its pid once; that process is gone
     new = _rendered(CONFIG + b"log:\n  level: debug\n")
     outcome = applier.apply(new)
-    assert (outcome.action, outcome.ok, outcome.failed_hash) == ("failed", False, new.config_hash)
+    assert (outcome.action, outcome.ok, outcome.failed_hash) == ("failed", False, new.identity)
     assert "supervisor" in outcome.detail and "not running" in outcome.detail
     assert not (tmp_path / CONFIG_NAME).exists() and applier.current is not new
     assert not applier.busy
@@ -57,8 +56,8 @@ def test_on_disk_reads_back_config_and_the_named_files(tmp_path):
     (tmp_path / CONFIG_NAME).write_bytes(CONFIG)
     (tmp_path / "htpasswd").write_bytes(b"alice:x\n")
     disk = applier.on_disk({"htpasswd", "tls/tls.crt"})
-    assert (disk.config, disk.files, disk.config_hash) == (CONFIG, {"htpasswd": b"alice:x\n"},
-                                                           hashlib.sha256(CONFIG).hexdigest())
+    assert (disk.config, disk.files, disk.identity) == (CONFIG, {"htpasswd": b"alice:x\n"},
+                                                        state_identity(CONFIG, {"htpasswd": b"alice:x\n"}))
 
 
 def test_the_state_dir_defaults_to_the_config_dir(tmp_path):

@@ -10,9 +10,7 @@ from berth_agent.render import Rendered
 
 
 def _rendered(config: bytes = b"version: 0.1\n", **files: bytes) -> Rendered:
-    import hashlib
-
-    return Rendered(config=config, files=dict(files), config_hash=hashlib.sha256(config).hexdigest())
+    return Rendered(config=config, files=dict(files))
 
 
 def test_what_is_saved_loads_back_whole(tmp_path):
@@ -20,7 +18,7 @@ def test_what_is_saved_loads_back_whole(tmp_path):
     save_good(tmp_path, good)
     back = load_good(tmp_path)
     assert back is not None
-    assert (back.config, back.files, back.config_hash) == (good.config, good.files, good.config_hash)
+    assert (back.config, back.files, back.identity) == (good.config, good.files, good.identity)
     assert back.listen_addr == ":5000"  # parsed on first use, from the copy
 
 
@@ -32,8 +30,8 @@ def test_a_newer_save_replaces_the_older_copy(tmp_path):
     first, second = _rendered(b"version: 0.1\n# one\n"), _rendered(b"version: 0.1\n# two\n")
     save_good(tmp_path, first)
     save_good(tmp_path, second)
-    assert load_good(tmp_path).config_hash == second.config_hash
-    assert sorted(p.name for p in (tmp_path / GOOD_DIR).iterdir() if p.is_dir()) == [second.config_hash]
+    assert load_good(tmp_path).identity == second.identity
+    assert sorted(p.name for p in (tmp_path / GOOD_DIR).iterdir() if p.is_dir()) == [second.identity]
 
 
 def test_saving_the_same_config_again_writes_nothing(tmp_path):
@@ -48,7 +46,7 @@ def test_saving_the_same_config_again_writes_nothing(tmp_path):
 def test_a_copy_that_does_not_match_its_marker_is_refused(tmp_path):
     good = _rendered(htpasswd=b"alice:x\n")
     save_good(tmp_path, good)
-    (tmp_path / GOOD_DIR / good.config_hash / "htpasswd").write_bytes(b"mallory:y\n")
+    (tmp_path / GOOD_DIR / good.identity / "htpasswd").write_bytes(b"mallory:y\n")
     assert load_good(tmp_path) is None
 
 

@@ -188,7 +188,7 @@ def _rendered(addr: str, redis: str | None = None, tls: tuple[bytes, bytes] | No
         files = {TLS_CERT_FILE: tls[0], TLS_KEY_FILE: tls[1]}
     if redis:
         config += f"redis:\n  addr: {redis}\n  password: pw\n  db: 0\n"
-    return Rendered(config=config.encode(), files=files, config_hash="h")
+    return Rendered(config=config.encode(), files=files)
 
 
 def test_render_checks_run_only_for_what_changed(tmp_path):
@@ -200,7 +200,7 @@ def test_render_checks_run_only_for_what_changed(tmp_path):
         port = registry_socket.getsockname()[1]
         running = _rendered(f"127.0.0.1:{port}", redis=dead_redis, tls=expired)
         # Same port, same redis, same pair: an edit elsewhere depends on none of them.
-        edited = Rendered(config=running.config + b"log:\n  level: debug\n", files=running.files, config_hash="e")
+        edited = Rendered(config=running.config + b"log:\n  level: debug\n", files=running.files)
         assert check_render(edited, running, scratch_dir=tmp_path) == []
         with pytest.raises(PreflightError, match="spec.http.addr"):
             check_render(_rendered(f"127.0.0.1:{port}"), None, scratch_dir=tmp_path)  # nothing runs yet

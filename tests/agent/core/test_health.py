@@ -86,7 +86,7 @@ async def test_health_server_over_http():
 
         metrics.expose_pvc()
         metrics.pvc_free_bytes.set(12345)
-        metrics.set_config_hash("abc123")
+        metrics.set_config_identity("abc123")
         status, body = await get("/metrics")
         assert status == 200
         assert "berth_agent_pvc_free_bytes 12345.0" in body
@@ -97,8 +97,8 @@ async def test_health_server_over_http():
 
 
 def test_config_info_keeps_only_the_current_hash():
-    metrics.set_config_hash("first")
-    metrics.set_config_hash("second")
+    metrics.set_config_identity("first")
+    metrics.set_config_identity("second")
     from prometheus_client import REGISTRY, generate_latest
 
     text = generate_latest(REGISTRY).decode()

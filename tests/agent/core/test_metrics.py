@@ -40,7 +40,7 @@ def test_every_metric_is_exposed_under_its_name():
         metrics.watch_errors_total.labels(source=label).inc()
         metrics.watch_restarts_total.labels(source=label).inc()
     metrics.report_errors_total.labels(kind="status").inc()
-    metrics.set_config_hash("h")
+    metrics.set_config_identity("h")
     metrics.gc_runs_total.labels(result="Succeeded").inc()
     metrics.expose_pvc()
     text = generate_latest(REGISTRY).decode()

@@ -4,7 +4,6 @@ BERTH_REGISTRY3_BIN)."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 import urllib.request
 from base64 import b64encode
@@ -45,7 +44,8 @@ def _status_of(kube_api, pod_name="pod-0") -> dict:
 
 
 def _disk_hash(pod) -> str:
-    return hashlib.sha256((pod.config_dir / "config.yml").read_bytes()).hexdigest()
+    """The identity of config.yml and htpasswd on disk: what status configHash and config_info name."""
+    return pod.disk_identity()
 
 
 def _applied(kube_api, pod, needle: str | None = None) -> bool:
@@ -113,6 +113,7 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     pod = api_pod
     pid, starts = pod.registry_pid(), pod.registry_starts()
     config_before = (pod.config_dir / "config.yml").read_bytes()
+    identity_before = _disk_hash(pod)
     assert http_get(pod.url + "/v2/", auth=("alice", "alice-pw")).status == 200
     assert http_get(pod.url + "/v2/", auth=("bob", "bob-pw")).status == 401
 
@@ -125,6 +126,9 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     # The file is in place before the agent counts it: the login can win that race, so wait for the count.
     wait_for(lambda: pod.metric("htpasswd_updates_total") == 1, what="the htpasswd update to be counted")
     assert pod.metric("reloads_total") == 0
+    # The same config.yml, a new state (issue 26): status and config_info name the new file's.
+    wait_for(lambda: _applied(kube_api, pod), what="status to name the state with bob's htpasswd")
+    assert pod.config_info() == [_disk_hash(pod)] and _disk_hash(pod) != identity_before
     assert "bob-pw" not in pod.agent_log_text() and "alice-pw" not in pod.agent_log_text()
 
 

@@ -8,7 +8,8 @@ token from the issuer for every pull, as a client whose token just expired would
 
 The rotation is the README's order: 1. the bundle gets {old, new}; 2. every pod's status.agents shows it applied;
 3. the issuer switches to the new key; 4. the bundle drops the old one. No request fails and none is refused; the
-old key's tokens are refused at the end.
+old key's tokens, minted at the end, are refused. Each trust change names a new state in status.agents.<pod>.configHash
+and in berth_agent_config_info (issue 26), though config.yml stays as it was.
 """
 
 from __future__ import annotations
@@ -91,9 +92,22 @@ def wait_applied(kube_api, pods: dict, trust: Trust, *which: str) -> None:
                  and not record.get("error"), timeout=60, what=f"{name} to apply the trust change")
 
 
+def identities(kube_api, pods: dict) -> dict[str, str]:
+    """Each pod's status.agents.<pod>.configHash, checked against what its config dir holds and its config_info."""
+    found = {}
+    for name, pod in pods.items():
+        found[name] = records(kube_api)[name]["configHash"]
+        assert found[name] == pod.disk_identity(), name
+        assert pod.config_info() == [found[name]], name
+    return found
+
+
 def rotate(kube_api, pods: dict, issuer: TokenIssuer, trust: Trust, loops: list[PullLoop]) -> dict[str, float]:
     """The rotation, step by step; returns the seconds each trust change took to be applied by every pod."""
     seconds = {}
+    wait_applied(kube_api, pods, trust, "old")  # each pod's first record is on status
+    configs = {name: (pod.config_dir / "config.yml").read_bytes() for name, pod in pods.items()}
+    seen = [identities(kube_api, pods)]
     for step, which in (("add", ("old", "new")), ("drop", ("new",))):
         if step == "drop":
             issuer.use(trust.new_key)  # step 3: the issuer signs with the new key, trusted everywhere now
@@ -105,6 +119,11 @@ def rotate(kube_api, pods: dict, issuer: TokenIssuer, trust: Trust, loops: list[
         set_trust(kube_api, trust, *which)
         wait_applied(kube_api, pods, trust, *which)
         seconds[step] = round(time.monotonic() - began, 3)
+        # config.yml is the same bytes; the state it names is not, on status and in the metric alike.
+        assert {name: (pod.config_dir / "config.yml").read_bytes() for name, pod in pods.items()} == configs
+        now = identities(kube_api, pods)
+        assert all(now[name] not in (earlier[name] for earlier in seen) for name in pods), (step, now, seen)
+        seen.append(now)
         served = [loop.stats.successes for loop in loops]
         wait_for(lambda served=served: all(loop.stats.successes > count + 10 for loop, count in zip(loops, served)),
                  what="pulls after the trust change")
@@ -164,8 +183,10 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
             seconds = rotate(kube_api, pods, issuer, trust, loops)
             stats = [loop.stop() for loop in loops]
             new_token = issuer.mint(SERVICE, SCOPE)
-            # The end: the old key's tokens are refused on every pod, the new key's served.
-            assert [bearer_status(u, old_token) for u in pod_urls] == [401, 401]
+            # The end: the old key's tokens are refused on every pod, the new key's served. Minted now, so a
+            # refusal is the dropped trust, not an expiry (a run longer than the token's lifetime).
+            old_again = issuer.mint(SERVICE, SCOPE, key=trust.old_key)
+            assert [bearer_status(u, old_again) for u in pod_urls] == [401, 401]
             assert [bearer_status(u, new_token) for u in pod_urls] == [200, 200]
         finally:
             for loop in loops:
@@ -181,7 +202,7 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
             assert pod.metric("secret_changes_applied_total", 'path="api"') == 2
         text = "".join(pod.agent_log_text() + pod.metrics_text() for pod in pods.values())
         no_secrets_in(text + json.dumps(kube_api.list("v1/events", "default")) + json.dumps(records(kube_api)),
-                      trust, [old_token, new_token])
+                      trust, [old_token, old_again, new_token])
         print(json.dumps({"flow": dist[2], "major": dist[0], "trust_change_applied_seconds": seconds,
                           "pulls": sum(s.requests for s in stats), "failed": 0, "refused": 0}))
 
@@ -199,13 +220,13 @@ def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
             push_image(image, pod.host, "demo/app:1", creds=ALICE)
             layer = image.layer_digests[0]
             url = f"{pod.url}/v2/demo/app/blobs/{layer}"
-            old_token = issuer.mint(SERVICE, SCOPE, key=trust.old_key)
+            assert bearer_status(url, issuer.mint(SERVICE, SCOPE, key=trust.old_key)) == 200
             loops = pull_loops(url, image.blobs[layer], issuer, 1, retry_seconds=5)
             loops[0].start()
             wait_for(lambda: loops[0].stats.successes >= 10, what="the pull loop to get going")
             seconds = rotate(kube_api, pods, issuer, trust, loops)
             (stats,) = [loop.stop() for loop in loops]
-            assert bearer_status(url, old_token) == 401
+            assert bearer_status(url, issuer.mint(SERVICE, SCOPE, key=trust.old_key)) == 401  # minted fresh
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE)) == 200
         finally:
             for loop in loops:
@@ -230,6 +251,8 @@ def test_malformed_trust_is_refused_before_any_restart(tmp_path, kube_api, dist)
         push_image(image, pod.host, "demo/app:1", creds=ALICE)
         url = f"{pod.url}/v2/demo/app/blobs/{image.layer_digests[0]}"
         pid, starts = pod.registry_pid(), pod.registry_starts()
+        wait_applied(kube_api, pods, trust, "old")
+        (running,) = identities(kube_api, pods).values()
         if trust.kind == "bundle":
             expired = TestCA("expired-ca", not_before=datetime.now(UTC) - timedelta(days=40)).cert_pem.decode()
             bad = [("this is not PEM", "holds no PEM certificate"),
@@ -246,8 +269,16 @@ def test_malformed_trust_is_refused_before_any_restart(tmp_path, kube_api, dist)
                              and problem in e and e, timeout=30,
                              what=f"the refusal ({problem})\n{pod.agent_log_text()[-2000:]}")
             assert f"spec.config.auth.token.{field} (ConfigMap {TRUST} key {trust.key_name})" in error
+            # The refused state is named, not the one still serving (issue 26), which status and metric keep.
+            assert error.startswith("config ") and " not applied: " in error and running[:12] not in error, error
+            assert identities(kube_api, pods) == {"pod-a": running}
             assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE)) == 200  # the last good trust serves
         set_trust(kube_api, trust, "old")
         wait_for(lambda: not (records(kube_api).get("pod-a") or {}).get("error"), what="recovery")
         assert pod.metric("reload_failures_total", 'reason="preflight"') >= len(bad)
+        # Back on the state it never left; the log says so at info, once, naming what it cleared.
+        assert identities(kube_api, pods) == {"pod-a": running}
+        recovered = pod.actions("recovered")[-1]
+        assert recovered["level"] == "info" and recovered["config_hash"] == running
+        assert bad[-1][1] in recovered["cleared"]

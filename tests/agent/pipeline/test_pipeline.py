@@ -250,8 +250,8 @@ class RecordingReporter(LogReporter):
         self.applied_records: list[tuple[str, int | None]] = []
         self.refuse = 0
 
-    async def applied(self, config_hash: str, generation: int | None) -> bool:
-        self.applied_records.append((config_hash, generation))
+    async def applied(self, identity: str, generation: int | None) -> bool:
+        self.applied_records.append((identity, generation))
         if self.refuse:
             self.refuse -= 1
             return False
@@ -281,7 +281,7 @@ def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp
         pipeline.registry = at(1)
         await pipeline.apply_once()
         await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
-        first_hash = pipeline.applier.current.config_hash
+        first_hash = pipeline.applier.current.identity
         assert reporter.applied_records == [(first_hash, 1)]
 
         pipeline.registry = at(2, replicas=3)  # not rendered: the same config

@@ -1,0 +1,144 @@
+"""Garbage collection beside the registry (docs/design.md §4.5 A5): the agent asks on SIGUSR2.
+
+The request is gc-request in the state dir, one line "ID [--dry-run] [--delete-untagged]", compared word by word
+with the few allowed (never evaluated) and removed once read, so a repeated signal starts nothing. The command is
+`BIN garbage-collect FLAGS CONFIG`, a child of the supervisor beside the registry (never touched), its output
+appended to gc-output; "PID ID" goes to gc.pid once it has exec'd, and "ID STATUS" to gc-result when it ends
+(gc.pid removed first). While it runs the agent touches gc-heartbeat: 10 s without a touch (a dead agent) and the
+command is stopped (TERM, KILL 5 s later), so it never outlives the Lease (15 s) of the agent that asked for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .names import GC_HEARTBEAT_NAME, GC_OUTPUT_NAME, GC_PID_NAME, GC_REQUEST_NAME, GC_RESULT_NAME
+from .spawn import SpawnError, spawn
+
+HEARTBEAT_SECONDS = 10.0
+KILL_SECONDS = 5.0
+_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_FLAGS = ("--dry-run", "--delete-untagged")
+
+
+def parse_request(raw: bytes) -> tuple[str, list[str], str]:
+    """(id, flags, why refused): "" when the request is good; the id is "?" when it is not one."""
+    line, _, rest = raw.partition(b"\n")
+    words = line.decode(errors="replace").split(" ")
+    words = [word for word in words if word]
+    if not words or not _ID.fullmatch(words[0]):
+        return "?", [], "a bad request id"
+    run_id, flags = words[0], words[1:]
+    if rest:
+        return run_id, [], "more than one line"
+    for flag in flags:
+        if flag not in _FLAGS:
+            return run_id, [], "an unknown word"
+    if len(set(flags)) != len(flags):
+        return run_id, [], "a repeated flag"
+    return run_id, [flag for flag in _FLAGS if flag in flags], ""
+
+
+class GcRunner:
+    """At most one garbage-collect at a time; its pid, id, watchdog and stop."""
+
+    def __init__(self, state: Path, registry_bin: str, config: Path, env: Mapping[str, str],
+                 put: Callable[[Path, str], None], log: Callable[[str], None]) -> None:
+        self.state, self.registry_bin, self.config, self.env = state, registry_bin, config, env
+        self.put, self.log = put, log
+        self.pid: int | None = None
+        self.run_id = ""
+        self.seen_beat: float | None = None  # mtime of gc-heartbeat when last seen changing
+        self.beat_at = 0.0  # monotonic time it was seen changing
+        self.term_at: float | None = None  # when TERM was sent (KILL follows KILL_SECONDS later)
+        self.killed = False
+
+    def take_request(self) -> None:
+        path = self.state / GC_REQUEST_NAME
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return
+        if self.pid is not None:
+            self.log("a garbage-collect still runs: request ignored")
+            return
+        _unlink(path)
+        run_id, flags, refused = parse_request(raw)
+        _unlink(self.state / GC_RESULT_NAME)
+        if refused:
+            self.log(f"garbage-collect request {run_id} refused: {refused}")
+            self.put(self.state / GC_RESULT_NAME, f"{run_id} 2 refused")
+            return
+        output = os.open(self.state / GC_OUTPUT_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            pid = spawn([self.registry_bin, "garbage-collect", *flags, str(self.config)], self.env, stdout=output)
+        except SpawnError as exc:
+            self.log(str(exc))
+            self.put(self.state / GC_RESULT_NAME, f"{run_id} 127")
+            return
+        finally:
+            os.close(output)
+        self.pid, self.run_id = pid, run_id
+        self.seen_beat, self.beat_at = self._beat(), time.monotonic()
+        self.term_at, self.killed = None, False
+        self.put(self.state / GC_PID_NAME, f"{pid} {run_id}")
+        self.log(f"started garbage-collect {' '.join(flags) + ' ' if flags else ''}(pid {pid}, request {run_id})")
+
+    def ended(self, status: int) -> None:
+        self.log(f"garbage-collect (pid {self.pid}, request {self.run_id}) exited with status {status}")
+        _unlink(self.state / GC_PID_NAME)  # first: whoever sees the result finds no gc.pid left
+        self.put(self.state / GC_RESULT_NAME, f"{self.run_id} {status}")
+        self.pid = None
+
+    def stop(self) -> None:
+        """TERM now, KILL KILL_SECONDS later (tick)."""
+        if self.pid is not None and self.term_at is None:
+            _signal(self.pid, signal.SIGTERM)
+            self.term_at = time.monotonic()
+
+    def tick(self, now: float) -> float | None:
+        """The watchdog and the KILL after a TERM; the next time it needs a look (None: nothing runs)."""
+        if self.pid is None:
+            return None
+        if self.term_at is not None:
+            if not self.killed and now - self.term_at >= KILL_SECONDS:
+                _signal(self.pid, signal.SIGKILL)
+                self.killed = True
+            return None if self.killed else self.term_at + KILL_SECONDS
+        beat = self._beat()
+        if beat != self.seen_beat:
+            self.seen_beat, self.beat_at = beat, now
+        elif now - self.beat_at >= HEARTBEAT_SECONDS:
+            self.log(f"no heartbeat from the agent within {HEARTBEAT_SECONDS:g}s: stopping garbage-collect "
+                     f"(pid {self.pid})")
+            self.stop()
+            return self.term_at + KILL_SECONDS if self.term_at else None
+        return now + 1.0
+
+    def _beat(self) -> float | None:
+        try:
+            return os.stat(self.state / GC_HEARTBEAT_NAME).st_mtime
+        except OSError:
+            return None
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+__all__ = ["GcRunner", "parse_request"]

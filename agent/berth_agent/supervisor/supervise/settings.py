@@ -1,0 +1,50 @@
+"""berth-supervise's settings, from its environment (the operator's pod template sets them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .names import CONFIG_NAME, HANDOVER_NAME
+
+DEFAULT_CONFIG = "/etc/berth/" + CONFIG_NAME  # berth_api.pod.CONFIG_DIR
+
+
+class Settings:
+    """A plain class, not a dataclass: dataclasses imports inspect, a megabyte and a half of every pod's memory."""
+
+    def __init__(self, *, config: Path, registry_bin: str, handover: Path, state: Path,
+                 debug_ports: tuple[int, ...], debug_host: str, listen: str | None) -> None:
+        self.config = config  # BERTH_CONFIG
+        self.registry_bin = registry_bin  # BERTH_REGISTRY_BIN: a path, or a name looked up in PATH
+        self.handover = handover  # BERTH_HANDOVER (default: beside the config)
+        self.state = state  # BERTH_STATE_DIR (default: the config's directory)
+        self.debug_ports = debug_ports  # BERTH_DEBUG_PORTS: loopback ports for each registry's debug listener
+        self.debug_host = debug_host  # BERTH_DEBUG_HOST
+        self.listen = listen  # BERTH_LISTEN_ADDR: hold this listening socket for every registry (3.x only)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        config = Path(env.get("BERTH_CONFIG") or DEFAULT_CONFIG)
+        ports = tuple(int(word) for word in (env.get("BERTH_DEBUG_PORTS") or "").split() if word.isdigit())
+        return cls(
+            config=config,
+            registry_bin=env.get("BERTH_REGISTRY_BIN") or "registry",
+            handover=Path(env.get("BERTH_HANDOVER") or config.parent / HANDOVER_NAME),
+            state=Path(env.get("BERTH_STATE_DIR") or config.parent),
+            debug_ports=ports,
+            debug_host=env.get("BERTH_DEBUG_HOST") or "127.0.0.1",
+            listen=env.get("BERTH_LISTEN_ADDR") or None,
+        )
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """("host", port) of "host:port", ":port" or "[v6]:port"; ValueError for anything else."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"BERTH_LISTEN_ADDR must be HOST:PORT or :PORT, not {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+__all__ = ["Settings", "split_addr"]
