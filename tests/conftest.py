@@ -3,4 +3,4 @@
 
 # Imported in this order: a later one imports an earlier one, which must be registered (assert-rewritten) first.
 pytest_plugins = ["support.kube", "support.redisserver", "support.registry", "support.s3", "support.apiserver",
-                  "support.control_plane"]
+                  "support.control_plane", "support.node"]

@@ -37,7 +37,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE_ENV = "BERTH_IMAGE_CACHE"
 DEFAULT_CACHE = pathlib.Path("/var/cache/berth-test-images")
 # Bumped when the build steps change in a way the inputs below do not show.
-RECIPE = "2"
+RECIPE = "3"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"  # the mirror apt uses here (/etc/apt/sources.list.d)
 # What the Containerfile's python:3.11-slim-bookworm gives that minbase lacks: Python 3.11 with venv.
@@ -220,7 +220,9 @@ class Builder:
         _whiteouts_to_oci(upper)
 
     def _tar(self, root: pathlib.Path, target: pathlib.Path, log: pathlib.Path) -> str:
-        _run(["tar", "--numeric-owner", "--xattrs", "--sort=name", "-C", root, "-cf", target, "."], log)
+        # The overlay's own trusted.* attributes stay out (containerd refuses them in an archive).
+        _run(["tar", "--numeric-owner", "--xattrs", "--xattrs-exclude=trusted.*", "--sort=name", "-C", root,
+              "-cf", target, "."], log)
         return "sha256:" + _file_digest(target)
 
     # --------------------------------------------------------------------------------------- images
