@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support.apiserver import KubeApiServer, skip_reason  # noqa: E402
 from support.apiserver_identities import OPERATOR_USER, start_operator  # noqa: E402
+from support.kube import COSI_CRDS  # noqa: E402
 from support.operator_harness import REGISTRIES_PATH  # noqa: E402
 
 NS = "bench"
@@ -178,7 +179,7 @@ def counted_writes(entries: list[dict[str, Any]]) -> list[str]:
 
 
 def measure(count: int, idle_seconds: float) -> dict[str, Any]:
-    with KubeApiServer() as api, tempfile.TemporaryDirectory(prefix="berth-bench-") as logs:
+    with KubeApiServer(crds=COSI_CRDS) as api, tempfile.TemporaryDirectory(prefix="berth-bench-") as logs:
         seed(api, count)
         converged = Converged(api, count)
         mark = api.audit_mark()

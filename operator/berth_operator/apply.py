@@ -33,9 +33,8 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from . import facts
 from .builders import names
-from .client import COSI, FIELD_MANAGER, Kube, KubeError
+from .client import COSI, FIELD_MANAGER, MONITORING, Kube, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
 # A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.
@@ -43,7 +42,7 @@ CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAc
 PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = (
     ("policy/v1", "PodDisruptionBudget", names.pdb_name),
     (COSI, "BucketAccess", names.bucket_access_name),
-    ("monitoring.coreos.com/v1", "ServiceMonitor", names.service_monitor_name),  # only once the CRD was seen
+    (MONITORING, "ServiceMonitor", names.service_monitor_name),
 )
 CONFLICT_RETRIES = 3
 
@@ -226,13 +225,14 @@ def http_secret_value(kube: Kube, reg: Registry) -> str | None:
 
 
 def prune(kube: Kube, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
-    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds."""
+    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (of kinds the cluster serves:
+    none of another can exist, and a GET would 404 for every Registry)."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in built}
     uid = reg.metadata.get("uid")
     actions = []
     for api_version, kind, name_of in PRUNABLE:
-        if kind == "ServiceMonitor" and not facts.crd_known_installed():
-            continue  # none can exist without the CRD (and a GET would 404 for every Registry)
+        if not kube.serves(api_version, kind):
+            continue
         name = name_of(reg)
         if (kind, name) in wanted:
             continue

@@ -14,7 +14,9 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   ours(key, version) then tells the wake it was our own (handlers.py skips it). The owner is the controlling
   Registry reference, else the instance label (pods).
 - `synced` is set once every informer has listed: reconciles wait for it, so a fresh leader never takes a
-  half-filled cache for missing objects (no spurious writes).
+  half-filled cache for missing objects (no spurious writes). An informer of a kind the cluster does not serve
+  (discovery.py: COSI without its CRDs) lists nothing and counts as synced and empty; once the kind is served it
+  lists and watches it (covering it only from then on), and when it stops being served its objects are gone.
 A miss is not proof of absence: Kube.get reads the server then (an object without Berth's label, such as a
 claim named in the spec, is not cached).
 """
@@ -30,13 +32,15 @@ from typing import Any
 from berth_api import KIND as REGISTRY_KIND
 
 from .builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
-from .client import COSI, Kube, KubeError
+from .client import COSI, OPTIONAL_KINDS, Kube, KubeError
+from .discovery import Discovery
 
 logger = logging.getLogger("berth.operator.caches")
 
 SELECTOR = f"{MANAGED_BY_LABEL}=berth"
 WATCH_SECONDS = 270  # re-opened at least every 5 minutes (idle connections get dropped: field-notes §3)
 RETRY_SECONDS = 2.0
+SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
 CACHED_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
@@ -102,9 +106,12 @@ def owner_of(obj: Mapping[str, Any]) -> str | None:
 
 class Caches:
     def __init__(self, kube: Kube, namespaces: Iterable[str] | None,
-                 on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None):
-        """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads)."""
+                 on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None,
+                 discovery: Discovery | None = None):
+        """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads). discovery:
+        which optional kinds are served (None: all are)."""
         self.kube = kube
+        self.discovery = discovery
         self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self.on_change = on_change
         self._store: dict[Key, bytes] = {}
@@ -116,6 +123,9 @@ class Caches:
         self._stop = threading.Event()
         self._responses: dict[tuple[str, str, str | None], Any] = {}
         self._unsynced = {(av, kind, ns) for av, kind in CACHED_KINDS for ns in self.namespaces}
+        # Informers of an optional kind that became served and have not listed it yet: their kind is read from the
+        # server meanwhile (every other informer covers its kind from `synced` on).
+        self._relisting: set[tuple[str, str, str | None]] = set()
         self.synced = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -146,7 +156,8 @@ class Caches:
 
     def covers(self, api_version: str, kind: str, namespace: str | None) -> bool:
         return self.synced.is_set() and (api_version, kind) in CACHED_KINDS and (
-            self.namespaces == (None,) or namespace in self.namespaces)
+            self.namespaces == (None,) or namespace in self.namespaces) and (
+            api_version, kind, None if self.namespaces == (None,) else namespace) not in self._relisting
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stripped object, or None when not cached (absent, unlabeled, or the cache is not synced)."""
@@ -223,8 +234,20 @@ class Caches:
 
     # ---- informers
 
+    def _served(self, api_version: str, kind: str) -> bool:
+        """Whether the informer should list (waiting for discovery's first answer about an optional kind)."""
+        if self.discovery is None or (api_version, kind) not in OPTIONAL_KINDS:
+            return True
+        while not self.discovery.known.wait(SERVED_POLL_SECONDS):
+            if self._stop.is_set():
+                return False
+        return self.discovery.serves(api_version, kind)
+
     def _run(self, api_version: str, kind: str, namespace: str | None) -> None:
         while not self._stop.is_set():
+            if not self._served(api_version, kind):
+                self._serve_nothing(api_version, kind, namespace)
+                continue
             try:
                 version = self._list(api_version, kind, namespace)
                 self._mark_synced(api_version, kind, namespace)
@@ -235,9 +258,28 @@ class Caches:
             except Exception as exc:  # an outage or a refusal: say so, wait, list again
                 if self._stop.is_set():
                     return
+                if not self._served(api_version, kind):
+                    continue  # its CRD went away (discovery says so): nothing to report
                 logger.warning("cache of %s in %s: %s; listing again in %.0f s", kind, namespace or "all namespaces",
                                exc if isinstance(exc, KubeError) else type(exc).__name__, RETRY_SECONDS)
                 self._stop.wait(RETRY_SECONDS)
+
+    def _serve_nothing(self, api_version: str, kind: str, namespace: str | None) -> None:
+        """A kind the cluster does not serve: synced and empty until it is served (objects of a CRD deleted are
+        gone with it: their owners are woken)."""
+        slot = (api_version, kind, namespace)
+        with self._lock:
+            self._relisting.discard(slot)
+            gone = [json.loads(self._store.pop(key)) for key in [k for k in self._store if k[:2] == (api_version, kind)
+                                                                  and (namespace is None or k[2] == namespace)]]
+        for obj in gone:
+            self._changed(obj, deleted=True)
+        self._mark_synced(api_version, kind, namespace)
+        while not self._stop.wait(SERVED_POLL_SECONDS):
+            if self.discovery is not None and self.discovery.serves(api_version, kind):
+                with self._lock:
+                    self._relisting.add(slot)  # read from the server until listed
+                return
 
     def _list(self, api_version: str, kind: str, namespace: str | None) -> str:
         seen: dict[Key, dict[str, Any]] = {}
@@ -297,6 +339,7 @@ class Caches:
 
     def _mark_synced(self, api_version: str, kind: str, namespace: str | None) -> None:
         with self._lock:
+            self._relisting.discard((api_version, kind, namespace))
             self._unsynced.discard((api_version, kind, namespace))
             done = not self._unsynced
         if done and not self.synced.is_set():

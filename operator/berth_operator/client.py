@@ -22,14 +22,37 @@ if TYPE_CHECKING:
     from .caches import Caches
 
 COSI = "objectstorage.k8s.io/v1alpha1"
+MONITORING = "monitoring.coreos.com/v1"
+# Lists and watches of objects' metadata alone (PartialObjectMetadata): a CRD's schema can be megabytes.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 # The one server-side-apply field manager of every object Berth applies (docs/design.md §4.3, "Apply").
 FIELD_MANAGER = "berth-operator"
+
+
+@dataclass(frozen=True)
+class OptionalApi:
+    """An API a cluster may not serve (docs/design.md §4.3, "Optional APIs"): a Registry that needs one of its
+    kinds is Degraded with `reason` until the cluster serves it, and says to install `install`."""
+
+    reason: str
+    install: str
+
+
+COSI_API = OptionalApi("MissingCOSI", "install the COSI CRDs and controller")
+MONITORING_API = OptionalApi("MissingMonitoringCRD", "install prometheus-operator or its CRDs")
 
 
 @dataclass(frozen=True)
 class Kind:
     plural: str
     namespaced: bool = True
+    optional: OptionalApi | None = None  # None: every cluster serves it (built in, or Berth's own CRD)
+
+
+def crd_name(api_version: str, kind: str) -> str:
+    """The CustomResourceDefinition that serves a kind: <plural>.<group> (the API server requires that name)."""
+    return f"{KINDS[(api_version, kind)].plural}.{api_version.split('/')[0]}"
 
 
 KINDS: dict[tuple[str, str], Kind] = {
@@ -46,14 +69,15 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("policy/v1", "PodDisruptionBudget"): Kind("poddisruptionbudgets"),
     ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
     ("storage.k8s.io/v1", "StorageClass"): Kind("storageclasses", namespaced=False),
-    (COSI, "BucketClaim"): Kind("bucketclaims"),
-    (COSI, "BucketAccess"): Kind("bucketaccesses"),
-    (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False),
-    (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False),
+    (COSI, "BucketClaim"): Kind("bucketclaims", optional=COSI_API),
+    (COSI, "BucketAccess"): Kind("bucketaccesses", optional=COSI_API),
+    (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False, optional=COSI_API),
+    (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False, optional=COSI_API),
     ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): Kind("servicemonitors"),
+    (MONITORING, "ServiceMonitor"): Kind("servicemonitors", optional=MONITORING_API),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("customresourcedefinitions", namespaced=False),
 }
+OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(key for key, info in KINDS.items() if info.optional is not None)
 
 
 class KubeError(Exception):
@@ -95,18 +119,27 @@ class Kube:
     its Lease sends nothing more, even from a reconcile already running in a worker thread).
 
     caches, when given (caches.py), answer get for the kinds they watch, and every write's answer is
-    recorded in them at once (so the next reconcile does not see the object as it was before our own write)."""
+    recorded in them at once (so the next reconcile does not see the object as it was before our own write).
+
+    served, when given (discovery.py), says whether the cluster serves an optional kind (OPTIONAL_KINDS); without
+    it every kind counts as served."""
 
     def __init__(self, configuration: Configuration, *, timeout: float = 30.0,
-                 may_write: Callable[[], bool] | None = None, caches: Caches | None = None):
+                 may_write: Callable[[], bool] | None = None, caches: Caches | None = None,
+                 served: Callable[[str, str], bool] | None = None):
         self.api = ApiClient(configuration)
         self.timeout = timeout
         self.may_write = may_write
         self.caches = caches
+        self.served = served
         self._reads: dict[tuple[str, str, str, str], dict[str, Any] | None] | None = None
 
     def close(self) -> None:
         self.api.close()
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the cluster serves this kind (always, unless it is optional and discovery found it missing)."""
+        return self.served is None or self.served(api_version, kind)
 
     def reading_once(self) -> Kube:
         """The same client (connections, caches, fence) for one reconcile, which reads each object the caches do
@@ -125,14 +158,14 @@ class Kube:
             self._reads.pop(self._read_key(api_version, kind, namespace, name), None)
 
     def _call(self, method: str, url: str, *, body: Any = None, content_type: str = "application/json",
-              query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+              query: list[tuple[str, str]] | None = None, accept: str = "application/json") -> dict[str, Any]:
         if method != "GET" and self.may_write is not None and not self.may_write():
             raise NotLeader(f"{method} {url} refused: this operator is not the leader")
         response = self.api.call_api(
             url,
             method,
             query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -187,19 +220,22 @@ class Kube:
         return [item for item in items if matches((item.get("metadata") or {}).get("labels"), selector)]
 
     def list_page(self, api_version: str, kind: str, namespace: str | None, selector: str, *,
-                  continue_token: str | None = None, limit: int = 500) -> dict[str, Any]:
+                  continue_token: str | None = None, limit: int = 500,
+                  accept: str = "application/json") -> dict[str, Any]:
         """One page of a list (items, metadata.resourceVersion and metadata.continue), for the caches; namespace
-        None: every namespace."""
+        None: every namespace. accept: METADATA_LIST for the objects' metadata alone."""
         query = [("labelSelector", selector), ("limit", str(limit))]
         if continue_token:
             query.append(("continue", continue_token))
         try:
-            return self._call("GET", path(api_version, kind, namespace, all_namespaces=True), query=query)
+            return self._call("GET", path(api_version, kind, namespace, all_namespaces=True), query=query,
+                              accept=accept)
         except ApiException as exc:
             raise KubeError("list", kind, "", exc) from None
 
     def watch(self, api_version: str, kind: str, namespace: str | None, selector: str, resource_version: str, *,
-              timeout_seconds: int, on_response: Callable[[Any], None]) -> Iterator[dict[str, Any]]:
+              timeout_seconds: int, on_response: Callable[[Any], None],
+              accept: str = "application/json") -> Iterator[dict[str, Any]]:
         """Watch events after resource_version until the server ends the stream. on_response receives the open
         response (so another thread can shut it down to stop the watch)."""
         query = [("watch", "true"), ("labelSelector", selector), ("resourceVersion", resource_version),
@@ -207,7 +243,7 @@ class Kube:
         try:
             response = self.api.call_api(
                 path(api_version, kind, namespace, all_namespaces=True), "GET", query_params=query,
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                header_params={"Accept": accept}, auth_settings=["BearerToken"],
                 _preload_content=False, _return_http_data_only=True, _request_timeout=(10, timeout_seconds + 30))
         except ApiException as exc:
             raise KubeError("watch", kind, "", exc) from None

@@ -8,7 +8,6 @@ read into anything that is logged or reported (only key names are compared).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +17,11 @@ from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
 from .builders import names
 from .builders.context import ClusterFacts
-from .client import COSI, Kube, KubeError
+from .client import COSI, KINDS, MONITORING, Kube, KubeError, crd_name
+from .discovery import describe
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
-SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
-CRD_CHECK_SECONDS = 60.0  # one GET of the CRD per minute for the whole operator, whatever the Registries ask
 SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, so no watch sees it come
 
 
@@ -130,29 +128,41 @@ def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
         raise
 
 
-_crd_seen: dict[str, tuple[float, bool]] = {}  # CRD name -> (monotonic time checked, installed)
+def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, the field that needs it) of every optional kind (client.OPTIONAL_KINDS) this spec uses."""
+    needed = []
+    obj = reg.spec.config.storage.object_storage
+    if obj is not None:
+        where = "spec.config.storage.objectStorage"
+        needed += [(COSI, "BucketClaim", where), (COSI, "BucketAccess", where)]
+        if obj.bucket_class:
+            needed.append((COSI, "BucketClass", f"{where}.bucketClass"))
+        if obj.bucket_access_class:
+            needed.append((COSI, "BucketAccessClass", f"{where}.bucketAccessClass"))
+    if reg.spec.monitoring.service_monitor is not None:
+        needed.append((MONITORING, "ServiceMonitor", "spec.monitoring.serviceMonitor"))
+    return needed
 
 
-def crd_installed(kube: Kube, name: str = SERVICE_MONITOR_CRD, *, clock=time.monotonic) -> bool:
-    """Whether a CRD is installed, checked at most every CRD_CHECK_SECONDS (a GET by name: the ClusterRole grants
-    get on this one CRD only). Unreadable (403, an error) counts as not installed, and is said so by the finding."""
-    now = clock()
-    seen = _crd_seen.get(name)
-    if seen is not None and now - seen[0] < CRD_CHECK_SECONDS:
-        return seen[1]
-    try:
-        crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name, cached=False)
-        installed = crd is not None
-    except KubeError:
-        installed = False
-    _crd_seen[name] = (now, installed)
-    return installed
-
-
-def crd_known_installed(name: str = SERVICE_MONITOR_CRD) -> bool:
-    """The last answer of crd_installed, without asking (prune: no ServiceMonitor can exist without the CRD)."""
-    seen = _crd_seen.get(name)
-    return seen is not None and seen[1]
+def missing_apis(kube: Kube, reg: Registry) -> list[Finding]:
+    """One finding per optional API this spec needs and the cluster does not serve, naming the kinds, their
+    apiVersion, what to install and the fields that need them (its reason is the API's: client.OptionalApi)."""
+    by_api: dict = {}
+    for api_version, kind, where in needed_kinds(reg):
+        if not kube.serves(api_version, kind):
+            api = KINDS[(api_version, kind)].optional
+            kinds, fields = by_api.setdefault(api, ([], []))
+            if (api_version, kind) not in kinds:
+                kinds.append((api_version, kind))
+            if where not in fields:
+                fields.append(where)
+    findings = []
+    for api, (kinds, fields) in by_api.items():
+        verb = "is" if len(kinds) == 1 else "are"
+        crds = ", ".join(crd_name(*key) for key in kinds)
+        findings.append(Finding(api.reason, f"{describe(kinds)} {verb} not served by this cluster: {api.install} "
+                                            f"(CRD {crds}); needed by {', '.join(fields)}"))
+    return findings
 
 
 def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
@@ -185,8 +195,9 @@ def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
                 f"StorageClass {fs.storage_class} (spec.config.storage.filesystem.storageClass) not found",
             ))
 
+    findings += missing_apis(kube, reg)
     obj = reg.spec.config.storage.object_storage
-    if obj is not None:
+    if obj is not None and kube.serves(COSI, "BucketClaim"):  # not served: missing_apis said so
         if obj.bucket_claim and kube.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
             findings.append(Finding(
                 "MissingBucketClaim",
@@ -215,14 +226,7 @@ def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
                 "(spec.config.storage.objectStorage.bucketAccessClass) not found",
             ))
 
-    service_monitor_crd = False
-    if reg.spec.monitoring.service_monitor is not None:
-        service_monitor_crd = crd_installed(kube)
-        if not service_monitor_crd:
-            findings.append(Finding(
-                "MissingMonitoringCRD",
-                f"spec.monitoring.serviceMonitor needs the prometheus-operator CRD {SERVICE_MONITOR_CRD}, which is "
-                "not installed (install prometheus-operator or its CRDs; the registry serves meanwhile)"))
+    service_monitor_crd = kube.serves(MONITORING, "ServiceMonitor")
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
                          pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd)
     return Lookup(facts=facts, findings=findings)
@@ -244,7 +248,7 @@ def waiting(kube: Kube, reg: Registry) -> list[Finding]:
         if claim is not None and phase != "Bound":
             found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
     obj = reg.spec.config.storage.object_storage
-    if obj is not None:
+    if obj is not None and kube.serves(COSI, "BucketClaim"):
         claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
         claim = kube.get(COSI, "BucketClaim", namespace, claim_name)
         # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)

@@ -12,6 +12,9 @@
   and an uninstalled operator never blocks a deletion. It starts with the first Registry event and stops on
   kopf's cleanup.
 - A change of status.agents (written by the agents) reconciles too: Ready waits for every agent to apply.
+- An optional API becoming served or going (discovery.py) reconciles the Registries that wait for one
+  (Outcome.awaits_api) and, when one goes, every Registry: Registries that need no optional API are never
+  held back by one.
 - Garbage collection (gc_schedule): a new berth.dev/gc-requested-at value or a run the runner started or
   ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
   a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
@@ -77,6 +80,7 @@ class Context:
     waking: dict[tuple[str, str], list[tuple[Any, str | None]]] = field(default_factory=dict)
     wake_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     written: dict[tuple[str, str], str] = field(default_factory=dict)  # resourceVersion of our last status write
+    awaiting_api: set[tuple[str, str]] = field(default_factory=set)  # Degraded for an API the cluster lacks
     kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
@@ -168,6 +172,10 @@ async def run_reconcile(
         ctx.polled.add(key)
     else:
         ctx.polled.discard(key)
+    if outcome.awaits_api and not outcome.gone:
+        ctx.awaiting_api.add(key)
+    else:
+        ctx.awaiting_api.discard(key)
     metrics.RECONCILES.labels(result=outcome.result).inc()
     if ctx.wakeups is not None:
         namespace, name = key
@@ -233,6 +241,26 @@ def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]
     task.add_done_callback(ctx.wake_tasks.discard)
 
 
+def apis_changed(ctx: Context, served: bool) -> None:
+    """Discovery saw optional kinds become served (or stop being served; in the loop's thread): reconcile the
+    Registries waiting for one, or, when one went, every Registry (one that used it must now say so)."""
+    if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
+        return
+    keys = sorted(ctx.awaiting_api if served else ctx.bodies)
+    for namespace, name in keys:
+
+        async def reconcile_waiting(namespace: str = namespace, name: str = name) -> None:
+            try:
+                await refresh(ctx, namespace, name, trigger="optional API " + ("served" if served else "gone"))
+            except Exception:  # the sweep retries it (run_reconcile marked it polled)
+                logger.exception("reconcile of Registry %s/%s after an API change failed", namespace, name)
+
+        task = asyncio.create_task(reconcile_waiting(), name=f"berth-api-{namespace}/{name}",
+                                   context=ctx.kopf_context.copy())
+        ctx.wake_tasks.add(task)
+        task.add_done_callback(ctx.wake_tasks.discard)
+
+
 async def sweep_forever(ctx: Context) -> None:
     while True:
         await asyncio.sleep(ctx.refresh_interval)
@@ -295,6 +323,7 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             ctx.seen_gc.pop(key, None)
             ctx.locks.pop(key, None)
             ctx.polled.discard(key)
+            ctx.awaiting_api.discard(key)
             ctx.written.pop(key, None)
             if ctx.wakeups is not None:
                 ctx.wakeups.cancel(key)

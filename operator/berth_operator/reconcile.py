@@ -17,7 +17,7 @@ from berth_api.timestamps import format_time
 
 from . import apply, expansion, facts, gc_schedule, status
 from .builders import build_all, names, problems
-from .client import Kube, KubeError
+from .client import KINDS, Kube, KubeError
 from .clock import UtcClock, WallClock
 from .status import DeploymentState, Finding, Observation
 
@@ -29,8 +29,10 @@ STATUS_CONFLICT_RETRIES = 5
 UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC",
     "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
-    "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD",
+    "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI",
 })
+# An optional API not served (client.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
+MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
 USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
                                   "WaitingForBucketAccess"})
 
@@ -48,6 +50,7 @@ class Outcome:
     wake_at: datetime.datetime | None = None  # reconcile again then (next scheduled GC, or a run's deadline)
     polled: bool = False  # the status depends on something no watch reports: the periodic refresh reconciles it
     status_version: str | None = None  # the Registry's resourceVersion after our status write
+    awaits_api: bool = False  # it needs an API the cluster does not serve (MISSING_API_REASONS)
 
     @property
     def degraded(self) -> dict[str, Any] | None:
@@ -130,7 +133,9 @@ def _apply(
     lookup = facts.look_up(kube, reg, agent_image)
     findings += lookup.findings
     findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
-    built = build_all(reg, lookup.facts, http_secret_value=apply.http_secret_value(kube, reg))
+    # A kind the cluster does not serve is not applied (facts.missing_apis reported it); the rest is.
+    built = [manifest for manifest in build_all(reg, lookup.facts, http_secret_value=apply.http_secret_value(kube, reg))
+             if kube.serves(manifest["apiVersion"], manifest["kind"])]
     for manifest in built:
         action = apply.apply_object(kube, manifest)
         if action is not None:
@@ -196,6 +201,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: U
             findings.append(Finding("ApplyFailed", str(exc)))
 
     outcome.polled = needs_polling(reg, findings)
+    outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
         if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,
                    deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage):

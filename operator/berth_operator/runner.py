@@ -21,7 +21,8 @@ from kubernetes.client import Configuration
 from .caches import CACHED_KINDS, Caches
 from .client import Kube
 from .clock import UtcClock, WallClock
-from .handlers import RECONCILE_WORKERS, Context, make_registry, wake
+from .discovery import Discovery
+from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, wake
 from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
 
@@ -143,16 +144,26 @@ async def _operate(
         if ctx is not None:
             loop.call_soon_threadsafe(wake, ctx, namespace, name, (key, version))
 
-    # The informers hold one open watch per kind and namespace; the reconciles one connection per worker.
+    def served_changed(kinds: frozenset[tuple[str, str]]) -> None:  # discovery's thread
+        if ctx is not None:
+            served = all(discovery.serves(*kind) for kind in kinds)
+            loop.call_soon_threadsafe(apis_changed, ctx, served)
+
+    # Discovery holds one open watch (CRDs); the informers one per kind and namespace; the reconciles one
+    # connection per worker.
+    discovery = Discovery(Kube(_pooled(configuration, 2)))
+    discovery.on_change(served_changed)
     watches = len(CACHED_KINDS) * (len(namespaces) or 1)
     caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
-                    on_change=changed)
-    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches)
+                    on_change=changed, discovery=discovery)
+    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches,
+                served=discovery.serves)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
                   caches_ready=caches_ready)
     if context is not None:
         context["ctx"] = ctx
     registry = make_registry(ctx)
+    discovery.start()
     caches.start()
     synced = asyncio.create_task(_set_when(caches, caches_ready))
 
@@ -183,6 +194,8 @@ async def _operate(
         synced.cancel()
         await asyncio.gather(synced, return_exceptions=True)
         await asyncio.to_thread(caches.stop)
+        await asyncio.to_thread(discovery.stop)
+        discovery.kube.close()
         ctx.executor.shutdown(wait=False, cancel_futures=True)
         kube.close()
 

@@ -25,6 +25,7 @@ DEGRADED_REASONS = (
     "MissingConfigMap",
     "MissingConfigMapKey",
     "MissingPVC",
+    "MissingCOSI",
     "MissingBucketClaim",
     "MissingBucketAccess",
     "MissingStorageClass",

@@ -11,36 +11,18 @@ from __future__ import annotations
 
 import copy
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, service_monitor
-from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, token_id
+from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, install_monitoring_crds, token_id
 from support.apiserver_identities import OPERATOR_USER, start_operator
 from support.operator_harness import reconciled, wait_for
 
-VENDORED = Path(__file__).resolve().parents[1] / "fixtures" / "prometheus-operator-v0.93.0"
 REGISTRIES = "berth.dev/v1alpha1/registries"
 SERVICE_MONITORS = "monitoring.coreos.com/v1/servicemonitors"
-
-
-def install_monitoring_crds(api: KubeApiServer) -> None:
-    crds = [yaml.safe_load(path.read_text()) for path in sorted(VENDORED.glob("monitoring.coreos.com_*.yaml"))]
-    for crd in crds:
-        try:
-            api.create(crd)
-        except ApiError as error:
-            if error.status != 409:  # installed by a session-mate on this worker's server
-                raise
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        wait_for(lambda name=name: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in ((api.get("apiextensions.k8s.io/v1/customresourcedefinitions", None, name) or {})
-                      .get("status") or {}).get("conditions") or ()), f"CRD {name} established", 60)
 
 
 def kustomized(component: str) -> list[dict]:

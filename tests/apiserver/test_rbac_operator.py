@@ -21,7 +21,7 @@ import secrets
 import pytest
 import yaml
 
-from support.apiserver import REPO, KubeApiServer, forbidden, token_id
+from support.apiserver import REPO, KubeApiServer, forbidden, install_cosi_crds, token_id
 from support.apiserver_identities import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
@@ -57,8 +57,6 @@ UNEXERCISED_GRANTS = {
                                                           "Registry switches to an existing one",
     # spec.monitoring.serviceMonitor (issue 21): exercised by tests/apiserver/test_monitoring.py, where the
     # prometheus-operator CRDs are installed; this scenario's examples ask for no ServiceMonitor.
-    ("apiextensions.k8s.io", "customresourcedefinitions", "get"): "whether the ServiceMonitor CRD is installed, "
-                                                                  "for a Registry with spec.monitoring",
     ("monitoring.coreos.com", "servicemonitors", "get"): "applies a Registry's ServiceMonitor (spec.monitoring)",
     ("monitoring.coreos.com", "servicemonitors", "create"): "applies a Registry's ServiceMonitor (spec.monitoring)",
     ("monitoring.coreos.com", "servicemonitors", "patch"): "applies a Registry's ServiceMonitor (spec.monitoring)",
@@ -100,6 +98,7 @@ def bind_claim(api: KubeApiServer, namespace: str, name: str) -> None:
 
 
 def seed(api: KubeApiServer, ns: dict[str, str]) -> None:
+    install_cosi_crds(api)  # the COSI example needs them (a bare cluster: tests/apiserver/test_bare_cluster.py)
     for namespace in ns.values():
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     suffix = ns["fs-class"]

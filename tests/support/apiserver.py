@@ -8,6 +8,10 @@ validation, server-side apply, resourceVersion semantics, bookmarks, 410 Gone, t
     def test_something(kube_apiserver, apiserver_namespace):  # fixtures registered in tests/conftest.py
         kube_apiserver.create({... "metadata": {"namespace": apiserver_namespace, ...}})
 
+Bare, as users' clusters are: it serves Berth's CRD and the built-in kinds only. A test that needs COSI or
+prometheus-operator installs their CRDs (install_cosi_crds, install_monitoring_crds; once per server, which then
+keeps them), or starts a server of its own with `KubeApiServer(crds=...)`.
+
 One server (and one etcd) per pytest-xdist worker (`kube_apiserver` is session-scoped), a fresh namespace per
 test. The binary is `$BERTH_KUBE_APISERVER_XZ` (.ci/run exports it), else `../shared/k8s/kube-apiserver-v1.36.1.xz`
 beside the checkout; without it, or without /usr/bin/etcd, the tests skip saying why. The object helpers
@@ -31,7 +35,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import kubernetes.client
@@ -46,6 +50,7 @@ from support.processes import stop_process
 REPO = pathlib.Path(__file__).resolve().parents[2]
 APISERVER_XZ_ENV = "BERTH_KUBE_APISERVER_XZ"
 DEFAULT_XZ = REPO.parent / "shared" / "k8s" / "kube-apiserver-v1.36.1.xz"
+MONITORING_CRDS = REPO / "tests" / "fixtures" / "prometheus-operator-v0.93.0"
 BINARY_SHA256 = "b8d5488f2d2ed84342dcb891ae9b83863c349e5d342accd33976123631872d5c"  # ../shared/k8s/README.md
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MERGE_PATCH = "application/merge-patch+json"
@@ -145,9 +150,11 @@ class KubeApiServer:
     """etcd and kube-apiserver on 127.0.0.1 free ports, RBAC on, an admin token; stopped and removed on exit."""
 
     def __init__(self, *, extra_args: tuple[str, ...] = (), etcd_url: str | None = None,
-                 service_account_key: bytes | None = None):
+                 service_account_key: bytes | None = None, crds: Sequence[Mapping[str, Any]] = ()):
+        """crds: installed at start besides Berth's own (COSI_CRDS, monitoring_crds())."""
         self.root = pathlib.Path(tempfile.mkdtemp(prefix="berth-apiserver-"))
         self.extra_args = extra_args
+        self.crds = list(crds)
         self.etcd_url = etcd_url  # given: share another server's etcd (a second API server, as in HA)
         # Shared with that server too, so each accepts the ServiceAccount tokens the other issues.
         self.service_account_key = service_account_key or _rsa_key_pem()
@@ -262,13 +269,17 @@ class KubeApiServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _install_crds(self) -> None:
-        for crd in [yaml.safe_load(REGISTRY_CRD.read_text()), *COSI_CRDS]:
+        self.install_crds([yaml.safe_load(REGISTRY_CRD.read_text()), *self.crds])
+
+    def install_crds(self, crds: Sequence[Mapping[str, Any]]) -> None:
+        """Create these CRDs (those that exist already are left as they are) and wait until each is Established."""
+        for crd in crds:
             try:
                 self.create(crd)
             except ApiError as error:
-                if error.status != 409:  # 409: a second API server on the same etcd, where they are
+                if error.status != 409:  # 409: installed already (a session-mate, or a second API server's etcd)
                     raise
-        for crd in [yaml.safe_load(REGISTRY_CRD.read_text()), *COSI_CRDS]:
+        for crd in crds:
             name = crd["metadata"]["name"]
             self._wait(lambda name=name: self._established(name), f"CRD {name} established", 60)
 
@@ -384,6 +395,21 @@ class KubeApiServer:
     def audit_mark(self) -> int:
         """The position of the audit log's end now, for audit(since=...)."""
         return len(self.audit())
+
+
+def monitoring_crds() -> list[dict[str, Any]]:
+    """prometheus-operator's CRDs, vendored from its v0.93.0 release (tests/fixtures, Apache-2.0)."""
+    return [yaml.safe_load(path.read_text()) for path in sorted(MONITORING_CRDS.glob("monitoring.coreos.com_*.yaml"))]
+
+
+def install_cosi_crds(server: KubeApiServer) -> None:
+    """COSI's CRDs (objectstorage.k8s.io/v1alpha1, support.kube.COSI_CRDS) on this server, from now on."""
+    server.install_crds(COSI_CRDS)
+
+
+def install_monitoring_crds(server: KubeApiServer) -> None:
+    """prometheus-operator's CRDs (monitoring_crds()) on this server, from now on."""
+    server.install_crds(monitoring_crds())
 
 
 def service_account_user(namespace: str, name: str) -> str:

@@ -42,7 +42,7 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"  # the mirror apt uses here (/etc/apt/sources.list.d)
 # What the Containerfile's python:3.11-slim-bookworm gives that minbase lacks: Python 3.11 with venv.
 BASE_PACKAGES = ("python3", "python3-venv")
-BUSYBOX = pathlib.Path("/bin/busybox")  # busybox-static: the official registry images are Alpine (busybox)
+BUSYBOX = pathlib.Path("/bin/busybox")  # the official registry images are Alpine: busybox at these paths
 REGISTRY2 = pathlib.Path("/usr/bin/docker-registry")
 REGISTRY3_ENV = "BERTH_REGISTRY3_BIN"
 DEFAULT_REGISTRY3 = REPO.parent / "shared" / "dist" / "registry-v3.1.1"
@@ -319,11 +319,15 @@ class Builder:
         return self.image([f"localhost/berth-test/berth:{project.key[:12]}"], [debian, deps, project], config)
 
     def busybox(self) -> Layer:
-        key = _digest(RECIPE, _file_digest(BUSYBOX))
+        key = _digest(RECIPE, _file_digest(BUSYBOX), *(_file_digest(lib) for lib in _libraries(BUSYBOX)))
 
         def build(root: pathlib.Path, log: pathlib.Path) -> None:
             (root / "bin").mkdir()
             shutil.copy2(BUSYBOX, root / "bin" / "busybox")
+            for library in _libraries(BUSYBOX):  # Debian's busybox is dynamic, busybox-static is not
+                target = root / library.relative_to("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(library.resolve(), target)
             applets = subprocess.run([str(BUSYBOX), "--list-full"], capture_output=True, text=True, check=True)
             for applet in applets.stdout.split():
                 link = root / applet
@@ -394,7 +398,10 @@ def _chroot(root: pathlib.Path, args: Sequence[str], log: pathlib.Path) -> None:
 
 def _libraries(binary: pathlib.Path) -> list[pathlib.Path]:
     """The shared libraries a dynamic binary loads (Debian's docker-registry is linked against glibc)."""
-    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    result = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    if result.returncode != 0:  # "not a dynamic executable"
+        return []
+    out = result.stdout
     found = []
     for line in out.splitlines():
         words = line.split()

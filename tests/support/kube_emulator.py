@@ -229,7 +229,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     scale["statusReplicasPath"],
                     scale.get("labelSelectorPath"),
                 )
-        self.create_object(kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions"), crd)
+        crds = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        created = self.create_object(crds, crd)
+        # Established at once, as a real API server reports it once it serves the kinds (the operator's
+        # discovery reads that condition).
+        established = {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}
+        self._write(crds, created, {**created, "status": {"conditions": [established]}}, "status")
 
     def resource_for(self, api_version: str, kind: str) -> kmock.resource:
         group, _, version = api_version.rpartition("/")

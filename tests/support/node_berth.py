@@ -44,7 +44,7 @@ def install_berth(node: Node) -> str:
     """`kubectl apply -k` of an overlay of deploy/ that only sets the image; returns the image it set."""
     image = node.images["berth"]
     name, _, tag = image.rpartition(":")
-    overlay = pathlib.Path(tempfile.mkdtemp(prefix="berth-overlay-"))
+    overlay = pathlib.Path(tempfile.mkdtemp(prefix="berth-overlay-", dir=node.state.root))
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(REPO / "deploy", overlay)],  # kustomize refuses an absolute base

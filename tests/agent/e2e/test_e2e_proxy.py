@@ -4,14 +4,17 @@ Real agents (`berth-agent run --registry default/reg --api-secret proxy=upstream
 registries, 2.8 and 3.1.1, with the test API server; the upstream is a second real registry on 127.0.0.1
 (support.upstream): htpasswd (basic auth, Distribution 3 only: 2.8 cannot answer basic as a proxy), or token
 auth behind a one-port front that counts every request and tells which password got each token. Clients are
-skopeo and a plain HTTP client (support.pull_loop).
+skopeo and a plain HTTP client (support.pull_loop). The credential rotation runs against both upstreams (issue 26):
+with htpasswd, whose file holds one password per user, it moves to a second user and removes the first.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +33,7 @@ from support.registry import (
 )
 from support.replicas import backends, running_replicas
 from support.supervisor import wait_for
-from support.upstream import Upstream, htpasswd_upstream, token_upstream
+from support.upstream import Upstream, htpasswd_upstream, set_htpasswd, token_upstream
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
@@ -39,6 +42,8 @@ SECRETS = "v1/secrets"
 CREDS = "upstream-creds"
 USER = "mirror"
 OLD, NEW, WRONG = "old-upstream-password", "new-upstream-password", "wrong-upstream-password"
+# htpasswd holds one password per user: a basic-auth upstream's rotation moves to a second user, the old one revoked.
+NEW_USER = "mirror-next"
 DRAIN = 5  # seconds: spec.http.drainTimeout
 LEAVE_SECONDS = 0.3
 
@@ -47,8 +52,8 @@ FLOWS = [pytest.param(("2", REGISTRY_BINARY, "token"), id="dist2-token"),
          pytest.param(("3", REGISTRY3_BINARY, "basic"), id="dist3-basic", marks=requires_registry3)]
 
 
-def secret_data(password: str) -> dict[str, str]:
-    return {"username": base64.b64encode(USER.encode()).decode(),
+def secret_data(password: str, user: str = USER) -> dict[str, str]:
+    return {"username": base64.b64encode(user.encode()).decode(),
             "password": base64.b64encode(password.encode()).decode()}
 
 
@@ -192,24 +197,34 @@ class MissLoop(PullLoop):
         super().one_request()
 
 
-def rotate(kube_api, pods: dict, upstream: Upstream, loops: list[PullLoop]) -> dict[str, float]:
+def rotate(kube_api, pods: dict, upstream: Upstream, loops: list[PullLoop]) -> dict:
     """The README's order: 1. the upstream gets the new password; 2. the Secret is updated; 3. once every pod
-    reports the new config and the drain timeout has passed, the old password is revoked at the upstream."""
+    reports the new config and the drain timeout has passed, the old password is revoked at the upstream. A
+    basic-auth upstream gets a second user with the new password instead, and the old user is removed."""
     before = {name: records(kube_api)[name]["configHash"] for name in pods}
-    upstream.front.passwords[USER].add(NEW)  # 1
+    if upstream.front is not None:
+        upstream.front.passwords[USER].add(NEW)  # 1
+        data = secret_data(NEW)
+    else:
+        set_htpasswd(upstream, {USER: OLD, NEW_USER: NEW})  # 1 (the registry re-reads it by mtime)
+        data = secret_data(NEW, user=NEW_USER)
     began = time.monotonic()
-    kube_api.patch(SECRETS, "default", CREDS, {"data": secret_data(NEW)})  # 2
+    kube_api.patch(SECRETS, "default", CREDS, {"data": data})  # 2
     for name in pods:
         wait_for(lambda name=name: (r := records(kube_api).get(name) or {}).get("configHash") != before[name]
                  and not r.get("error"), timeout=60, what=f"{name} to apply the new credentials")
     applied = round(time.monotonic() - began, 3)
     time.sleep(DRAIN + 1)
     revoked_at = time.monotonic()
-    upstream.front.passwords[USER].discard(OLD)  # 3
+    log_sizes = upstream_log_sizes(upstream)
+    if upstream.front is not None:
+        upstream.front.passwords[USER].discard(OLD)  # 3
+    else:
+        set_htpasswd(upstream, {NEW_USER: NEW})  # 3
     served = [loop.stats.successes for loop in loops]
     wait_for(lambda: all(loop.stats.successes > count + 20 for loop, count in zip(loops, served)),
              what="pulls after the revoke")
-    return {"applied_seconds": applied, "revoked_at": revoked_at}
+    return {"applied_seconds": applied, "revoked_at": revoked_at, "log_sizes": log_sizes}
 
 
 def load(tmp_path, upstream: Upstream, url: str, *, retry_seconds: float):
@@ -221,7 +236,37 @@ def load(tmp_path, upstream: Upstream, url: str, *, retry_seconds: float):
             MissLoop(url, blobs, retry_seconds=retry_seconds, pause=0.05)]
 
 
-def no_old_password_after(upstream: Upstream, moment: float) -> None:
+def upstream_log_sizes(upstream: Upstream) -> dict[Path, int]:
+    return {path: path.stat().st_size for path in upstream.root.glob("run-*/registry.log")}
+
+
+def basic_requests_after(upstream: Upstream, sizes: dict[Path, int]) -> list[tuple[str, str, int]]:
+    """(user, uri, status) of each request a basic-auth upstream answered after `sizes` (its logs' lengths then),
+    from its "response completed" lines (auth.user.name: the user that authenticated; "" for none)."""
+    found = []
+    for path in sorted(upstream.root.glob("run-*/registry.log")):
+        with open(path, "rb") as log:
+            log.seek(sizes.get(path, 0))
+            text = log.read().decode(errors="replace")
+        for line in text.splitlines():
+            if 'msg="response completed' not in line:
+                continue
+            user = re.search(r"auth\.user\.name=(\S+)", line)
+            uri = re.search(r'http\.request\.uri="([^"]*)"', line)
+            status = re.search(r"http\.response\.status=(\d+)", line)
+            if uri and status:
+                found.append((user.group(1) if user else "", uri.group(1), int(status.group(1))))
+    return found
+
+
+def no_old_password_after(upstream: Upstream, moment: float, sizes: dict[Path, int]) -> None:
+    if upstream.front is None:
+        after = basic_requests_after(upstream, sizes)
+        assert after, "the upstream saw no request after the revoke"
+        assert not [r for r in after if r[0] == USER], "something was pulled as the revoked user"
+        assert [r for r in after if r[0] == NEW_USER and "/blobs/" in r[1] and r[2] == 200], \
+            "no blob fetched as the new user"
+        return
     after = upstream.front.after(moment)
     assert after, "the upstream saw no request after the revoke"
     assert not [e for e in after if e.password == OLD], "something was pulled with the old password"
@@ -229,10 +274,10 @@ def no_old_password_after(upstream: Upstream, moment: float) -> None:
     assert [e for e in after if e.password == NEW and "/blobs/" in e.path], "no blob fetched with the new one"
 
 
-@pytest.mark.parametrize("dist", FLOWS[:2])
+@pytest.mark.parametrize("dist", FLOWS)
 def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube_api, dist):
     loops: list[PullLoop] = []
-    with upstream_for(tmp_path, "token", dist[1], {OLD}) as upstream, \
+    with upstream_for(tmp_path, dist[2], dist[1], {OLD}) as upstream, \
             start(tmp_path, kube_api, dist, upstream, count=2) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         try:
@@ -250,19 +295,20 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
         assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
         assert balancer_stats.min_ready == 1, balancer_stats
-        no_old_password_after(upstream, seconds["revoked_at"])
+        no_old_password_after(upstream, seconds["revoked_at"], seconds["log_sizes"])
         for pod in pods.values():
             assert len(pod.actions("restarted")) == 1  # the credential change, from the API copy
-        print(json.dumps({"major": dist[0], "credentials_applied_seconds": seconds["applied_seconds"],
+        print(json.dumps({"major": dist[0], "upstream": dist[2],
+                          "credentials_applied_seconds": seconds["applied_seconds"],
                           "pulls": sum(s.requests for s in stats), "misses": stats[1].requests,
                           "failed": 0, "refused": 0}))
 
 
-@pytest.mark.parametrize("dist", FLOWS[:2])
+@pytest.mark.parametrize("dist", FLOWS)
 def test_credential_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
     """One replica: the overlapped restart; refused connections are retried by the client, counted, shown."""
     loops: list[PullLoop] = []
-    with upstream_for(tmp_path, "token", dist[1], {OLD}) as upstream, \
+    with upstream_for(tmp_path, dist[2], dist[1], {OLD}) as upstream, \
             start(tmp_path, kube_api, dist, upstream, count=1) as pods:
         (pod,) = pods.values()
         try:
@@ -275,10 +321,11 @@ def test_credential_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, 
         finally:
             for loop in loops:
                 loop.stop()
-        print(json.dumps({"major": dist[0], "credentials_applied_seconds": seconds["applied_seconds"],
+        print(json.dumps({"major": dist[0], "upstream": dist[2],
+                          "credentials_applied_seconds": seconds["applied_seconds"],
                           "pulls": sum(s.requests for s in stats), "failed": sum(len(s.failures) for s in stats),
                           "refused_retried": sum(s.refused_retries for s in stats),
                           "reset_retried": sum(s.reset_retries for s in stats)}))
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
-        no_old_password_after(upstream, seconds["revoked_at"])
+        no_old_password_after(upstream, seconds["revoked_at"], seconds["log_sizes"])
         assert len(pod.actions("restarted")) == 1

@@ -1,0 +1,91 @@
+"""Restart the registry on the socket its supervisor holds (Distribution 3, docs/design.md §4.2): never a moment
+without a listener.
+
+The agent names the registry to replace in the handover file and sends its supervisor (berth-supervise, marked
+by SOCKET_MARKER in the registry's environment) SIGHUP, once: a repeat would make the supervisor drop a successor
+that is still starting. The supervisor starts the successor on the same socket, waits until it alone answers (its
+own debug port), and only then SIGTERMs the old one and names the successor in registry-metrics. So the agent's
+"done" is: registry-metrics names a live process other than the old ones, and GET / answers. A successor that
+exits first is in registry-exit (the old one serves on, untouched): that restart failed, nothing was refused.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+from .endpoint import Endpoint
+from .handover import write_handover
+from .probe import POLL_SECONDS, STOPPED, answers, is_up
+from .procfs import PROC, RegistryProcess, parent_pid, send_signal, start_ticks, supervised_with
+from .restart import RestartResult
+from .supervise.names import EXIT_NAME, METRICS_NAME, SOCKET_MARKER
+
+
+def on_held_socket(process: RegistryProcess, proc: Path = PROC) -> bool:
+    """Whether this registry serves on a socket its supervisor holds (and so is replaced by SIGHUP)."""
+    return supervised_with(process, SOCKET_MARKER, proc)
+
+
+def _current_pid(state_dir: Path) -> int | None:
+    try:
+        words = (state_dir / METRICS_NAME).read_text().split()
+        return int(words[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _exit_line(state_dir: Path) -> list[str]:
+    try:
+        return (state_dir / EXIT_NAME).read_text().split()
+    except OSError:
+        return []
+
+
+def replace_on_held_socket(
+    config_path: Path, state_dir: Path, endpoint: Endpoint, old: list[RegistryProcess], *, timeout: float,
+    draining: set[RegistryProcess], proc: Path = PROC, stop: threading.Event | None = None,
+) -> RestartResult:
+    """Ask the supervisors of `old` for successors on their held socket; wait until one serves (up to timeout)."""
+    began, wall = time.monotonic(), time.time()
+    result = RestartResult(ok=False, old=old, new=None, seconds=0.0, started_at=wall, handed_over=True)
+    before = _exit_line(state_dir)
+    write_handover(config_path, draining | set(old))
+    for pid in {parent_pid(p, proc) for p in old} - {None}:
+        send_signal(pid, signal.SIGHUP)
+    old_pids = {p.pid for p in old}
+    deadline = began + timeout
+    detail = f"no successor answered on the held socket within {timeout:g}s"
+    while True:
+        pid = _current_pid(state_dir)
+        if pid is not None and pid not in old_pids:
+            try:
+                new = RegistryProcess(pid, start_ticks(pid, proc=proc))
+            except (OSError, ValueError, IndexError):
+                new = None
+            if new is not None and new.alive(proc) and is_up(answers(endpoint, timeout=2.0)):
+                draining.update(p for p in old if p.alive(proc))  # SIGTERMed by the supervisor: never again
+                result.ok, result.new = True, new
+                result.no_listener_seconds = 0.0  # the socket never closed
+                break
+        exit_line = _exit_line(state_dir)
+        if exit_line != before and exit_line[:1] and int(exit_line[0]) not in old_pids and exit_line[1:2] != ["0"]:
+            detail = (f"the registry exited at start with status {exit_line[1]} on {config_path}; the registry "
+                      f"serving before (pid {', '.join(str(p) for p in sorted(old_pids))}) serves on")
+            break
+        if time.monotonic() >= deadline:
+            break
+        if stop is not None and stop.wait(POLL_SECONDS):
+            detail = STOPPED
+            break
+        if stop is None:
+            time.sleep(POLL_SECONDS)
+    if not result.ok:
+        result.detail = detail
+    result.seconds = time.monotonic() - began
+    return result
+
+
+__all__ = ["on_held_socket", "replace_on_held_socket"]

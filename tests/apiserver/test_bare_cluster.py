@@ -1,0 +1,175 @@
+"""A bare cluster (issue 26): a real kube-apiserver with only deploy/ applied (Berth's CRD, its namespace and RBAC),
+no COSI, no prometheus-operator. berth-operator runs as deploy/ runs it (`--all-namespaces`, leader election, a
+token of its ServiceAccount).
+
+- Every example that needs no optional API gets its Deployment and a written status (examples/inmemory.yaml and
+  examples/filesystem-pvc.yaml within 10 s of their creation), and is not Degraded for a missing API.
+- The examples that need one are Degraded, the message naming the kinds, their apiVersion and what to install:
+  MissingCOSI for object storage, MissingMonitoringCRD for spec.monitoring.serviceMonitor.
+- Then the COSI CRDs are installed: within 10 s the COSI examples move on (MissingCOSI gone; the storage they
+  name is looked up); then prometheus-operator's CRDs: the ServiceMonitor is created. Same operator process
+  throughout, and nothing it asked was refused.
+
+The server is this module's own (the worker's shared one gets CRDs installed by other tests).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+import yaml
+
+from berth_operator.client import COSI
+from support.apiserver import (
+    KubeApiServer,
+    forbidden,
+    install_cosi_crds,
+    install_monitoring_crds,
+    skip_reason,
+    token_id,
+)
+from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.operator_harness import reconciled, wait_for
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+REGISTRIES = "berth.dev/v1alpha1/registries"
+NEEDS_COSI = {"cosi-classes", "cosi-existing", "full"}
+NEEDS_MONITORING = {"monitored"}
+BOUND = 10.0  # seconds: issue 26's acceptance bounds
+COSI_MESSAGE = "BucketClaim, BucketAccess"  # and the classes a spec names, then:
+COSI_MISSING = "(objectstorage.k8s.io/v1alpha1) are not served by this cluster: install the COSI CRDs and controller"
+MONITORING_MESSAGE = "ServiceMonitor (monitoring.coreos.com/v1) is not served by this cluster: install " \
+                     "prometheus-operator or its CRDs"
+# After the COSI CRDs: the API is used (the bucket named in the spec is looked up, or the claim waited for).
+COSI_PROGRESS = {"WaitingForBucket", "WaitingForBucketAccess", "MissingBucketClaim", "MissingBucketAccess",
+                 "MissingBucketClass", "MissingBucketAccessClass"}
+
+
+def examples() -> dict[str, list[dict]]:
+    """Each example file's objects, by a short name (the file's stem, or its directory for a multi-file one)."""
+    found: dict[str, list[dict]] = {}
+    for path in sorted((REPO / "examples").rglob("*.yaml")):
+        key = path.stem if path.parent.name == "examples" else path.parent.name
+        found.setdefault(key, []).extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return found
+
+
+def conditions(api: KubeApiServer, namespace: str, name: str) -> dict[str, dict]:
+    reg = api.get(REGISTRIES, namespace, name) or {}
+    return {c["type"]: c for c in (reg.get("status") or {}).get("conditions") or ()}
+
+
+def reasons(api: KubeApiServer, namespace: str, name: str) -> set[str]:
+    return {c["reason"] for c in conditions(api, namespace, name).values()}
+
+
+def messages(api: KubeApiServer, namespace: str, name: str) -> str:
+    return " ".join(c.get("message") or "" for c in conditions(api, namespace, name).values())
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with KubeApiServer() as api:
+        operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("bare"), None)
+        try:
+            wait_for(lambda: operator.health() is not None and operator.health()[0] == 200, "operator leading", 60)
+            yield api, operator, token
+        finally:
+            code = operator.stop()
+            assert code == 0, operator.log()[-3000:]
+            assert "Traceback" not in operator.log(), operator.log()[-3000:]
+
+
+def create_example(api: KubeApiServer, key: str, docs: list[dict]) -> tuple[str, str]:
+    """Create an example in a namespace of its own, with the claim it names and the Secret monitored.yaml's comment
+    asks for (the Secrets of full.yaml are left missing: another condition, which comes first)."""
+    namespace = f"ex-{key}"
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if key == "monitored":  # the Secret its comment tells the user to create
+        api.create({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "registry-hooks", "namespace": namespace},
+                    "stringData": {"token": "Bearer not-a-real-token"}})
+    name = ""
+    for doc in docs:
+        doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+        if doc["kind"] == "Registry":
+            name = doc["metadata"]["name"]
+            claim = ((doc["spec"]["config"]["storage"].get("filesystem") or {}).get("persistentVolumeClaim"))
+            if claim:
+                api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "metadata": {"name": claim, "namespace": namespace},
+                            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        api.create(doc)
+    return namespace, name
+
+
+def test_a_bare_cluster_serves_what_needs_nothing_and_names_what_is_missing(bare):
+    api, operator, token = bare
+    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
+                "provisioner": "example.com/none", "allowVolumeExpansion": True})
+    made: dict[str, tuple[str, str]] = {}
+    for key, docs in examples().items():
+        created = time.monotonic()
+        made[key] = namespace, name = create_example(api, key, docs)
+        if key in ("inmemory", "filesystem-pvc"):
+            wait_for(lambda namespace=namespace, name=name: api.get("apps/v1/deployments", namespace, name),
+                     f"the Deployment of {key}", 60)
+            took = time.monotonic() - created
+            assert took < BOUND, f"{key}: its Deployment came {took:.1f} s after the Registry"
+
+    for key, (namespace, name) in made.items():
+        try:
+            wait_for(lambda namespace=namespace, name=name: reconciled(api, namespace, name), f"{key} reconciled", 60)
+        except AssertionError:
+            raise AssertionError(f"{key}: {api.get(REGISTRIES, namespace, name).get('status')}\n"
+                                 f"{operator.log()[-3000:]}") from None
+        found, text = reasons(api, namespace, name), messages(api, namespace, name)
+        if key in NEEDS_COSI:
+            assert COSI_MESSAGE in text and COSI_MISSING in text, (key, text)
+            if key != "full":  # full.yaml also lacks its Secrets, which come first
+                assert conditions(api, namespace, name)["Degraded"]["reason"] == "MissingCOSI", (key, found)
+        elif key in NEEDS_MONITORING:
+            assert MONITORING_MESSAGE in text, (key, text)
+            assert "MissingMonitoringCRD" in found, (key, found)
+        else:
+            assert not {"MissingCOSI", "MissingMonitoringCRD"} & found, (key, text)
+            assert "not served" not in text, (key, text)
+        if key not in ("cosi-existing", "full"):  # these wait for a named BucketAccess's Secret name first
+            assert api.get("apps/v1/deployments", namespace, name), f"{key}: no Deployment"
+
+    # COSI arrives: the COSI examples move on within seconds, with the same process.
+    install_cosi_crds(api)
+    installed = time.monotonic()
+    for key in ("cosi-existing", "cosi-classes"):
+        namespace, name = made[key]
+        wait_for(lambda namespace=namespace, name=name: "MissingCOSI" not in reasons(api, namespace, name)
+                 and COSI_PROGRESS & reasons(api, namespace, name), f"{key} past MissingCOSI", 60)
+        took = time.monotonic() - installed
+        assert took < BOUND, f"{key}: {took:.1f} s after the COSI CRDs"
+    namespace, name = made["cosi-classes"]
+    try:
+        claim = wait_for(lambda: api.get(f"{COSI}/bucketclaims", namespace, f"{name}-bucket"), "the BucketClaim", 30)
+    except AssertionError:
+        status = api.get(REGISTRIES, namespace, name).get("status")
+        raise AssertionError(f"{status}\n{operator.log()[-5000:]}") from None
+    assert claim["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth"
+
+    # prometheus-operator arrives: the ServiceMonitor is made, MissingMonitoringCRD goes.
+    install_monitoring_crds(api)
+    installed = time.monotonic()
+    namespace, name = made["monitored"]
+    wait_for(lambda: api.get("monitoring.coreos.com/v1/servicemonitors", namespace, name), "the ServiceMonitor", 60)
+    wait_for(lambda: "MissingMonitoringCRD" not in reasons(api, namespace, name), "MissingMonitoringCRD gone", 30)
+    took = time.monotonic() - installed
+    assert took < BOUND, f"monitored: {took:.1f} s after the prometheus-operator CRDs"
+
+    mine = token_id(token)
+    refused = [(e["verb"], e["requestURI"]) for e in api.audit(OPERATOR_USER) if forbidden(e)
+               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    assert refused == []
+    assert "HTTP 404" not in operator.log(), "a kind the cluster does not serve was asked for"
