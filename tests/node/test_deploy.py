@@ -29,6 +29,8 @@ def test_apply_k_deploy_runs_two_operators_one_leader_and_a_registry(kube_node: 
     create_registry(kube_node, node_namespace, "scratch", {"config": {"storage": {"inmemory": {}}}})
     (pod,) = registry_pods(kube_node, node_namespace, "scratch")
     images = {c["name"]: c["image"] for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]}
-    assert images == {"agent": berth_image, "registry": "docker.io/library/registry:3"}
+    # The registry runs in the Berth image (berth-supervise), its binary copied out of spec.image.
+    assert images == {"agent": berth_image, "registry-binary": "docker.io/library/registry:3", "registry": berth_image}
     statuses = {s["name"]: s for s in [*pod["status"]["initContainerStatuses"], *pod["status"]["containerStatuses"]]}
-    assert all(s["ready"] for s in statuses.values()), statuses
+    assert statuses["agent"]["ready"] and statuses["registry"]["ready"], statuses
+    assert statuses["registry-binary"]["state"]["terminated"]["exitCode"] == 0, statuses

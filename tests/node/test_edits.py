@@ -4,6 +4,8 @@ process; and the registry's own metrics are scraped through the pod's `reg-metri
 from __future__ import annotations
 
 import re
+import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -20,12 +22,20 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.registry import http_get
 
 
 def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.status, response.read().decode()
+    """GET, retrying a refused connection for up to 10 s (one replica's listener changing hands, as every
+    one-replica test retries); any answer counts."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.URLError as error:
+            if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _blob_gets(metrics: str) -> float:
@@ -45,10 +55,10 @@ def test_cr_edit_is_applied_in_place_and_reg_metrics_follow_the_new_process(kube
     (pod,) = registry_pods(kube_node, node_namespace, "edited")
     (before,) = wait_for(lambda: registry_pids(kube_node, pod), "the registry process", 30)
     counts = restart_counts(pod)
-    assert counts == {"agent": 0, "registry": 0}, counts
+    assert set(counts.values()) == {0}, counts
     url = service_url(kube_node, node_namespace, "edited")
     metrics_url = f"http://{pod['status']['podIP']}:{REGISTRY_METRICS_PORT}/metrics"
-    assert http_get(f"{url}/v2/").status == 200
+    assert _get(f"{url}/v2/")[0] == 200
     status, text = _get(metrics_url)
     assert status == 200 and _blob_gets(text) >= 1, text[-2000:]
 
@@ -68,7 +78,7 @@ def test_cr_edit_is_applied_in_place_and_reg_metrics_follow_the_new_process(kube
     assert pod_now["metadata"]["labels"]["pod-template-hash"] == pod["metadata"]["labels"]["pod-template-hash"]
 
     # The stable metrics port now answers for the new process: its counters start again from its own requests.
-    assert http_get(f"{url}/v2/").status == 200
+    assert _get(f"{url}/v2/")[0] == 200
     status, text = _get(metrics_url)
     assert status == 200 and re.search(r"^registry_http_requests_total\{", text, re.M), text[-2000:]
     assert _blob_gets(text) >= 1

@@ -73,6 +73,10 @@ STATE_NAME = "state.json"
 KUBELET_CHAINS = {"mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"), "nat": ("KUBE-KUBELET-CANARY",),
                   "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY")}
 SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
+# What the kubelet sets at its start (pkg/kubelet/cm, setupKernelTunables, protectKernelDefaults false):
+# restored at teardown, the machine is shared.
+KUBELET_SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+                   "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
 
 
 def skip_reason() -> str | None:
@@ -406,6 +410,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     # ------------------------------------------------------------------------------------- kubelet
 
     def _kubelet(self, api: KubeApiServer, pki: dict[str, pathlib.Path]) -> None:
+        for name in KUBELET_SYSCTLS:
+            self.state.sysctls.setdefault(name, _run("sysctl", "-n", name).stdout.strip())
+        self.save()
         self.state.kubelet_chains = _run("iptables", "-t", "filter", "-S", "KUBE-FIREWALL", check=False).returncode != 0
         kubelet_dir = self.root / "kubelet-config"
         kubelet_dir.mkdir()
