@@ -264,8 +264,8 @@ def reconcile_directly(kube_api, body: dict[str, Any]):
     """One reconcile in this thread, as a handler runs it, on the set clock."""
     import kubernetes.client
 
-    from berth_operator.client import Kube
-    from berth_operator.reconcile import reconcile
+    from berth_operator.engine.reconcile import reconcile
+    from berth_operator.kube.client import Kube
     from support.operator_harness import AGENT_IMAGE
 
     configuration = kubernetes.client.Configuration()

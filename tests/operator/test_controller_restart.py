@@ -172,9 +172,9 @@ def test_a_record_of_a_pod_the_cache_has_not_seen_yet_is_kept_and_counted(kube_a
     import kubernetes.client
 
     from berth_api import Registry
-    from berth_operator.caches import Caches
-    from berth_operator.client import Kube
-    from berth_operator.reconcile import _confirm_pods
+    from berth_operator.cluster.caches import Caches
+    from berth_operator.engine.reconcile import _confirm_pods
+    from berth_operator.kube.client import Kube
 
     configuration = kubernetes.client.Configuration()
     configuration.host = kube_api.url

@@ -31,8 +31,8 @@ from typing import Any
 
 from berth_api import KIND as REGISTRY_KIND
 
-from .builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
-from .client import COSI, OPTIONAL_KINDS, Kube, KubeError
+from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
+from ..kube.client import COSI, OPTIONAL_KINDS, Kube, KubeError
 from .discovery import Discovery
 
 logger = logging.getLogger("berth.operator.caches")

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .client import METADATA_LIST, METADATA_WATCH, OPTIONAL_KINDS, Kube, KubeError, crd_name
+from ..kube.client import METADATA_LIST, METADATA_WATCH, OPTIONAL_KINDS, Kube, KubeError, crd_name
 
 logger = logging.getLogger("berth.operator.discovery")
 

@@ -33,8 +33,8 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from .builders import names
-from .client import COSI, FIELD_MANAGER, MONITORING, Kube, KubeError
+from ..builders import names
+from ..kube.client import COSI, FIELD_MANAGER, MONITORING, Kube, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
 # A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.

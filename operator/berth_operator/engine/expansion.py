@@ -23,9 +23,9 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
+from ..builders import names
+from ..kube.client import Kube, KubeError
 from .apply import CONFLICT_RETRIES, Action
-from .builders import names
-from .client import Kube, KubeError
 from .status import Finding
 
 SIZE_FIELD = "spec.config.storage.filesystem.size"

@@ -15,10 +15,10 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
-from .builders import names
-from .builders.context import ClusterFacts
-from .client import COSI, KINDS, MONITORING, Kube, KubeError, crd_name
-from .discovery import describe
+from ..builders import names
+from ..builders.context import ClusterFacts
+from ..cluster.discovery import describe
+from ..kube.client import COSI, KINDS, MONITORING, Kube, KubeError, crd_name
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"

@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from berth_api.timestamps import format_time
 
+from ..builders import build_all, names, problems
+from ..core.clock import UtcClock, WallClock
+from ..kube.client import KINDS, Kube, KubeError
 from . import apply, expansion, facts, gc_schedule, status
-from .builders import build_all, names, problems
-from .client import KINDS, Kube, KubeError
-from .clock import UtcClock, WallClock
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 if TYPE_CHECKING:
-    from .caches import Caches
+    from ..cluster.caches import Caches
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 MONITORING = "monitoring.coreos.com/v1"

@@ -42,12 +42,13 @@ import kopf
 
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
-from . import gc_schedule, metrics
-from .apply import Action
-from .client import Kube
-from .clock import UtcClock, WallClock
-from .reconcile import Outcome, reconcile
-from .status import degraded_changed
+from ..core import metrics
+from ..core.clock import UtcClock, WallClock
+from ..engine import gc_schedule
+from ..engine.apply import Action
+from ..engine.reconcile import Outcome, reconcile
+from ..engine.status import degraded_changed
+from ..kube.client import Kube
 from .wakeups import Wakeups
 
 logger = logging.getLogger("berth.operator")

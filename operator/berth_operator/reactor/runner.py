@@ -18,12 +18,12 @@ import aiohttp.web
 import kopf
 from kubernetes.client import Configuration
 
-from .caches import CACHED_KINDS, Caches
-from .client import Kube
-from .clock import UtcClock, WallClock
-from .discovery import Discovery
+from ..cluster.caches import CACHED_KINDS, Caches
+from ..cluster.discovery import Discovery
+from ..core.clock import UtcClock, WallClock
+from ..core.identity import own_identity
+from ..kube.client import Kube
 from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, wake
-from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
