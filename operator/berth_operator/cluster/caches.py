@@ -32,7 +32,8 @@ from typing import Any
 from berth_api import KIND as REGISTRY_KIND
 
 from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
-from ..kube.client import COSI, OPTIONAL_KINDS, Kube, KubeError
+from ..core.kinds import CACHED_KINDS, OPTIONAL_KINDS
+from ..kube.client import Kube, KubeError
 from .discovery import Discovery
 
 logger = logging.getLogger("berth.operator.caches")
@@ -41,20 +42,6 @@ SELECTOR = f"{MANAGED_BY_LABEL}=berth"
 WATCH_SECONDS = 270  # re-opened at least every 5 minutes (idle connections get dropped: field-notes §3)
 RETRY_SECONDS = 2.0
 SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
-CACHED_KINDS: tuple[tuple[str, str], ...] = (
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("v1", "ServiceAccount"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("v1", "PersistentVolumeClaim"),
-    ("coordination.k8s.io/v1", "Lease"),
-    (COSI, "BucketClaim"),
-    (COSI, "BucketAccess"),
-    ("v1", "Secret"),
-    ("v1", "Pod"),
-)
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
                  "ownerReferences", "deletionTimestamp")
 POD_STATUS = ("phase",)  # pods are cached for their wakes (a pod deleted, its phase); the reconcile lists them

@@ -34,16 +34,14 @@ from kubernetes.utils import parse_quantity
 from berth_api import Registry
 
 from ..builders import names
-from ..kube.client import COSI, FIELD_MANAGER, MONITORING, Kube, KubeError
+from ..core import kinds
+from ..kube.client import FIELD_MANAGER, Kube, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
-# A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.
-CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAccess", "Secret", "Lease"})
-PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = (
-    ("policy/v1", "PodDisruptionBudget", names.pdb_name),
-    (COSI, "BucketAccess", names.bucket_access_name),
-    (MONITORING, "ServiceMonitor", names.service_monitor_name),
-)
+# How each kind is written (core.kinds): the create-only kinds are POSTed once and never patched.
+CREATE_ONLY_KINDS = kinds.CREATE_ONLY_KINDS
+PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = tuple(
+    (kind.api_version, kind.kind, getattr(names, kind.prune or "")) for kind in kinds.PRUNABLE_KINDS)
 CONFLICT_RETRIES = 3
 
 

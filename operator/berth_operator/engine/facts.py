@@ -18,7 +18,8 @@ from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 from ..builders import names
 from ..builders.context import ClusterFacts
 from ..cluster.discovery import describe
-from ..kube.client import COSI, KINDS, MONITORING, Kube, KubeError, crd_name
+from ..core.kinds import COSI, KINDS, MONITORING, crd_name
+from ..kube.client import Kube, KubeError
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
@@ -129,7 +130,7 @@ def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
 
 
 def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, the field that needs it) of every optional kind (client.OPTIONAL_KINDS) this spec uses."""
+    """(apiVersion, kind, the field that needs it) of every optional kind (core.kinds.OPTIONAL_KINDS) this spec uses."""
     needed = []
     obj = reg.spec.config.storage.object_storage
     if obj is not None:
@@ -146,7 +147,7 @@ def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
 
 def missing_apis(kube: Kube, reg: Registry) -> list[Finding]:
     """One finding per optional API this spec needs and the cluster does not serve, naming the kinds, their
-    apiVersion, what to install and the fields that need them (its reason is the API's: client.OptionalApi)."""
+    apiVersion, what to install and the fields that need them (its reason is the API's: core.kinds.OptionalApi)."""
     by_api: dict = {}
     for api_version, kind, where in needed_kinds(reg):
         if not kube.serves(api_version, kind):

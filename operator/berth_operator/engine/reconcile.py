@@ -17,7 +17,8 @@ from berth_api.timestamps import format_time
 
 from ..builders import build_all, names, problems
 from ..core.clock import UtcClock, WallClock
-from ..kube.client import KINDS, Kube, KubeError
+from ..core.kinds import KINDS
+from ..kube.client import Kube, KubeError
 from . import apply, expansion, facts, gc_schedule, status
 from .status import DeploymentState, Finding, Observation
 
@@ -31,7 +32,7 @@ UNWATCHED_REASONS = frozenset({
     "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
     "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI",
 })
-# An optional API not served (client.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
+# An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
 MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
 USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
                                   "WaitingForBucketAccess"})

@@ -11,73 +11,22 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from ..core import kinds
+
 if TYPE_CHECKING:
     from ..cluster.caches import Caches
 
-COSI = "objectstorage.k8s.io/v1alpha1"
-MONITORING = "monitoring.coreos.com/v1"
 # Lists and watches of objects' metadata alone (PartialObjectMetadata): a CRD's schema can be megabytes.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 # The one server-side-apply field manager of every object Berth applies (docs/design.md §4.3, "Apply").
 FIELD_MANAGER = "berth-operator"
-
-
-@dataclass(frozen=True)
-class OptionalApi:
-    """An API a cluster may not serve (docs/design.md §4.3, "Optional APIs"): a Registry that needs one of its
-    kinds is Degraded with `reason` until the cluster serves it, and says to install `install`."""
-
-    reason: str
-    install: str
-
-
-COSI_API = OptionalApi("MissingCOSI", "install the COSI CRDs and controller")
-MONITORING_API = OptionalApi("MissingMonitoringCRD", "install prometheus-operator or its CRDs")
-
-
-@dataclass(frozen=True)
-class Kind:
-    plural: str
-    namespaced: bool = True
-    optional: OptionalApi | None = None  # None: every cluster serves it (built in, or Berth's own CRD)
-
-
-def crd_name(api_version: str, kind: str) -> str:
-    """The CustomResourceDefinition that serves a kind: <plural>.<group> (the API server requires that name)."""
-    return f"{KINDS[(api_version, kind)].plural}.{api_version.split('/')[0]}"
-
-
-KINDS: dict[tuple[str, str], Kind] = {
-    ("v1", "Secret"): Kind("secrets"),
-    ("v1", "ConfigMap"): Kind("configmaps"),
-    ("v1", "ServiceAccount"): Kind("serviceaccounts"),
-    ("v1", "Service"): Kind("services"),
-    ("v1", "PersistentVolumeClaim"): Kind("persistentvolumeclaims"),
-    ("v1", "Pod"): Kind("pods"),
-    ("v1", "Event"): Kind("events"),
-    ("apps/v1", "Deployment"): Kind("deployments"),
-    ("rbac.authorization.k8s.io/v1", "Role"): Kind("roles"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): Kind("rolebindings"),
-    ("policy/v1", "PodDisruptionBudget"): Kind("poddisruptionbudgets"),
-    ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
-    ("storage.k8s.io/v1", "StorageClass"): Kind("storageclasses", namespaced=False),
-    (COSI, "BucketClaim"): Kind("bucketclaims", optional=COSI_API),
-    (COSI, "BucketAccess"): Kind("bucketaccesses", optional=COSI_API),
-    (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False, optional=COSI_API),
-    (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False, optional=COSI_API),
-    ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
-    (MONITORING, "ServiceMonitor"): Kind("servicemonitors", optional=MONITORING_API),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("customresourcedefinitions", namespaced=False),
-}
-OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(key for key, info in KINDS.items() if info.optional is not None)
 
 
 class KubeError(Exception):
@@ -92,10 +41,7 @@ class KubeError(Exception):
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, *,
          all_namespaces: bool = False) -> str:
     """all_namespaces: the collection across every namespace (a namespaced kind with no namespace)."""
-    try:
-        info = KINDS[(api_version, kind)]
-    except KeyError:
-        raise ValueError(f"unsupported kind {api_version} {kind}") from None
+    info = kinds.lookup(api_version, kind)
     root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     if info.namespaced and not (all_namespaces and namespace is None and name is None):
         if not namespace:
@@ -121,7 +67,7 @@ class Kube:
     caches, when given (caches.py), answer get for the kinds they watch, and every write's answer is
     recorded in them at once (so the next reconcile does not see the object as it was before our own write).
 
-    served, when given (discovery.py), says whether the cluster serves an optional kind (OPTIONAL_KINDS); without
+    served, when given (discovery.py), says whether the cluster serves an optional kind (kinds.OPTIONAL_KINDS); without
     it every kind counts as served."""
 
     def __init__(self, configuration: Configuration, *, timeout: float = 30.0,

@@ -18,10 +18,11 @@ import aiohttp.web
 import kopf
 from kubernetes.client import Configuration
 
-from ..cluster.caches import CACHED_KINDS, Caches
+from ..cluster.caches import Caches
 from ..cluster.discovery import Discovery
 from ..core.clock import UtcClock, WallClock
 from ..core.identity import own_identity
+from ..core.kinds import CACHED_KINDS
 from ..kube.client import Kube
 from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, wake
 from .leader import LeaderElector, LeaseSettings
