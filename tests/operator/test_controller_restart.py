@@ -173,6 +173,7 @@ def test_a_record_of_a_pod_the_cache_has_not_seen_yet_is_kept_and_counted(kube_a
 
     from berth_api import Registry
     from berth_operator.cluster.caches import Caches
+    from berth_operator.cluster.view import Cluster
     from berth_operator.engine.reconcile import _confirm_pods
     from berth_operator.kube.client import Kube
 
@@ -180,7 +181,7 @@ def test_a_record_of_a_pod_the_cache_has_not_seen_yet_is_kept_and_counted(kube_a
     configuration.host = kube_api.url
     caches = Caches(None, [NS])  # type: ignore[arg-type]  (no informer: the store stays as filled here)
     caches.synced.set()
-    kube = Kube(configuration, caches=caches)
+    kube = Cluster(Kube(configuration), caches)
     reg = Registry.model_validate(registry("late", SPECS["mem"]))
     labels = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "late",
               "app.kubernetes.io/managed-by": "berth"}

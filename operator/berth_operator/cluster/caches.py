@@ -6,7 +6,7 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   (bookmarks on; re-listed after 410 Gone or an error). A thread per kind, never per Registry.
 - Each object is kept stripped to the fields the operator reads (STRIP: no managedFields, no Secret values,
   no Lease spec) and stored as compact JSON bytes: at 1000 Registries a few MB, decoded only when read.
-- Writes are recorded as the server answered them (Kube._record), so a reconcile right after our own write
+- Writes are recorded as the server answered them (view.Cluster records them), so a reconcile right after our own write
   sees it. A watch event older than what is stored (by resourceVersion) is ignored.
 - on_change(namespace, registry name, key, resourceVersion) runs for an ADDED, MODIFIED or DELETED object
   whose stripped content differs from what was stored: the echo of our own write, when recorded already, and a
@@ -17,7 +17,7 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   half-filled cache for missing objects (no spurious writes). An informer of a kind the cluster does not serve
   (discovery.py: COSI without its CRDs) lists nothing and counts as synced and empty; once the kind is served it
   lists and watches it (covering it only from then on), and when it stops being served its objects are gone.
-A miss is not proof of absence: Kube.get reads the server then (an object without Berth's label, such as a
+A miss is not proof of absence: Cluster.get reads the server then (an object without Berth's label, such as a
 claim named in the spec, is not cached).
 """
 

@@ -42,13 +42,13 @@ import kopf
 
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
+from ..cluster.view import Cluster
 from ..core import metrics
 from ..core.clock import UtcClock, WallClock
 from ..engine import gc_schedule
 from ..engine.apply import Action
 from ..engine.reconcile import Outcome, reconcile
 from ..engine.status import degraded_changed
-from ..kube.client import Kube
 from .wakeups import Wakeups
 
 logger = logging.getLogger("berth.operator")
@@ -63,7 +63,7 @@ RECONCILE_WORKERS = 16
 class Context:
     """State shared by every handler of one running operator."""
 
-    kube: Kube
+    kube: Cluster
     agent_image: str
     refresh_interval: float = 60.0
     bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -209,8 +209,7 @@ async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip
 
     async def fetch() -> Mapping[str, Any] | None:
         changes = ctx.waking.pop(key, [])  # from here on a new change needs a new reconcile
-        caches = ctx.kube.caches
-        if skip_own and caches is not None and changes and all(caches.ours(*change) for change in changes):
+        if skip_own and ctx.kube.cached and changes and all(ctx.kube.ours(*change) for change in changes):
             return None  # only echoes of the writes of the reconcile that held the lock: nothing to do
         return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
 

@@ -20,6 +20,7 @@ from kubernetes.client import Configuration
 
 from ..cluster.caches import Caches
 from ..cluster.discovery import Discovery
+from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
 from ..core.identity import own_identity
 from ..core.kinds import CACHED_KINDS
@@ -157,8 +158,8 @@ async def _operate(
     watches = len(CACHED_KINDS) * (len(namespaces) or 1)
     caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
                     on_change=changed, discovery=discovery)
-    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches,
-                served=discovery.serves)
+    kube = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), caches,
+                   served=discovery.serves)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
                   caches_ready=caches_ready)
     if context is not None:
