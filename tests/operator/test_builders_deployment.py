@@ -22,7 +22,7 @@ def built(reg, facts) -> dict[str, dict]:
 
 def containers(dep: dict) -> tuple[dict, dict]:
     pod = dep["spec"]["template"]["spec"]
-    [agent] = pod["initContainers"]
+    [agent, _copy] = pod["initContainers"]
     [registry] = pod["containers"]
     return agent, registry
 
@@ -130,13 +130,17 @@ def test_registry_container(builder_case):
     _, registry = containers(built(reg, facts)["Deployment"])
     scheme = "HTTPS" if reg.spec.http.tls else "HTTP"
     port_name = scheme.lower()
-    assert registry["image"] == reg.spec.image
-    assert registry["command"] == ["sh", "/etc/berth/supervise.sh"]
+    # Issue 29: the Berth image runs berth-supervise, which holds the listening socket for Distribution 3; the
+    # registry binary is spec.image's, copied by the init container after the agent.
+    assert registry["image"] == facts.agent_image
+    assert registry["command"] == ["berth-supervise"]
     assert registry["env"] == [
         {"name": "BERTH_CONFIG", "value": "/etc/berth/config.yml"},
-        {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
-        {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # issue 9: supervise.sh's files, read by the agent
-        # issue 21: the loopback debug ports supervise.sh alternates between (never the registry's own port)
+        {"name": "BERTH_REGISTRY_BIN", "value": "/opt/berth/registry/registry"},
+        # Whatever the major: the supervisor holds it only for a binary that says it is v3 (spec.distribution is hot).
+        {"name": "BERTH_LISTEN_ADDR", "value": f":{reg.spec.http.port}"},
+        {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # issue 9: the supervisor's files, read by the agent
+        # issue 21: the loopback debug ports the supervisor gives its registries (never the registry's own port)
         {"name": "BERTH_DEBUG_PORTS", "value": "5302 5303" if reg.spec.http.port == 5301 else "5301 5302"},
         {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
     ]
@@ -145,6 +149,21 @@ def test_registry_container(builder_case):
     assert registry["livenessProbe"]["tcpSocket"] == {"port": port_name}
     expected = {k: v for k, v in reg.spec.resources.model_dump().items() if v}
     assert registry["resources"] == expected
+    assert mounts(registry)["registry-bin"] == {"name": "registry-bin", "mountPath": "/opt/berth/registry",
+                                                "readOnly": True}
+
+
+def test_the_registry_binary_is_copied_out_of_spec_image(builder_case):
+    reg, facts = builder_case
+    pod = built(reg, facts)["Deployment"]["spec"]["template"]["spec"]
+    agent, copy = pod["initContainers"]
+    assert agent["name"] == "agent" and agent["restartPolicy"] == "Always"  # first: it runs whatever the image
+    assert copy["image"] == reg.spec.image and "restartPolicy" not in copy
+    assert copy["command"] == ["cp", "/bin/registry", "/opt/berth/registry/registry"]
+    assert copy["terminationMessagePolicy"] == "FallbackToLogsOnError"  # cp's words when the binary is missing
+    assert mounts(copy) == {"registry-bin": {"name": "registry-bin", "mountPath": "/opt/berth/registry"}}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["registry-bin"] == {"name": "registry-bin", "emptyDir": {"sizeLimit": "256Mi"}}
 
 
 def test_resources_from_spec(registry_factory, facts_factory):

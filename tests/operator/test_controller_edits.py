@@ -69,7 +69,8 @@ def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
     harness.wait_reconciled(NS, "img")
 
     deployment = kube_api.get("apps/v1/deployments", NS, "img")
-    images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    pod = deployment["spec"]["template"]["spec"]
+    images = [c["image"] for c in [*pod["initContainers"], *pod["containers"]]]  # the binary's copy (issue 29)
     assert "docker.io/library/registry:3.0.0" in images
     after = versions(harness, reg["metadata"]["uid"])
     changed = {key for key in before if before[key] != after[key]}
@@ -133,8 +134,8 @@ def test_conflicting_write_is_read_again_and_retried(operator_harness, kube_api)
     kube_api.fail_next(1, status=409, verb="patch", plural="deployments")
     kube_api.patch(REGISTRIES_PATH, NS, "race", {"spec": {"image": "docker.io/library/registry:3.0.0"}})
     harness.wait_reconciled(NS, "race")
-    containers = kube_api.get("apps/v1/deployments", NS, "race")["spec"]["template"]["spec"]["containers"]
-    assert "docker.io/library/registry:3.0.0" in [c["image"] for c in containers]
+    pod = kube_api.get("apps/v1/deployments", NS, "race")["spec"]["template"]["spec"]
+    assert "docker.io/library/registry:3.0.0" in [c["image"] for c in [*pod["initContainers"], *pod["containers"]]]
     assert harness.condition(NS, "race", "Degraded")["status"] == "False"
 
 

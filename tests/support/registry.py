@@ -126,11 +126,12 @@ def registry_env() -> dict[str, str]:
 
 
 def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None,
-                   timeout: float = START_TIMEOUT, binary: str | None = None) -> RegistryProcess:
+                   timeout: float = START_TIMEOUT, binary: str | None = None,
+                   env: dict[str, str] | None = None) -> RegistryProcess:
     """Start `docker-registry serve` from config bytes or a config file and wait until GET /v2/ answers.
 
     With `addr`, http.addr is rewritten to it; otherwise the config's own addr must be 127.0.0.1:PORT.
-    The registry's output goes to workdir/registry.log.
+    The registry's output goes to workdir/registry.log; `env` is added to its environment.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,7 @@ def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = No
     log_path = workdir / "registry.log"
     log_file = open(log_path, "ab")
     process = subprocess.Popen([binary or REGISTRY_BINARY, "serve", str(config_path)], stdout=log_file,
-                               stderr=subprocess.STDOUT, env=registry_env(), cwd=workdir)
+                               stderr=subprocess.STDOUT, env={**registry_env(), **(env or {})}, cwd=workdir)
     registry = RegistryProcess(process, config_path, log_path, listen, tls, log_file)
     deadline = time.monotonic() + timeout
     while True:
@@ -168,12 +169,12 @@ def start_registry(config: bytes | Path, workdir: Path, *, addr: str | None = No
 
 @contextlib.contextmanager
 def running_registry(config: bytes | Path, workdir: Path, *, addr: str | None = None,
-                     binary: str | None = None) -> Iterator[RegistryProcess]:
+                     binary: str | None = None, env: dict[str, str] | None = None) -> Iterator[RegistryProcess]:
     """start_registry as a context manager; with no `addr` and a config not on 127.0.0.1, a free port is used."""
     data = Path(config).read_bytes() if isinstance(config, Path) else config
     if addr is None and not config_addr(data).startswith("127.0.0.1:"):
         addr = f"127.0.0.1:{free_port()}"
-    registry = start_registry(config, workdir, addr=addr, binary=binary)
+    registry = start_registry(config, workdir, addr=addr, binary=binary, env=env)
     try:
         yield registry
     finally:

@@ -26,7 +26,6 @@ from berth_api.pod import (
     REDIS_VOLUME,
     REGISTRY_METRICS_PORT,
     STATE_DIR,
-    SUPERVISOR_NAME,
     TLS_VOLUME,
     TMP_DIR,
     TMP_VOLUME,
@@ -66,6 +65,14 @@ SECRET_MODE = 0o440
 REGISTRY_METRICS_PORT_NAME = "reg-metrics"  # a port name has at most 15 characters
 AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
+# The registry container runs the Berth image (berth-supervise holds the registry's listening socket, which a shell
+# cannot, docs/design.md §4.2); the registry binary still comes from spec.image: an init container copies it into
+# this emptyDir, where the supervisor runs it. Both official images keep it at /bin/registry.
+REGISTRY_BIN_VOLUME = "registry-bin"
+REGISTRY_BIN_DIR = "/opt/berth/registry"
+REGISTRY_BIN = f"{REGISTRY_BIN_DIR}/registry"
+IMAGE_REGISTRY_BIN = "/bin/registry"
+REGISTRY_BIN_SIZE = "256Mi"  # the 3.1.1 binary is ~30 MiB, 2.8's ~25 MiB
 # Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.
 FIRST_UNPRIVILEGED_PORT = 1024
 
@@ -143,6 +150,7 @@ def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = [
         {"name": CONFIG_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
         {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": REGISTRY_BIN_VOLUME, "emptyDir": {"sizeLimit": REGISTRY_BIN_SIZE}},
         {
             "name": TOKEN_VOLUME,
             "projected": {
@@ -232,27 +240,47 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
 
 
 def debug_ports(reg: Registry) -> list[int]:
-    """The two loopback debug ports supervise.sh alternates between, never the registry's own port."""
+    """The two loopback debug ports berth-supervise gives its registries, never the registry's own port."""
     return [port for port in DEBUG_PORTS if port != reg.spec.http.port][:2]
 
 
-def registry_container(reg: Registry) -> dict[str, Any]:
+def registry_binary_container(reg: Registry) -> dict[str, Any]:
+    """Copies the registry binary out of spec.image for berth-supervise. After the agent sidecar (whose startup
+    waits for the first config), so the agent runs, and reports, even when spec.image has no binary there: then
+    this container fails with cp's own words as its termination message."""
+    return {
+        "name": "registry-binary",
+        "image": reg.spec.image,
+        "command": ["cp", IMAGE_REGISTRY_BIN, REGISTRY_BIN],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": REGISTRY_BIN_VOLUME, "mountPath": REGISTRY_BIN_DIR}],
+    }
+
+
+def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     port_name = service.port_name(reg)
     mounts = [
         {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": TMP_VOLUME, "mountPath": TMP_DIR},
+        {"name": REGISTRY_BIN_VOLUME, "mountPath": REGISTRY_BIN_DIR, "readOnly": True},
     ]
     if storage.claim_name(reg) is not None:
         mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
     resources = {key: dict(value) for key, value in reg.spec.resources.model_dump().items() if value}
     return {
         "name": "registry",
-        "image": reg.spec.image,
-        "command": ["sh", f"{CONFIG_DIR}/{SUPERVISOR_NAME}"],
+        "image": facts.agent_image,
+        "command": ["berth-supervise"],
         "env": [
             {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_NAME}"},
-            {"name": "BERTH_REGISTRY_BIN", "value": "registry"},
-            # supervise.sh's pid, last exit and the registry's output, for the agent (the config volume is
+            {"name": "BERTH_REGISTRY_BIN", "value": REGISTRY_BIN},
+            # Distribution 3 serves on a socket it is handed (field-notes §8): berth-supervise holds this one for
+            # the container's life, so no reload leaves the port without a listener. It asks the binary its
+            # version (spec.distribution is hot, so the template cannot say): 2.8 binds its own, overlapped.
+            {"name": "BERTH_LISTEN_ADDR", "value": f":{reg.spec.http.port}"},
+            # The supervisor's pid, last exit and the registry's output, for the agent (the config volume is
             # read-only here; both containers mount the pod's tmp volume).
             {"name": "BERTH_STATE_DIR", "value": STATE_DIR},
             # Metrics on by default, through REGISTRY_HTTP_DEBUG_* overrides per process (config.yml is unchanged).
@@ -305,8 +333,8 @@ def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
                     "labelSelector": {"matchLabels": names.selector_labels(reg)},
                 }
             ],
-            "initContainers": [agent_container(reg, facts)],
-            "containers": [registry_container(reg)],
+            "initContainers": [agent_container(reg, facts), registry_binary_container(reg)],
+            "containers": [registry_container(reg, facts)],
             "volumes": volumes(reg, facts),
         },
     }

@@ -39,6 +39,8 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     supervisor = pod.start_supervisor()
     pod.wait_serving()
     assert served_name(pod) == "cert-a"
+    (first,) = wait_for(pod.config_info, what="config_info")
+    assert first == pod.disk_identity()
 
     cert_b, key_b = self_signed("cert-b")
     swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_b, "tls.key": key_b})
@@ -46,6 +48,10 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     wait_for(lambda: pod.actions("restarted"), what="the agent to record the restart")
     assert pod.metric("reloads_total") == 1
     assert (pod.config_dir / "tls" / "tls.key").read_bytes() == key_b
+    # config.yml is as it was; the state is not (issue 26): the metric and the log line name the new pair's.
+    second = pod.disk_identity()
+    assert second != first and pod.config_info() == [second]
+    assert pod.actions("restarted")[-1]["config_hash"] == second
 
     # Certificate of one pair, key of another: PEM-valid, so it renders; the registry would refuse it at start.
     pid, starts = pod.registry_pid(), pod.registry_starts()
@@ -58,6 +64,9 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
                                        if "spec.http.tls.secretName" in line.get("error", "")), None),
                          timeout=30, what=f"the pre-flight refusal\n{pod.agent_log_text()}")
         assert "does not match the certificate" in error
+        # The refused state is named, not the one that keeps serving (and keeps config_info).
+        assert error.startswith("config ") and second[:12] not in error, error
+        assert pod.config_info() == [second]
         seen = loop.stats.requests
         wait_for(lambda: loop.stats.requests > seen + 5, what="more requests after the refusal")
     assert loop.stats.failures == [], loop.stats.failures

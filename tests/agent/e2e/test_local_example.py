@@ -18,13 +18,15 @@ import socket
 import subprocess
 import sys
 import tarfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 
+from support.new_connections import NewConnectionLoop
 from support.ports import free_port
-from support.registry import http_get, read_oci_image
+from support.registry import REGISTRY3_BINARY, http_get, read_oci_image, requires_registry3
 from support.supervisor import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -59,11 +61,24 @@ def set_readonly(registry_file: Path, enabled: bool) -> None:
 @pytest.fixture
 def local_run(tmp_path):
     """bash examples/local/run on a free port; yields (addr, registry file, state dir, output file)."""
+    with running_local(tmp_path) as run:
+        yield run
+
+
+@contextmanager
+def running_local(tmp_path, *, binary: str | None = None):
+    """examples/local/run, with Debian's 2.8 or (`binary`, a Distribution 3 registry) BERTH_REGISTRY_BIN."""
     addr = f"127.0.0.1:{free_port()}"
     registry_file = tmp_path / "registry.yaml"
-    registry_file.write_text((REPO / "examples/local/registry.yaml").read_text().replace(README_ADDR, addr))
+    text = (REPO / "examples/local/registry.yaml").read_text().replace(README_ADDR, addr)
+    if binary is not None:
+        text = text.replace('image: docker.io/library/registry:2', 'image: docker.io/library/registry:3') \
+            .replace('distribution: "2"', 'distribution: "3"')
+    registry_file.write_text(text)
     state, output = tmp_path / "state", tmp_path / "run.out"
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    if binary is not None:
+        env["BERTH_REGISTRY_BIN"] = binary
     # berth-agent from the interpreter running the tests (the script would otherwise install into .venv).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(BERTH_REGISTRY_FILE=str(registry_file), BERTH_LOCAL_STATE=str(state),
@@ -148,3 +163,23 @@ def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_p
     assert any(line["msg"].startswith("data path is a plain directory") for line in lines)
     printed = output.read_text()
     assert "starting the agent" in printed and "starting the registry" in printed
+
+
+@requires_registry3
+def test_a_distribution_3_binary_runs_on_the_held_socket_and_reloads_refuse_nothing(tmp_path):
+    """The README's Distribution 3 variant (issue 29): the same supervisor as the registry container's."""
+    with running_local(tmp_path, binary=REGISTRY3_BINARY) as (addr, registry_file, state, _output):
+        assert "holding the registry's listening socket" in (state / "registry.log").read_text()
+        host, port = addr.rsplit(":", 1)
+        with NewConnectionLoop(host, int(port)) as loop:
+            for level in ("warn", "info", "warn"):
+                document = yaml.safe_load(registry_file.read_text())
+                document["spec"]["config"]["log"]["level"] = level
+                temp = registry_file.with_suffix(".swp")
+                temp.write_text(yaml.safe_dump(document, sort_keys=False))
+                os.replace(temp, registry_file)
+                before = (state / "agent.log").read_text().count('"restarted"')
+                wait_for(lambda before=before: (state / "agent.log").read_text().count('"restarted"') > before,
+                         timeout=30, what=f"the log.level {level} edit to be applied")
+        counts = loop.counts
+        assert counts.refused == 0 and counts.failed == 0 and counts.answered > 0, counts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import yaml
@@ -301,3 +302,43 @@ def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp
 
     asyncio.run(scenario())
     assert supervisor.log().count("started registry") == 1
+
+
+def test_a_refused_input_replaced_by_a_good_one_is_logged_recovered_once_at_info(tmp_path, supervisor_factory,
+                                                                                registry_port, caplog):
+    """Issue 26: the pod back on a good state after a refused input says so at INFO (it was DEBUG only), once,
+    naming the state it serves and the error it clears."""
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (tmp_path / "data").mkdir()
+    write_secret_dir(tmp_path / "mounts" / "http-secret", {"secret": "s"})
+    supervisor_factory(config_dir=config_dir)
+    pipeline = Pipeline(PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data",
+                                         mount_root=tmp_path / "mounts"), LogReporter("test"), Health())
+    caplog.set_level(logging.INFO, logger="berth_agent.pipeline.coordinator")
+
+    def recovered() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage() == "recovered"]
+
+    async def scenario() -> None:
+        pipeline.registry = _registry(registry_port)
+        await pipeline.apply_once()
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        served = pipeline.applier.current.identity
+        assert recovered() == []  # nothing was refused yet
+
+        bad = _registry(registry_port)
+        bad["spec"]["config"]["log"]["level"] = "loud"
+        pipeline.registry = bad
+        await pipeline.apply_once()
+        assert pipeline.reported_error and "spec.config.log.level" in pipeline.reported_error
+        assert recovered() == []
+
+        pipeline.registry = _registry(registry_port)  # the input fixed: the state that never stopped serving
+        for _ in range(3):  # and resyncs after it: said once
+            await pipeline.apply_once()
+        (line,) = recovered()
+        assert line.levelno == logging.INFO
+        assert line.fields["config_hash"] == served and "spec.config.log.level" in line.fields["cleared"]
+
+    asyncio.run(scenario())

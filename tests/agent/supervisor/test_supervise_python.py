@@ -248,3 +248,14 @@ def test_sighup_without_a_held_socket_changes_nothing(supervisor_factory, regist
     os.kill(supervisor.pid, signal.SIGHUP)
     wait_for(lambda: "SIGHUP ignored" in supervisor.log(), what="the supervisor to say why")
     assert supervisor.registries() == [first] and supervisor.alive()
+
+
+def test_a_2_8_binary_binds_its_own_listener_whatever_the_listen_addr(supervisor_factory, registry_port, tmp_path):
+    # The pod template sets BERTH_LISTEN_ADDR for every major (spec.distribution is hot): the binary decides.
+    supervisor = supervisor_factory(PYTHON, env={"BERTH_LISTEN_ADDR": f"127.0.0.1:{registry_port}"})
+    write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
+    registry = supervisor.registry()
+    wait_for(lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200, what="2.8 on its own listener")
+    assert "no socket activation" in supervisor.log() and "holding" not in supervisor.log()
+    environ = open(f"/proc/{registry.pid}/environ", "rb").read().split(b"\0")
+    assert b"BERTH_SUPERVISE_SOCKET=1" not in environ and not any(e.startswith(b"LISTEN_FDS") for e in environ)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import selectors
 import signal
 import socket
@@ -28,8 +29,9 @@ from .gc import GcRunner
 from .lines import LineSplitter
 from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
 from .settings import Settings, split_addr
-from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn
+from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
 
+CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
 PAUSE_SECONDS = 1.0  # between two quick failures
 RACE_RETRY_SECONDS = 0.01  # after a handover: the old listener may not have let the port go yet (2.8)
@@ -37,6 +39,8 @@ RACE_RETRIES = 5
 PROBE_SECONDS = 0.005  # how often a successor's debug port is tried (it answers ~30 ms after exec)
 SUCCESSOR_RETRIES = 5  # successors that lost their debug port to another process, tried again at once
 DEBUG_BIND_ERROR = b"error listening on debug interface"
+# `registry --version`: 3.x ".../distribution/distribution/v3 v3.1.1", 2.8 ".../docker/distribution 2.8.2"
+ACTIVATION = re.compile(rb"distribution/v3\b|\sv3\.\d")
 MARKERS = {"BERTH_SUPERVISE_HANDOVER": "1", "BERTH_SUPERVISE_GC": "1"}
 WATCHED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCHLD)
 
@@ -88,10 +92,11 @@ class Supervisor:
     # ---- the loop ----------------------------------------------------------------------------------------------
 
     def run(self) -> int:
+        activation = self.s.listen is not None and self.speaks_activation()  # asked before the config is there
         if not self.s.config.exists():
             self.log(f"waiting for {self.s.config}")
             while not self.s.config.exists():  # the agent writes the config before any registry may start
-                self.turn(0.1)
+                self.turn(CONFIG_POLL_SECONDS)
                 if self.stopping:
                     return 143
         try:
@@ -99,7 +104,7 @@ class Supervisor:
             (self.s.state / SUPERVISOR_PID_NAME).write_text(f"{os.getpid()}\n")
         except OSError as exc:
             self.log(f"cannot write to the state dir {self.s.state}: {exc}")
-        if self.s.listen is not None:
+        if activation:
             self.hold_socket()
         if not self.stopping:
             self.start_registry()
@@ -158,6 +163,18 @@ class Supervisor:
             self.gc.take_request()
 
     # ---- starting and stopping ---------------------------------------------------------------------------------
+
+    def speaks_activation(self) -> bool:
+        """Whether the registry binary serves on a socket it is handed: Distribution 3 (`registry --version`)."""
+        try:
+            version = version_output([self.s.registry_bin, "--version"], self.base_env)
+        except SpawnError as exc:
+            version = str(exc).encode()
+        if ACTIVATION.search(version):
+            return True
+        self.log(f"{self.s.registry_bin} is not Distribution 3 ({version.strip()[:200].decode(errors='replace')!r}"
+                 "): no socket activation, so each registry binds its own listener (overlapped restarts)")
+        return False
 
     def hold_socket(self) -> None:
         """The one listening socket of this container (3.x): every registry serves on it, none binds its own."""

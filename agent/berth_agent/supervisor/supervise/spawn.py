@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import socket
+import time
 from collections.abc import Mapping
 
 LISTEN_FD = 3  # SD_LISTEN_FDS_START
@@ -62,6 +64,31 @@ def spawn(argv: list[str], env: Mapping[str, str], *, stdout: int, listener: soc
     return pid
 
 
+def version_output(argv: list[str], env: Mapping[str, str], timeout: float = 10.0) -> bytes:
+    """What `argv` prints (stdout and stderr) before it exits or `timeout` passes (then it is killed)."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = spawn(argv, env, stdout=write_end)
+    finally:
+        os.close(write_end)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0 and select.select([read_end], [], [], left)[0]:
+            chunk = os.read(read_end, 4096)
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(read_end)
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    return output
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket listening on host:port ("" or "::": every address, IPv6 and IPv4 where the host has both)."""
     if host in ("", "::", "0.0.0.0"):
@@ -86,4 +113,5 @@ def exit_status(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-__all__ = ["LISTEN_FD", "SpawnError", "exit_status", "free_loopback_port", "listening_socket", "spawn"]
+__all__ = ["LISTEN_FD", "SpawnError", "exit_status", "free_loopback_port", "listening_socket", "spawn",
+           "version_output"]
