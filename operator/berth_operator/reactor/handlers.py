@@ -1,4 +1,4 @@
-"""kopf handlers and the caches' wakes: every path leads to the one reconcile function (berth_operator.engine.reconcile).
+"""kopf handlers and the caches' wakes: every path leads to the one reconcile (berth_operator.engine.reconcile).
 
 - Registry create, update and resume: reconcile (level-triggered; the same function for all three).
 - A change to an object Berth owns (caches.py: Deployments and their status, Services, ServiceAccounts, Roles,
