@@ -31,8 +31,10 @@ REDIS_VOLUME = "redis"
 TLS_VOLUME = "tls"
 PROXY_VOLUME = "proxy"  # spec.config.proxy.credentials.secretName: the upstream's username and password
 NOTIFICATIONS_VOLUME = "notifications"  # spec.config.notifications.secretName: header values (Authorization tokens)
+AZURE_VOLUME = "azure"  # spec.config.storage.azure.credentials.secret: the account key or the client secret
+GCS_VOLUME = "gcs"  # spec.config.storage.gcs.credentials.secret: the service account's JSON key
 SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME, PROXY_VOLUME,
-                  NOTIFICATIONS_VOLUME)
+                  NOTIFICATIONS_VOLUME, AZURE_VOLUME, GCS_VOLUME)
 # The token auth trust volumes, each a Secret or a ConfigMap (spec.config.auth.token.rootCertBundle and
 # .jwks), mounted whole at MOUNT_ROOT/<name> like the Secrets.
 TOKEN_BUNDLE_VOLUME = "token-bundle"
@@ -48,8 +50,9 @@ PROXY_USERNAME_KEY = "username"  # of the proxy credentials Secret (the kubernet
 PROXY_PASSWORD_KEY = "password"
 
 __all__ = [
-    "AGENT_HEALTH_PORT", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR", "DATA_VOLUME",
-    "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES", "MOUNT_ROOT", "NOTIFICATIONS_VOLUME",
+    "AGENT_HEALTH_PORT", "AZURE_VOLUME", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR",
+    "DATA_VOLUME", "GCS_VOLUME", "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES",
+    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME",
     "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
     "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",
     "SECRET_VOLUMES",

@@ -18,13 +18,14 @@ from .auth import (
     auth_in_use,
     token_v3_message,
 )
+from .cloud_storage import AZURE_PATH, GCS_PATH
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .monitoring import Monitoring
 from .notifications import Notifications, notifications_v3_message
 from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
-from .types import INT32_MAX, ApiModel, Quantity
+from .types import INT32_MAX, ApiModel, Quantity, v3_only_message
 
 GROUP = "berth.dev"
 VERSION = "v1alpha1"
@@ -126,6 +127,10 @@ class RegistrySpec(ApiModel):
                             f"self.config.notifications.endpoints.all(e, !has(e.ignore)) || !{_RUNS_2}",
                     "message": notifications_v3_message("endpoints[].ignore"),
                 },
+                *({
+                    "rule": f"!has(self.config.storage.{path.rsplit('.', 1)[1]}) || !{_RUNS_2}",
+                    "message": v3_only_message(path.removeprefix("spec.")),
+                } for path in (AZURE_PATH, GCS_PATH)),
                 {
                     "rule": f"!has(self.config.notifications) || !has(self.config.notifications.events) || !{_RUNS_2}",
                     "message": notifications_v3_message("events.includeReferences"),
@@ -185,6 +190,11 @@ class RegistrySpec(ApiModel):
 
     def _v3_field_messages(self) -> Iterator[str]:
         """A refusal for each Distribution-3-only field the spec sets (the CEL rules above say the same)."""
+        storage = self.config.storage
+        # Debian's 2.8.2 has neither driver, so neither can be tested on 2 (issue 31): refused there.
+        for path, backend in ((AZURE_PATH, storage.azure), (GCS_PATH, storage.gcs)):
+            if backend is not None:
+                yield v3_only_message(path.removeprefix("spec."))
         if self.config.proxy is not None:
             yield from (proxy_v3_message(field) for field in self.config.proxy.v3_fields_set())
         if self.config.notifications is not None:

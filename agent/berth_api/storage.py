@@ -12,12 +12,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .auth import Auth
+from .cloud_storage import AzureStorage, GcsStorage
 from .types import INT32_MAX, ApiModel, Duration, ObjectName, Quantity
 
 # Smallest chunk S3 accepts for a multipart upload part, and the registry's own floor.
 MIN_CHUNK_SIZE = 5 * 1024 * 1024
 # Largest part S3 accepts; both registry versions refuse a larger chunksize at start (s3-aws driver, maxChunkSize).
 MAX_CHUNK_SIZE = 5 * 1024 * 1024 * 1024
+BACKENDS_MESSAGE = "set exactly one storage backend: filesystem, objectStorage, azure, gcs or inmemory"
 
 
 class FilesystemStorage(ApiModel):
@@ -136,15 +138,15 @@ class Maintenance(ApiModel):
 
 
 class Storage(ApiModel):
-    """Exactly one backend (filesystem, objectStorage or inmemory) plus storage options."""
+    """Exactly one backend (filesystem, objectStorage, azure, gcs or inmemory) plus storage options."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.filesystem), has(self.objectStorage), has(self.inmemory)]"
-                    ".filter(x, x).size() == 1",
-                    "message": "set exactly one storage backend: filesystem, objectStorage or inmemory",
+                    "rule": "[has(self.filesystem), has(self.objectStorage), has(self.azure), has(self.gcs), "
+                    "has(self.inmemory)].filter(x, x).size() == 1",
+                    "message": BACKENDS_MESSAGE,
                 }
             ]
         }
@@ -154,6 +156,10 @@ class Storage(ApiModel):
     object_storage: ObjectStorage | None = Field(
         None, alias="objectStorage", description="Store data in an S3 bucket through COSI."
     )
+    azure: AzureStorage | None = Field(
+        None, description="Store data in an Azure Blob Storage container (Distribution 3 only).")
+    gcs: GcsStorage | None = Field(
+        None, description="Store data in a Google Cloud Storage bucket (Distribution 3 only).")
     inmemory: InMemoryStorage | None = Field(None, description="Keep data in memory (tests only).")
     delete: Delete = Field(default_factory=Delete, description="Deletion of blobs and manifests.")
     redirect: Redirect = Field(default_factory=Redirect, description="Redirects to the storage backend.")
@@ -164,15 +170,19 @@ class Storage(ApiModel):
 
     @model_validator(mode="after")
     def _exactly_one_backend(self) -> Storage:
-        backends = [self.filesystem, self.object_storage, self.inmemory]
+        backends = [self.filesystem, self.object_storage, self.azure, self.gcs, self.inmemory]
         if sum(b is not None for b in backends) != 1:
-            raise ValueError("set exactly one storage backend: filesystem, objectStorage or inmemory")
+            raise ValueError(BACKENDS_MESSAGE)
         return self
 
     @property
-    def backend(self) -> Literal["filesystem", "objectStorage", "inmemory"]:
+    def backend(self) -> Literal["filesystem", "objectStorage", "azure", "gcs", "inmemory"]:
         if self.filesystem is not None:
             return "filesystem"
         if self.object_storage is not None:
             return "objectStorage"
+        if self.azure is not None:
+            return "azure"
+        if self.gcs is not None:
+            return "gcs"
         return "inmemory"

@@ -141,8 +141,34 @@ def notifications_documents() -> list[dict[str, Any]]:
             for shape, extra in itertools.product(shapes, where)]
 
 
+def cloud_storage_documents() -> list[dict[str, Any]]:
+    """spec.config.storage.azure and .gcs (issue 31): each credentials type with and without its Secret and IDs,
+    realm and serviceURL together, chunk sizes off the 256 KiB step, and both on Distribution 2 (refused)."""
+    secret = {"name": "azure", "field": "accountKey"}
+    ids = {"tenantID": "00000000-0000-0000-0000-000000000001", "clientID": "00000000-0000-0000-0000-000000000002"}
+    azure_credentials = [{"type": kind, **extra} for kind in ("shared_key", "client_secret", "default_credentials")
+                         for extra in ({}, {"secret": secret}, ids, {"secret": secret, **ids})]
+    azure_base = {"accountName": "berthdata", "container": "registry"}
+    azure = [{**azure_base, "credentials": creds} for creds in azure_credentials]
+    azure += [{**azure_base, "credentials": {"type": "default_credentials"}, **where} for where in (
+        {"realm": "core.chinacloudapi.cn"}, {"serviceURL": "http://127.0.0.1:10000/berthdata"},
+        {"realm": "core.windows.net", "serviceURL": "https://berthdata.blob.core.windows.net"})]
+    key = {"name": "gcs", "field": "key.json"}
+    gcs = [{"bucket": "berth-registry", "credentials": creds, **chunk}
+           for creds in ({"type": "key", "secret": key}, {"type": "key"}, {"type": "default_credentials"},
+                         {"type": "default_credentials", "secret": key})
+           for chunk in ({}, {"chunkSize": 262144}, {"chunkSize": 16777216}, {"chunkSize": 300000})]
+    where = [{"image": "registry:3"}, {"image": "registry:2.8.3"}, {"image": "registry:3", "distribution": "2"}]
+    documents = [{**extra, "config": {"storage": {"azure": shape}}} for shape in azure for extra in where[:1]]
+    documents += [{**extra, "config": {"storage": {"gcs": shape}}} for shape in gcs for extra in where[:1]]
+    documents += [{**extra, "config": {"storage": {backend: shapes[0]}}} for extra in where
+                  for backend, shapes in (("azure", azure[1:]), ("gcs", gcs))]
+    documents.append({"config": {"storage": {"azure": azure[1], "gcs": gcs[0]}}})  # two backends
+    return documents
+
+
 SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
-         + proxy_documents() + notifications_documents())
+         + proxy_documents() + notifications_documents() + cloud_storage_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:
@@ -219,3 +245,17 @@ def test_notification_refusals_name_the_field() -> None:
     assert verdicts[25] == [] and verdicts[28] == []
     assert verdicts[27] == ["config.notifications.events.includeReferences needs Distribution 3, and this registry "
                             "runs Distribution 2 (spec.distribution, else the image tag)"]
+
+
+def test_cloud_storage_refusals_name_the_field() -> None:
+    """Each azure/gcs refusal names the field; both are refused on Distribution 2 naming the backend."""
+    verdicts = [model_problems({"spec": spec}) for spec in cloud_storage_documents()]
+    valid = [spec for spec, problems in zip(cloud_storage_documents(), verdicts) if not problems]
+    assert len(valid) >= 8
+    messages = {message for problems in verdicts for _, message in problems}
+    assert "config.storage.azure needs Distribution 3, and this registry runs Distribution 2 (spec.distribution, " \
+           "else the image tag)" in messages
+    assert any(m.startswith("config.storage.gcs needs Distribution 3") for m in messages)
+    assert "set realm or serviceURL, not both" in messages
+    assert "client_secret needs tenantID and clientID, and only client_secret takes them" in messages
+    assert "chunkSize must be a multiple of 262144 (256 KiB)" in messages

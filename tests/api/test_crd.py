@@ -36,6 +36,8 @@ from berth_api.notifications import (
     notifications_v3_message,
 )
 from berth_api.proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, proxy_v3_message
+from berth_api.storage import BACKENDS_MESSAGE
+from berth_api.types import v3_only_message
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Keywords a structural schema may not carry here: type unions, references, and what pruning replaces.
@@ -223,7 +225,16 @@ RULES = cel_rules(crd_schema())
 def test_the_cross_field_rules_are_all_there() -> None:
     by_path = {(path, rule["message"]) for path, rule in RULES}
     assert by_path == {
-        ("spec.config.storage", "set exactly one storage backend: filesystem, objectStorage or inmemory"),
+        ("spec.config.storage", BACKENDS_MESSAGE),
+        ("spec.config.storage.azure", "set realm or serviceURL, not both"),
+        *(("spec.config.storage.azure.credentials", message) for message in (
+            "shared_key and client_secret need secret (the Secret and key holding the account key or the client "
+            "secret)", "default_credentials takes no secret (the pod's workload identity authenticates)",
+            "client_secret needs tenantID and clientID, and only client_secret takes them")),
+        ("spec.config.storage.gcs", "chunkSize must be a multiple of 262144 (256 KiB)"),
+        ("spec.config.storage.gcs.credentials", "key needs secret (the Secret and key holding the service account's "
+         "JSON key), and default_credentials takes none"),
+        *(("spec", v3_only_message(f"config.storage.{backend}")) for backend in ("azure", "gcs")),
         ("spec.config.storage.filesystem", "set exactly one of persistentVolumeClaim and storageClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketClaim and bucketClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketAccess and bucketAccessClass"),

@@ -39,6 +39,11 @@ POD_SHAPING = {
     "redis.secret.name",
     "config.proxy.credentials.secretName",  # the upstream credentials' Secret volume
     "config.notifications.secretName",  # the notification headers' Secret volume (issue 21)
+    "config.storage.azure.credentials.secret.name",  # the azure credentials' Secret volume (issue 31)
+    "config.storage.gcs.credentials.secret.name",  # the gcs key's Secret volume (issue 31)
+    # Never valid alone: to or from default_credentials the Secret (its volume) comes or goes with it. Between
+    # shared_key and client_secret (the IDs come or go) the volume stays, which the walk cannot reach.
+    "config.storage.azure.credentials.type", "config.storage.gcs.credentials.type",
     # Auth, at either of its two places (berth_api.auth): the htpasswd Secret's volume, and token auth's trust
     # volumes: which object each is (a Secret or a ConfigMap volume), not the key read.
     *(f"{auth}.htpasswd.secret.name" for auth in AUTH_PLACES),
@@ -55,6 +60,8 @@ POD_SHAPING_SECTIONS = {
       for kind in ("secret", "configMap")),
     "config.proxy", "config.proxy.credentials",  # with credentials: their Secret volume
     "config.notifications",  # with secretName: its Secret volume
+    "config.storage.azure", "config.storage.gcs",  # with a Secret: its volume
+    "config.storage.azure.credentials.secret", "config.storage.gcs.credentials.secret",
     "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
@@ -161,6 +168,26 @@ BASES = [
     ("proxy", _with_proxy({"remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"},
                            "ttl": "72h", "cacheWriteTimeout": "1m"}), ClusterFacts(AGENT_IMAGE)),
     ("notifications", _with_notifications(), ClusterFacts(AGENT_IMAGE)),
+    ("azure-shared-key", _with_storage({"azure": {
+        "accountName": "berthdata", "container": "registry", "realm": "core.windows.net", "rootDirectory": "reg",
+        "maxRetries": 3, "retryDelay": "250ms",
+        "credentials": {"type": "shared_key", "secret": {"name": "azure", "field": "accountKey"}}}}, replicas=2),
+     ClusterFacts(AGENT_IMAGE)),
+    ("azure-client-secret", _with_storage({"azure": {
+        "accountName": "berthdata", "container": "registry", "serviceURL": "https://berthdata.blob.example",
+        "credentials": {"type": "client_secret", "secret": {"name": "entra", "field": "secret"},
+                        "tenantID": "00000000-0000-0000-0000-000000000001",
+                        "clientID": "00000000-0000-0000-0000-000000000002"}}}), ClusterFacts(AGENT_IMAGE)),
+    ("azure-default", _with_storage({"azure": {"accountName": "berthdata", "container": "registry",
+                                               "credentials": {"type": "default_credentials"}}}),
+     ClusterFacts(AGENT_IMAGE)),
+    ("gcs-key", _with_storage({"gcs": {
+        "bucket": "berth-registry", "rootDirectory": "reg", "chunkSize": 524288,
+        "credentials": {"type": "key", "secret": {"name": "gcs", "field": "key.json"}}}}, replicas=2),
+     ClusterFacts(AGENT_IMAGE)),
+    ("gcs-default", _with_storage({"gcs": {"bucket": "berth-registry",
+                                           "credentials": {"type": "default_credentials"}}}),
+     ClusterFacts(AGENT_IMAGE)),
 ]
 
 
@@ -180,6 +207,7 @@ TOP = {base_id: index for index, (base_id, _, _) in enumerate(BASES)}
 _STRING_CANDIDATES = [
     "17s", "1m30s", "7Gi", "https://other.example.net", "other-name", "other.key", "^https://other/.*$",
     "cache.example:6380", "[::1]:7000", "*/5 1-4 * jan,jul mon-fri",
+    "berthother", "core.chinacloudapi.cn", "11111111-2222-3333-4444-555555555555",  # azure account, realm, IDs
 ]
 
 
@@ -424,6 +452,16 @@ POD_SHAPING_CHANGES = [
     ("token -> silly", _spec(5), BASES[5][2], _spec(7), BASES[7][2]),
     ("config.notifications.secretName", _spec(TOP["notifications"]), BASES[0][2],
      _set(_spec(TOP["notifications"]), ["config", "notifications", "secretName"], "other"), BASES[0][2]),
+    *((f"config.storage.{backend}.credentials.secret.name", _spec(TOP[base]), BASES[0][2],
+       _set(_spec(TOP[base]), ["config", "storage", backend, "credentials", "secret", "name"], "other"), BASES[0][2])
+      for backend, base in (("azure", "azure-shared-key"), ("azure", "azure-client-secret"), ("gcs", "gcs-key"))),
+    ("config.storage.azure.credentials.type", _spec(TOP["azure-shared-key"]), BASES[0][2],
+     _set(_spec(TOP["azure-shared-key"]), ["config", "storage", "azure", "credentials"],
+          {"type": "default_credentials"}), BASES[0][2]),
+    ("config.storage.gcs.credentials.type", _spec(TOP["gcs-key"]), BASES[0][2],
+     _set(_spec(TOP["gcs-key"]), ["config", "storage", "gcs", "credentials"], {"type": "default_credentials"}),
+     BASES[0][2]),
+    ("objectStorage -> azure", _spec(2), BASES[2][2], _spec(TOP["azure-shared-key"]), BASES[0][2]),
 ]
 
 

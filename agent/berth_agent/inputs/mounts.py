@@ -8,9 +8,10 @@ and key (never the value).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -18,6 +19,8 @@ from urllib.parse import unquote, urlsplit
 from berth_api import RegistrySpec
 from berth_api.auth import TrustKeyRef
 from berth_api.pod import (
+    AZURE_VOLUME,
+    GCS_VOLUME,
     HTTP_SECRET_KEY,
     MOUNT_ROOT,
     NOTIFICATIONS_VOLUME,
@@ -34,8 +37,8 @@ from ..core.errors import InputError
 from .cosi import S3Credentials, read_cosi
 from .secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, TRUST_LIMIT, read_key, read_text
 
-__all__ = ["DEFAULT_MOUNT_ROOT", "MountedInputs", "RedisAddress", "S3Credentials", "parse_redis_url", "read_inputs",
-           "trust_origin"]
+__all__ = ["DEFAULT_MOUNT_ROOT", "GcsKey", "MountedInputs", "RedisAddress", "S3Credentials", "parse_gcs_key",
+           "parse_redis_url", "read_inputs", "trust_origin"]
 
 # The Secret volumes' names (subdirectories of the mount root) and keys are the pod contract, berth_api.pod.
 DEFAULT_MOUNT_ROOT = Path(MOUNT_ROOT)
@@ -62,6 +65,8 @@ class MountedInputs:
     proxy_username: str | None = None  # proxy.credentials: the upstream's user name and password
     proxy_password: str | None = None
     notification_headers: dict[str, str] | None = None  # notifications.secretName: header value by key
+    azure_secret: str | None = None  # storage.azure.credentials.secret: the account key or the client secret
+    gcs_key: GcsKey | None = None  # storage.gcs.credentials.secret: the service account's JSON key
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -212,7 +217,60 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
             headers[key] = value
         values["notification_headers"] = headers
 
+    values.update(_cloud_storage(spec, root))
     return MountedInputs(**values)
+
+
+def _cloud_storage(spec: RegistrySpec, root: Callable[[str], Path]) -> dict[str, object]:
+    """The azure or gcs driver's credentials from their Secret volume; nothing for default credentials."""
+    storage = spec.config.storage
+    if storage.azure is not None and storage.azure.credentials.secret is not None:
+        ref = storage.azure.credentials.secret
+        why = "spec.config.storage.azure.credentials.secret"
+        value = read_text(root(AZURE_VOLUME), AZURE_VOLUME, ref.field, why=why)
+        if not value:
+            raise InputError(f"{AZURE_VOLUME}/{ref.field}", f"is empty (asked for by {why})")
+        return {"azure_secret": value}
+    if storage.gcs is not None and storage.gcs.credentials.secret is not None:
+        ref = storage.gcs.credentials.secret
+        data = read_key(root(GCS_VOLUME), GCS_VOLUME, ref.field, why="spec.config.storage.gcs.credentials.secret",
+                        limit=DOCUMENT_LIMIT)
+        return {"gcs_key": parse_gcs_key(data, f"{GCS_VOLUME}/{ref.field}")}
+    return {}
+
+
+GCS_KEY_FIELDS = ("client_email", "private_key", "private_key_id", "token_uri")
+
+
+@dataclass(frozen=True, repr=False)
+class GcsKey:
+    """A service account's JSON key: the file as read (the driver's keyfile) and the fields pre-flight signs with."""
+
+    data: bytes
+    client_email: str
+    private_key_id: str
+    private_key: str
+    token_uri: str
+    source: str  # gcs/<key>, for messages
+
+    def __repr__(self) -> str:
+        return f"GcsKey(client_email={self.client_email!r}, source={self.source!r}, key=<hidden>)"
+
+
+def parse_gcs_key(data: bytes, where: str) -> GcsKey:
+    """The parsed service-account key; InputError naming `where` (never a value) if it is not one."""
+    try:
+        key = json.loads(data)
+    except ValueError:
+        raise InputError(where, "is not JSON (expected a service account key file)") from None
+    if not isinstance(key, dict) or key.get("type") != "service_account":
+        raise InputError(where, 'is not a service account key (expected "type": "service_account")')
+    for name in GCS_KEY_FIELDS:
+        if not isinstance(key.get(name), str) or not key[name]:
+            raise InputError(where, f"has no {name} (a service account key file has it)")
+    if "PRIVATE KEY-----" not in key["private_key"]:
+        raise InputError(where, "has a private_key that is not a PEM private key")
+    return GcsKey(data, key["client_email"], key["private_key_id"], key["private_key"], key["token_uri"], where)
 
 
 def trust_origin(ref: TrustKeyRef) -> str:

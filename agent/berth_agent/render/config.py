@@ -40,7 +40,7 @@ def render(
         raise InputError("spec.distribution", f"must be 2 or 3, not {major!r}")
     files: dict[str, bytes] = {}
     config: dict[str, Any] = {"version": "0.1", "log": {"level": spec.config.log.level}}
-    config["storage"] = storage_section(spec, inputs, major, paths)
+    config["storage"] = storage_section(spec, inputs, major, paths, files)
 
     auth_path, auth = spec.config.auth_in_use
     if auth.htpasswd is not None:

@@ -14,6 +14,7 @@ TLS_CERT_FILE = f"tls/{TLS_CERT_KEY}"
 TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
 TOKEN_BUNDLE_FILE = "token/rootcertbundle.pem"  # auth.token.rootcertbundle
 TOKEN_JWKS_FILE = "token/jwks.json"  # auth.token.jwks (Distribution 3)
+GCS_KEY_FILE = "gcs/key.json"  # storage.gcs keyfile: the service account's JSON key, as the Secret holds it
 
 
 @dataclass(frozen=True)
@@ -25,4 +26,5 @@ class RenderPaths:
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-__all__ = ["HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]
+__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE",
+           "RenderPaths"]

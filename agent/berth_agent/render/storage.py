@@ -6,14 +6,16 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from berth_api import RegistrySpec
+from berth_api.cloud_storage import AZURE_PATH, GCS_PATH, AzureStorage, GcsStorage
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, S3Credentials
-from .paths import RenderPaths
+from .paths import GCS_KEY_FILE, RenderPaths
 
 
 def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2", "3"],
-                    paths: RenderPaths) -> dict[str, Any]:
+                    paths: RenderPaths, files: dict[str, bytes]) -> dict[str, Any]:
+    """The storage section; a file the driver reads (the gcs keyfile) goes into `files`, beside config.yml."""
     storage = spec.config.storage
     section: dict[str, Any]
     if storage.filesystem is not None:
@@ -22,6 +24,12 @@ def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2
         if inputs.s3 is None:
             raise InputError("spec.config.storage.objectStorage", "is set but no COSI credentials were read")
         section = {"s3": _s3(inputs.s3, storage.object_storage.chunk_size, major)}
+    elif storage.azure is not None or storage.gcs is not None:
+        if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
+            raise InputError(AZURE_PATH if storage.azure is not None else GCS_PATH,
+                             "needs Distribution 3; this registry runs Distribution 2")
+        section = {"azure": _azure(storage.azure, inputs)} if storage.azure is not None else {
+            "gcs": _gcs(storage.gcs, inputs, paths, files)}
     else:
         section = {"inmemory": {}}
 
@@ -45,6 +53,50 @@ def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2
         },
         "readonly": {"enabled": storage.maintenance.readonly.enabled},
     }
+    return section
+
+
+def _azure(azure: AzureStorage, inputs: MountedInputs) -> dict[str, Any]:
+    """Distribution 3.1.1's azure parameters (parser.go): the account key sits at accountkey, a client secret
+    under credentials."""
+    credentials = azure.credentials
+    section: dict[str, Any] = {"accountname": azure.account_name, "container": azure.container}
+    creds: dict[str, Any] = {"type": credentials.type}
+    if credentials.secret is not None:
+        if inputs.azure_secret is None:
+            raise InputError(f"{AZURE_PATH}.credentials.secret", "is set but no credentials were read")
+        if credentials.type == "shared_key":
+            section["accountkey"] = inputs.azure_secret
+        else:
+            creds |= {"clientid": credentials.client_id, "tenantid": credentials.tenant_id,
+                      "secret": inputs.azure_secret}
+    section["credentials"] = creds
+    if azure.service_url is not None:
+        section["serviceurl"] = azure.service_url
+    if azure.realm is not None:
+        section["realm"] = azure.realm
+    if azure.root_directory is not None:
+        section["rootdirectory"] = azure.root_directory
+    if azure.max_retries is not None:
+        section["max_retries"] = azure.max_retries
+    if azure.retry_delay is not None:
+        section["retry_delay"] = azure.retry_delay
+    return section
+
+
+def _gcs(gcs: GcsStorage, inputs: MountedInputs, paths: RenderPaths, files: dict[str, bytes]) -> dict[str, Any]:
+    """Distribution 3.1.1's gcs parameters (gcs.go FromParameters); the key is the keyfile, read at start, so a
+    new key is a restart; without one the driver takes the pod's default credentials."""
+    section: dict[str, Any] = {"bucket": gcs.bucket}
+    if gcs.credentials.secret is not None:
+        if inputs.gcs_key is None:
+            raise InputError(f"{GCS_PATH}.credentials.secret", "is set but no key was read")
+        files[GCS_KEY_FILE] = inputs.gcs_key.data
+        section["keyfile"] = str(paths.config_dir / GCS_KEY_FILE)
+    if gcs.root_directory is not None:
+        section["rootdirectory"] = gcs.root_directory
+    if gcs.chunk_size is not None:
+        section["chunksize"] = gcs.chunk_size
     return section
 
 

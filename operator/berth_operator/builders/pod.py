@@ -12,12 +12,14 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import (
     AGENT_HEALTH_PORT,
+    AZURE_VOLUME,
     CONFIG_DIR,
     CONFIG_NAME,
     CONFIG_VOLUME,
     COSI_VOLUME,
     DATA_DIR,
     DATA_VOLUME,
+    GCS_VOLUME,
     HTPASSWD_VOLUME,
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
@@ -129,6 +131,9 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     notifications = spec.config.notifications
     if notifications is not None and notifications.secret_name is not None:
         sources[NOTIFICATIONS_VOLUME] = notifications.secret_name
+    for volume, backend in ((AZURE_VOLUME, spec.config.storage.azure), (GCS_VOLUME, spec.config.storage.gcs)):
+        if backend is not None and backend.credentials.secret is not None:
+            sources[volume] = backend.credentials.secret.name
     return sources
 
 
