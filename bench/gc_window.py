@@ -26,7 +26,10 @@ annotation writes status.garbageCollection.request). Measured:
 Each run is checked: lastRun Succeeded, 504 blobs deleted on disk.
 
     python bench/gc_window.py [--mode command|flow|both] [--rounds 3] [--replicas 1 2] [--leave-seconds 0.3]
-                              [--images 125] [--layers 6] [--layer-size 4096] [--no-v3]
+                              [--images 125] [--layers 6] [--layer-size 4096] [--no-v3] [--flow-distribution 2|3]
+
+`--flow-distribution 3` (issue 29): the flow's pods run 3.1.1 under berth-supervise, which holds each pod's
+listening socket, so no pod leaves its Service for the read-only switch (try it with the pod's --leave-seconds 5).
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ def request_run(kube_api) -> dict:
     annotation a user sets, and now; the request it decides is written to status."""
     from berth_api import GC_REQUEST_ANNOTATION, Registry
     from berth_api.timestamps import format_time
-    from berth_operator import gc_schedule
+    from berth_operator.engine import gc_schedule
 
     body = kube_api.get(REGISTRIES, "default", "reg")
     reg = Registry.model_validate({key: body[key] for key in ("apiVersion", "kind", "metadata", "spec")})
@@ -196,11 +199,18 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     port = free_port()
     spec = filesystem_spec(port, garbageCollection={"readOnlyTimeout": "5m"})
     spec["config"]["storage"]["delete"] = {"enabled": True}
+    held = args.flow_distribution == "3"  # 3.1.1 under berth-supervise, each pod's socket held (issue 29)
+    if held:
+        from support.pod import on_distribution
+        from support.supervisor import PYTHON
+
+        spec = on_distribution(spec, "3")
     kept = store.kept[0]
     layer = next(digest for digest, size in kept.blobs.items() if size == args.layer_size)
     hex_digest = layer.split(":", 1)[1]
     layer_bytes = (store_dir / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data").read_bytes()
-    with KubeApi() as api, running_replicas(root, api, spec, count=replicas, leave_seconds=args.leave_seconds) as pods:
+    with KubeApi() as api, running_replicas(root, api, spec, count=replicas, leave_seconds=args.leave_seconds,
+                                            **({"binary": REGISTRY3_BINARY, "shell": PYTHON} if held else {})) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         # One pod: straight to it, a connection refused in a handover's few milliseconds retried (and counted),
         # as bench/agent_inflight.py does. Several: through the balancer, never retried.
@@ -265,9 +275,11 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
 
 
 def flow(args, base: Path) -> None:
-    store, build_seconds = build_store(args, REGISTRY_BINARY, base / "store", base / "build")
-    print(f"flow: store of {store.blobs_total} blobs ({len(store.eligible_blobs)} unreferenced) on registry 2.8, "
-          f"built in {build_seconds:.1f} s")
+    binary = REGISTRY3_BINARY if args.flow_distribution == "3" else REGISTRY_BINARY
+    store, build_seconds = build_store(args, binary, base / "store", base / "build")
+    name = "3.1.1 on held sockets (berth-supervise)" if args.flow_distribution == "3" else "2.8"
+    print(f"flow: store of {store.blobs_total} blobs ({len(store.eligible_blobs)} unreferenced) on registry {name}, "
+          f"built in {build_seconds:.1f} s; agents' --leave-seconds {args.leave_seconds:g}")
     for replicas in args.replicas:
         rounds = [flow_round(args, store, base / "store", base / f"flow-{replicas}-{n}", replicas)
                   for n in range(args.rounds)]
@@ -310,6 +322,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--layer-size", type=int, default=4096)
     parser.add_argument("--no-v3", action="store_true", help="only Debian's 2.8, even with BERTH_REGISTRY3_BIN")
+    parser.add_argument("--flow-distribution", choices=["2", "3"], default="2",
+                        help="the flow's pods: Debian's 2.8 (overlapped restarts, leaving the Service), or 3.1.1 "
+                             "under berth-supervise on held sockets (no leaving; needs BERTH_REGISTRY3_BIN)")
     args = parser.parse_args()
     with workdir("gc-window") as tmp:
         if args.mode in ("command", "both"):

@@ -28,11 +28,18 @@ class ConnectionCounts:
 
 
 class NewConnectionLoop(threading.Thread):
-    def __init__(self, host: str, port: int, *, path: str = "/v2/", timeout: float = 10.0, pause: float = 0.0):
+    def __init__(self, host: str, port: int, *, path: str = "/v2/", timeout: float = 10.0, pause: float = 0.0,
+                 expected: bytes | None = None):
+        """`expected`: the body a pull must get (with 200); anything else is a failed request."""
         super().__init__(name="new-connections", daemon=True)
         self.host, self.port, self.path, self.timeout, self.pause = host, port, path, timeout, pause
+        self.expected = expected
         self.counts = ConnectionCounts()
         self._stop_event = threading.Event()
+
+    def start(self) -> NewConnectionLoop:  # type: ignore[override]
+        super().start()
+        return self
 
     def __enter__(self) -> NewConnectionLoop:
         self.start()
@@ -51,8 +58,12 @@ class NewConnectionLoop(threading.Thread):
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             connection.request("GET", self.path, headers={"Connection": "close"})
-            status = connection.getresponse().status
-            if status < 500:
+            response = connection.getresponse()
+            status, body = response.status, response.read()
+            if self.expected is not None and (status != 200 or body != self.expected):
+                counts.failed += 1
+                counts.failures.append(f"HTTP {status}, {len(body)} bytes")
+            elif status < 500:
                 counts.answered += 1
             else:
                 counts.failed += 1
@@ -61,7 +72,7 @@ class NewConnectionLoop(threading.Thread):
             counts.refused += 1
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             counts.closed_without_response += 1
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             counts.failed += 1
             counts.failures.append(f"{type(exc).__name__}: {exc}")
         finally:

@@ -29,7 +29,7 @@ import yaml
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
 from support.ports import free_port
-from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
+from support.supervisor import PYTHON, REGISTRY_BIN, Supervisor, registry_env, wait_for
 
 
 def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
@@ -56,7 +56,8 @@ def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[st
 
 
 # What the agent writes beside config.yml for the registry (docs/design.md §4.1).
-SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json")
+SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json",
+              "gcs/key.json")
 
 
 def config_identity(config_dir: Path) -> str:
@@ -127,7 +128,13 @@ class RegistryPod:
         return self.agent
 
     def start_supervisor(self, *, packaged: bool = False, env: dict[str, str] | None = None) -> Supervisor:
-        """The registry container: supervise.sh as the agent wrote it (or the packaged copy, to start first)."""
+        """The registry container: supervise.sh as the agent wrote it (or the packaged copy, to start first); with
+        shell "python", berth-supervise holding the pod's socket as in the pod template (for a 3.x binary)."""
+        if self.shell == PYTHON:
+            env = {"BERTH_LISTEN_ADDR": f"{self.listen_host}:{self.port}", **(env or {})}
+            self.supervisor = Supervisor(self.config_dir, shell=PYTHON, log_path=self.root / "registry.log",
+                                         binary=self.binary, env=env).start()
+            return self.supervisor
         script = None if packaged else wait_for(
             lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
             what="the agent to write supervise.sh")

@@ -41,15 +41,17 @@ def create_registry(kube_api: Any, spec: dict[str, Any], *, count: int = 1, name
 @contextlib.contextmanager
 def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 2,
                      leave_seconds: float = 0.3, extra: list[str] = (), binary: str | None = None,
-                     mounts: Mapping[str, Mapping[str, str]] = {}) -> Iterator[dict[str, RegistryPod]]:
+                     mounts: Mapping[str, Mapping[str, str]] = {},
+                     shell: str | None = None) -> Iterator[dict[str, RegistryPod]]:
     """`count` pods "pod-a", "pod-b", ... on 127.0.0.2, 127.0.0.3, ...; `binary`: the pods' registry binary
-    (default the real one), `mounts`: more Secret volumes each pod gets (e.g. a COSI `cosi/` dir)."""
+    (default the real one), `mounts`: more Secret volumes each pod gets (e.g. a COSI `cosi/` dir), `shell`: the
+    supervisor ("python": berth-supervise, holding each pod's socket for a 3.x binary)."""
     port = int(str(spec["http"]["addr"]).rpartition(":")[2])
     create_registry(kube_api, spec, count=count)
     pods: dict[str, RegistryPod] = {}
     for index in range(count):
         pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data",
-                          **({"binary": binary} if binary else {}))
+                          **({"binary": binary} if binary else {}), **({"shell": shell} if shell else {}))
         write_secret_dir(pod.mounts / "http-secret", {"secret": "generated-by-the-operator"})
         for directory, data in mounts.items():
             write_secret_dir(pod.mounts / directory, dict(data))

@@ -21,12 +21,14 @@ from pathlib import Path
 from ..core.write import remove_stale, write_atomic, write_tree
 from ..render.config import Rendered
 from ..supervisor.endpoint import Endpoint
-from ..supervisor.files import CONFIG_NAME, EXIT_NAME, SUPERVISOR_PID_NAME
+from ..supervisor.files import CONFIG_NAME
 from ..supervisor.handover import read_handover
-from ..supervisor.output import supervisor_pid, with_registry_error
+from ..supervisor.output import with_registry_error
 from ..supervisor.probe import CRASHES_BEFORE_GIVING_UP, STOPPED, answers, is_up, wait_until_serving
 from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
-from ..supervisor.restart import RestartResult, restart_registry
+from ..supervisor.restart import RestartResult
+from ..supervisor.restarter import Restarter, SupervisorRestarter
+from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
 from .last_good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render
 from .turns import ReplicaTurn
@@ -86,12 +88,16 @@ class Applier:
     """
 
     def __init__(self, config_dir: Path, *, restart_timeout: float | None = None, preflight: bool = True,
-                 on_written: Callable[[], None] | None = None, state_dir: Path | None = None):
+                 on_written: Callable[[], None] | None = None, state_dir: Path | None = None,
+                 restarter: Restarter | None = None):
         self.config_dir = Path(config_dir)
         # Where supervise.sh keeps its pid, the last exit and the registry's output (BERTH_STATE_DIR): the
         # config dir outside Kubernetes; in a pod the registry container mounts the config volume read-only.
         self.state_dir = Path(state_dir) if state_dir else self.config_dir
         self.config_path = self.config_dir / CONFIG_NAME
+        # The one door to the registry container's processes (supervisor/restarter.py): on the socket the
+        # supervisor holds (3.x) or overlapped (2.8).
+        self.restarter: Restarter = restarter or SupervisorRestarter(self.config_path, self.state_dir)
         self.restart_timeout = restart_timeout
         self.preflight = preflight
         self.on_written = on_written  # config.yml is on disk: the registry container may start (startupProbe)
@@ -119,7 +125,7 @@ class Applier:
 
     def supervisor_gone(self) -> str | None:
         """Why no restart can work now (supervise.sh started once and is gone), or None."""
-        if (self.state_dir / SUPERVISOR_PID_NAME).exists() and supervisor_pid(self.state_dir) is None:
+        if supervisor_gone(self.state_dir):
             return ("the supervisor (supervise.sh, the registry container's command) is not running: nothing "
                     "would start a registry, so nothing is restarted until it is back")
         return None
@@ -185,27 +191,30 @@ class Applier:
         began = time.monotonic()
         running = [p for p in find_registry_processes(self.config_path) if p not in self.draining]
         first = previous is None
+        # On the socket the supervisor holds (3.x) nothing is refused while the registry restarts: the pod stays
+        # in its Service and only takes its turn (docs/design.md §4.2, "Coordination between replicas").
+        leave = not self.restarter.holds_socket(running)
         if turn is not None and not first:
             # Another pod may be restarting: wait for our turn, then leave the Service (apply/turns.py).
-            waited = turn.begin(self.stopping, hold_seconds=self._bound(previous, rendered) * 2)
+            waited = turn.begin(self.stopping, hold_seconds=self._bound(previous, rendered) * 2, leave=leave)
             timings.update(lease_wait=waited.lease_wait, drain_wait=waited.drain_wait)
             if waited.stopped:
                 return Outcome("failed", False, detail=STOPPED, timings=timings, warnings=warnings)
             began = time.monotonic()
-            running = None  # seconds may have passed: restart_registry looks again
+            running = None  # seconds may have passed: the restarter looks again
         try:
             outcome = self._write_and_restart(rendered, previous, timings, began, running)
             outcome.warnings = warnings
             return outcome
         finally:
             if turn is not None and not first:
-                turn.end(self.stopping)
+                turn.end(self.stopping, leave=leave)
 
     def _bound(self, previous: Rendered | None, rendered: Rendered) -> float:
         return self.restart_timeout or restart_bound(previous or rendered)
 
     def _supervisor_started(self) -> bool:
-        return (self.state_dir / SUPERVISOR_PID_NAME).exists()
+        return supervisor_started(self.state_dir)
 
     def _start_wait(self, bound: float) -> float:
         """How long to wait for a first registry: the bound, or a short look when no supervisor ever started."""
@@ -264,8 +273,8 @@ class Applier:
                     extra={"fields": {"config_hash": disk.identity, "restore_hash": good.identity,
                                       "reason": detail}})
         self._write(good, disk)
-        rollback = restart_registry(self.config_path, endpoint_of(good), timeout=self._bound(None, good),
-                                    stop=self.stopping, draining=self.draining)
+        rollback = self.restarter.restart(endpoint_of(good), timeout=self._bound(None, good), stop=self.stopping,
+                                          draining=self.draining)
         if rollback.ok:
             self._verified(good)
         else:
@@ -278,11 +287,11 @@ class Applier:
         start live milliseconds (a /proc scan misses them): the supervisor's registry-exit line counts them."""
         deadline = time.monotonic() + timeout
         exits: set[str] = set()
-        first = _exit_line(self.state_dir)
+        first = exit_line(self.state_dir)
         while time.monotonic() < deadline:
             if self.serving(rendered) is not None:
                 return ""
-            line = _exit_line(self.state_dir)
+            line = exit_line(self.state_dir)
             if line and line != first and not line.split()[1:2] == ["0"]:
                 exits.add(line)
             if len(exits) >= CRASHES_BEFORE_GIVING_UP:
@@ -316,8 +325,8 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
-            result = restart_registry(self.config_path, endpoint_of(rendered), timeout=bound,
-                                      stop=self.stopping, draining=self.draining, running=running)
+            result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
+                                            draining=self.draining, running=running)
             action = "restarted"
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
@@ -338,9 +347,9 @@ class Applier:
                     extra={"fields": {"config_hash": rendered.identity, "restore_hash": previous.identity,
                                       "reason": detail}})
         self._write(previous, rendered)
-        rollback = restart_registry(self.config_path, endpoint_of(previous),
-                                    timeout=self.restart_timeout or restart_bound(previous), stop=self.stopping,
-                                    draining=self.draining)
+        rollback = self.restarter.restart(endpoint_of(previous),
+                                          timeout=self.restart_timeout or restart_bound(previous),
+                                          stop=self.stopping, draining=self.draining)
         if not rollback.ok:
             # On disk again, but not seen serving: nothing is verified until a registry answers on it.
             rollback.detail = with_registry_error(rollback.detail, self.state_dir)
@@ -355,14 +364,6 @@ class Applier:
         write_atomic(self.config_path, rendered.config)
         if replacing is not None:
             remove_stale(self.config_dir, set(rendered.files), set(replacing.files))
-
-
-def _exit_line(config_dir: Path) -> str:
-    """supervise.sh's record of the last registry exit ("pid status seconds"), "" when none."""
-    try:
-        return (config_dir / EXIT_NAME).read_text().strip()
-    except OSError:
-        return ""
 
 
 def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from ..core import metrics
 from ..core.health import Health
 from ..sources import Change, Emit
-from ..supervisor.files import EXIT_NAME, SUPERVISOR_PID_NAME
-from ..supervisor.output import first_error, keep_bounded, supervisor_pid
+from ..supervisor.output import first_error, keep_bounded
+from ..supervisor.state import exit_line, supervisor_running, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)
@@ -76,12 +76,8 @@ class RegistryWatch:
 
     def check(self) -> Finding:
         keep_bounded(self.state_dir)
-        pid_file = (self.state_dir / SUPERVISOR_PID_NAME).exists()
-        supervisor = supervisor_pid(self.state_dir) is not None or not pid_file
-        try:
-            exit_line = (self.state_dir / EXIT_NAME).read_text().strip()
-        except OSError:
-            exit_line = ""
+        supervisor = supervisor_running(self.state_dir) or not supervisor_started(self.state_dir)
+        last_exit = exit_line(self.state_dir)
         believed = self.applier.current or self.applier.on_disk(set())
         if believed is None:
             serving, reason = False, "config not written yet"
@@ -90,7 +86,7 @@ class RegistryWatch:
         else:
             serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
-        return Finding(serving, reason, supervisor, exit_line, said)
+        return Finding(serving, reason, supervisor, last_exit, said)
 
     async def run(self, emit: Emit) -> None:
         self.health.register(self.name, MAX_SILENCE_SECONDS)

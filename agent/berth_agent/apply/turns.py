@@ -4,7 +4,7 @@
 reporting "waiting" on status while another pod holds it), turn /readyz false and wait `leave_seconds` (the
 readiness probe and the endpoints catching up: then no new connection comes to this pod), restart, turn
 /readyz true, wait `leave_seconds` again (so the next pod never leaves while this one is not back yet), release
-the Lease.
+the Lease. On the socket the supervisor holds (3.x) the pod does not leave: it only takes its turn.
 
 Blocking calls: runs in the applier's worker thread.
 """
@@ -47,14 +47,15 @@ class ReplicaTurn:
         self._began = 0.0
         self._taken_at = 0.0  # wall clock, for the "reload turn" log line
 
-    def begin(self, stop: threading.Event, *, hold_seconds: float) -> TurnTimings:
-        """Take the Lease (waiting for it), then leave the Service. `hold_seconds` bounds the hold."""
+    def begin(self, stop: threading.Event, *, hold_seconds: float, leave: bool = True) -> TurnTimings:
+        """Take the Lease (waiting for it), then leave the Service. `hold_seconds` bounds the hold. With
+        `leave` False (the supervisor holds the listening socket: nothing is refused) the pod stays in."""
         timings = TurnTimings()
         started = time.monotonic()
         reported: str | None = None
         while True:
             try:
-                taken, holder = self.lease.try_acquire(hold_seconds + 2 * self.leave_seconds)
+                taken, holder = self.lease.try_acquire(hold_seconds + (2 * self.leave_seconds if leave else 0))
             except LeaseError as exc:
                 # An API we cannot reach must not stop reloads for good: after the bound, go alone.
                 taken, holder = False, None
@@ -80,6 +81,8 @@ class ReplicaTurn:
         if timings.stopped:
             self._release()
             return timings
+        if not leave:
+            return timings
         # Out of the Service before the registry stops listening: /readyz fails, the kubelet's next probe sees
         # it, the endpoints drop the pod; after leave_seconds no new connection is sent here.
         self.health.set_ready(False)
@@ -87,10 +90,11 @@ class ReplicaTurn:
         timings.drain_wait = round(time.monotonic() - self._began, 4)
         return timings
 
-    def end(self, stop: threading.Event) -> None:
+    def end(self, stop: threading.Event, *, leave: bool = True) -> None:
         """Back into the Service; hand the turn on only once the endpoints could have taken this pod back."""
         self.health.set_ready(True)
-        stop.wait(self.leave_seconds)
+        if leave:
+            stop.wait(self.leave_seconds)
         released_at = time.time()  # before the release: nobody else can have it before this moment
         held = self._holding
         self._release()

@@ -1,9 +1,12 @@
-"""The agent's side of supervise.sh, the registry container's command (docs/design.md §4.2).
+"""The registry container's supervisor and the agent's side of it (docs/design.md §4.2).
 
-The one list of the files both share (files), the script itself as package data (supervise.sh, script),
-the registry processes as /proc shows them (procfs), where the registry listens (endpoint), whether a new
-one serves (probe), the handover protocol (handover), the overlapped restart (restart), and the registry's
-own words from its output (output). Open this folder to change how the registry is restarted.
+berth-supervise, the registry container's command (supervise/: standard library only, imports nothing else of
+the agent), the one door the Applier takes (restarter: `Restarter`), the restart on the socket the supervisor
+holds (held) and the overlapped one (restart), the supervisor's state files (state) and the names both spell
+(files), the registry processes as /proc shows them (procfs), where the registry listens (endpoint), whether a
+new one serves (probe), the handover file (handover), the registry's own words from its output (output), its
+metrics on a stable port (metrics), and the older shell supervisor as package data (supervise.sh, script).
+Open this folder to change how the registry is restarted.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ _EXPORTS = {
     "HANDOVER_NAME": ".files",
     "RegistryProcess": ".procfs",
     "RestartResult": ".restart",
+    "Restarter": ".restarter",
+    "SupervisorRestarter": ".restarter",
     "SUPERVISOR_NAME": ".files",
     "SUPERVISOR_PID_NAME": ".files",
     "answers": ".probe",

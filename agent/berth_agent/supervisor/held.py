@@ -21,27 +21,13 @@ from .handover import write_handover
 from .probe import POLL_SECONDS, STOPPED, answers, is_up
 from .procfs import PROC, RegistryProcess, parent_pid, send_signal, start_ticks, supervised_with
 from .restart import RestartResult
-from .supervise.names import EXIT_NAME, METRICS_NAME, SOCKET_MARKER
+from .state import current_pid, exit_line
+from .supervise.names import SOCKET_MARKER
 
 
 def on_held_socket(process: RegistryProcess, proc: Path = PROC) -> bool:
     """Whether this registry serves on a socket its supervisor holds (and so is replaced by SIGHUP)."""
     return supervised_with(process, SOCKET_MARKER, proc)
-
-
-def _current_pid(state_dir: Path) -> int | None:
-    try:
-        words = (state_dir / METRICS_NAME).read_text().split()
-        return int(words[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _exit_line(state_dir: Path) -> list[str]:
-    try:
-        return (state_dir / EXIT_NAME).read_text().split()
-    except OSError:
-        return []
 
 
 def replace_on_held_socket(
@@ -51,7 +37,7 @@ def replace_on_held_socket(
     """Ask the supervisors of `old` for successors on their held socket; wait until one serves (up to timeout)."""
     began, wall = time.monotonic(), time.time()
     result = RestartResult(ok=False, old=old, new=None, seconds=0.0, started_at=wall, handed_over=True)
-    before = _exit_line(state_dir)
+    before = exit_line(state_dir).split()
     write_handover(config_path, draining | set(old))
     for pid in {parent_pid(p, proc) for p in old} - {None}:
         send_signal(pid, signal.SIGHUP)
@@ -59,7 +45,7 @@ def replace_on_held_socket(
     deadline = began + timeout
     detail = f"no successor answered on the held socket within {timeout:g}s"
     while True:
-        pid = _current_pid(state_dir)
+        pid = current_pid(state_dir)
         if pid is not None and pid not in old_pids:
             try:
                 new = RegistryProcess(pid, start_ticks(pid, proc=proc))
@@ -70,9 +56,9 @@ def replace_on_held_socket(
                 result.ok, result.new = True, new
                 result.no_listener_seconds = 0.0  # the socket never closed
                 break
-        exit_line = _exit_line(state_dir)
-        if exit_line != before and exit_line[:1] and int(exit_line[0]) not in old_pids and exit_line[1:2] != ["0"]:
-            detail = (f"the registry exited at start with status {exit_line[1]} on {config_path}; the registry "
+        last_exit = exit_line(state_dir).split()
+        if last_exit != before and last_exit[:1] and int(last_exit[0]) not in old_pids and last_exit[1:2] != ["0"]:
+            detail = (f"the registry exited at start with status {last_exit[1]} on {config_path}; the registry "
                       f"serving before (pid {', '.join(str(p) for p in sorted(old_pids))}) serves on")
             break
         if time.monotonic() >= deadline:

@@ -86,11 +86,11 @@ def blob_gets(upstream: Upstream) -> list[str]:
     return upstream.content_requests("blobs")
 
 
-def seed(tmp_path, upstream: Upstream, reference: str, *, password: str = OLD, layers: int = 1,
+def seed(tmp_path, upstream: Upstream, reference: str, *, user: str = USER, password: str = OLD, layers: int = 1,
          layer_size: int = 256 * 1024):
     image = make_oci_image(tmp_path / reference.replace("/", "_").replace(":", "_"), layers=layers,
                            layer_size=layer_size)
-    push_image(image, upstream.registry, reference, creds=(USER, password))
+    push_image(image, upstream.registry, reference, creds=(user, password))
     return image
 
 
@@ -259,6 +259,14 @@ def basic_requests_after(upstream: Upstream, sizes: dict[Path, int]) -> list[tup
     return found
 
 
+def fetch_uncached(tmp_path, upstream: Upstream, url: str) -> None:
+    """A basic-auth upstream after the revoke: pull a blob no cache holds yet through `url`, so the upstream must
+    serve one as the new user (the load's blobs may all be cached by then; counted, not timed)."""
+    late = seed(tmp_path, upstream, "lib/late:1", user=NEW_USER, password=NEW, layer_size=16 * 1024)
+    layer = late.layer_digests[0]
+    assert http_get(f"{url}/v2/lib/late/blobs/{layer}").body == late.blobs[layer]
+
+
 def no_old_password_after(upstream: Upstream, moment: float, sizes: dict[Path, int]) -> None:
     if upstream.front is None:
         after = basic_requests_after(upstream, sizes)
@@ -286,6 +294,8 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
                 loop.start()
             wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops")
             seconds = rotate(kube_api, pods, upstream, loops)
+            if upstream.front is None:
+                fetch_uncached(tmp_path, upstream, balancer.url)
             stats = [loop.stop() for loop in loops]
         finally:
             for loop in loops:
@@ -317,6 +327,8 @@ def test_credential_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, 
                 loop.start()
             wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops")
             seconds = rotate(kube_api, pods, upstream, loops)
+            if upstream.front is None:
+                fetch_uncached(tmp_path, upstream, pod.url)
             stats = [loop.stop() for loop in loops]
         finally:
             for loop in loops:

@@ -18,3 +18,12 @@ def test_the_markers_are_what_supervise_sh_puts_in_its_registry_s_environment():
     script = supervisor_script().decode()
     for marker in (files.HANDOVER_MARKER, files.GC_MARKER):
         assert f"{marker.decode()} " in script  # set on the command line that starts the registry
+
+
+def test_berth_supervise_spells_the_config_name_as_the_pod_contract_does():
+    # berth-supervise cannot import berth_api (pydantic: megabytes in every pod), so names.py repeats this one.
+    from berth_agent.supervisor.supervise import names, settings
+    from berth_api import pod
+
+    assert names.CONFIG_NAME == pod.CONFIG_NAME
+    assert settings.DEFAULT_CONFIG == f"{pod.CONFIG_DIR}/{pod.CONFIG_NAME}"
