@@ -170,7 +170,7 @@ def request_run(kube_api) -> dict:
     annotation a user sets, and now; the request it decides is written to status."""
     from berth_api import GC_REQUEST_ANNOTATION, Registry
     from berth_api.timestamps import format_time
-    from berth_operator import gc_schedule
+    from berth_operator.engine import gc_schedule
 
     body = kube_api.get(REGISTRIES, "default", "reg")
     reg = Registry.model_validate({key: body[key] for key in ("apiVersion", "kind", "metadata", "spec")})

@@ -5,4 +5,4 @@
 # support.signals: every test process starts children with default signal dispositions (a shell cannot trap an
 # inherited SIG_IGN).
 pytest_plugins = ["support.signals", "support.kube", "support.redisserver", "support.registry", "support.s3",
-                  "support.apiserver", "support.control_plane"]
+                  "support.apiserver", "support.control_plane", "support.node"]

@@ -10,11 +10,12 @@ import sys
 from kubernetes import config as kube_config
 from kubernetes.client import Configuration
 
-from . import facts, logs, metrics
-from .client import Kube
-from .identity import lease_identity
-from .leader import DEFAULT_LEASE_NAME, LeaseSettings
-from .runner import LeadershipLost, run
+from .core import logs, metrics
+from .core.identity import lease_identity
+from .engine import facts
+from .kube.client import Kube
+from .reactor.leader import DEFAULT_LEASE_NAME, LeaseSettings
+from .reactor.runner import LeadershipLost, run
 
 # The install's namespace (deploy/): where a run outside the cluster looks for the Lease, so a local
 # debugging run stands by while the installed operator leads.

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from berth_operator.client import FIELD_MANAGER
+from berth_operator.kube.client import FIELD_MANAGER
 from support.apiserver import JSON_PATCH, MERGE_PATCH, api_path
 from support.apiserver_identities import OPERATOR_USER, start_operator
 from support.operator_harness import REGISTRIES_PATH, wait_for

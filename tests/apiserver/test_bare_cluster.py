@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from berth_operator.client import COSI
+from berth_operator.core.kinds import COSI
 from support.apiserver import (
     KubeApiServer,
     forbidden,

@@ -115,7 +115,7 @@ def _exposed(text: str) -> set[str]:
 
 def operator_names() -> set[str]:
     """The operator's exposition once it has reported a Registry's conditions (its metrics module, as served)."""
-    code = ("from berth_operator import metrics; from prometheus_client import generate_latest; "
+    code = ("from berth_operator.core import metrics; from prometheus_client import generate_latest; "
             "metrics.record_conditions(('ns', 'r'), [{'type': 'Ready', 'status': 'True'}]); "
             "print(generate_latest().decode())")
     result = subprocess.run(["python", "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -1,4 +1,4 @@
-"""berth_operator.apply's pure parts: containment and when it writes at all. What the server-side apply then does
+"""berth_operator.engine.apply's pure parts: containment and when it writes at all. What the server-side apply then does
 (repairs, removes what the builder stopped setting, keeps other managers' fields and owner references) is checked
 on the real API server: tests/apiserver/test_apply.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import jsonpatch
 
-from berth_operator.apply import DESIRED_HASH_ANNOTATION, contains, desired_hash, needs_write
+from berth_operator.engine.apply import DESIRED_HASH_ANNOTATION, contains, desired_hash, needs_write
 
 OWNER = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": "r", "uid": "u1", "controller": True,
          "blockOwnerDeletion": True}
@@ -81,7 +81,7 @@ def test_resource_quantities_compare_by_value():
 
 
 def test_replacement_replaces_only_differing_fields_whole():
-    from berth_operator.apply import replacement
+    from berth_operator.engine.apply import replacement
 
     live = live_of(WANTED)
     live["spec"]["ports"] = [{"name": "http", "port": 5999, "protocol": "TCP"}]  # a hand edit of the port
@@ -92,8 +92,8 @@ def test_replacement_replaces_only_differing_fields_whole():
 
 
 def test_one_event_per_verb_names_every_object_in_the_order_written():
-    from berth_operator.apply import Action
-    from berth_operator.handlers import write_events
+    from berth_operator.engine.apply import Action
+    from berth_operator.reactor.handlers import write_events
 
     actions = [Action("Created", "ServiceAccount", "r-agent"), Action("Updated", "Deployment", "r"),
                Action("Created", "Service", "r"), Action("Deleted", "PodDisruptionBudget", "r")]

@@ -1,9 +1,9 @@
-"""berth_operator.caches' list: one Registry's pods from the store (the reconcile's list, with no request).
+"""berth_operator.cluster.caches' list: one Registry's pods from the store (the reconcile's list, with no request).
 The informers themselves run against the real API server (tests/apiserver/test_watches.py)."""
 
 from __future__ import annotations
 
-from berth_operator.caches import Caches
+from berth_operator.cluster.caches import Caches
 
 INSTANCE = "app.kubernetes.io/instance"
 

@@ -227,8 +227,8 @@ def test_cluster_wide_operator_sees_every_namespace(operator_harness, kube_api):
 
 
 def test_agent_image_from_env_or_the_operators_own_pod(kube_api, monkeypatch):
-    from berth_operator import facts
-    from berth_operator.client import Kube
+    from berth_operator.engine import facts
+    from berth_operator.kube.client import Kube
 
     kube = Kube(_configuration(kube_api))
     try:

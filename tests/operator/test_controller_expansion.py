@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from berth_operator.expansion import decide
+from berth_operator.engine.expansion import decide
 from support.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "grow"

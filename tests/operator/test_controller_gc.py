@@ -264,13 +264,14 @@ def reconcile_directly(kube_api, body: dict[str, Any]):
     """One reconcile in this thread, as a handler runs it, on the set clock."""
     import kubernetes.client
 
-    from berth_operator.client import Kube
-    from berth_operator.reconcile import reconcile
+    from berth_operator.cluster.view import Cluster
+    from berth_operator.engine.reconcile import reconcile
+    from berth_operator.kube.client import Kube
     from support.operator_harness import AGENT_IMAGE
 
     configuration = kubernetes.client.Configuration()
     configuration.host = kube_api.url
-    kube = Kube(configuration)
+    kube = Cluster(Kube(configuration))
     try:
         return reconcile(kube, body, agent_image=AGENT_IMAGE, clock=SetClock(PAST_DEADLINE))
     finally:

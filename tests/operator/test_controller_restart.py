@@ -172,15 +172,16 @@ def test_a_record_of_a_pod_the_cache_has_not_seen_yet_is_kept_and_counted(kube_a
     import kubernetes.client
 
     from berth_api import Registry
-    from berth_operator.caches import Caches
-    from berth_operator.client import Kube
-    from berth_operator.reconcile import _confirm_pods
+    from berth_operator.cluster.caches import Caches
+    from berth_operator.cluster.view import Cluster
+    from berth_operator.engine.reconcile import _confirm_pods
+    from berth_operator.kube.client import Kube
 
     configuration = kubernetes.client.Configuration()
     configuration.host = kube_api.url
     caches = Caches(None, [NS])  # type: ignore[arg-type]  (no informer: the store stays as filled here)
     caches.synced.set()
-    kube = Kube(configuration, caches=caches)
+    kube = Cluster(Kube(configuration), caches)
     reg = Registry.model_validate(registry("late", SPECS["mem"]))
     labels = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "late",
               "app.kubernetes.io/managed-by": "berth"}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from berth_api import GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
-from berth_operator import gc_schedule
+from berth_operator.engine import gc_schedule
 
 UTC = datetime.UTC
 

@@ -9,9 +9,9 @@ import asyncio
 import kubernetes.client
 import pytest
 
-from berth_operator.client import Kube, NotLeader
-from berth_operator.leader import LeaderElector, LeaseSettings
-from berth_operator.runner import LeadershipLost
+from berth_operator.kube.client import Kube, NotLeader
+from berth_operator.reactor.leader import LeaderElector, LeaseSettings
+from berth_operator.reactor.runner import LeadershipLost
 from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, OperatorHarness, wait_for
 
 NS = "berth-system"

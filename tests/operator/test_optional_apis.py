@@ -12,9 +12,9 @@ import pathlib
 import yaml
 
 from berth_api import Registry
-from berth_operator.client import COSI, KINDS, MONITORING, OPTIONAL_KINDS, crd_name
-from berth_operator.discovery import Discovery, describe, serving
-from berth_operator.facts import missing_apis, needed_kinds
+from berth_operator.cluster.discovery import Discovery, describe, serving
+from berth_operator.core.kinds import COSI, KINDS, MONITORING, OPTIONAL_KINDS, crd_name
+from berth_operator.engine.facts import missing_apis, needed_kinds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

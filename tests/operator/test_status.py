@@ -1,8 +1,8 @@
-"""berth_operator.status: the conditions, their reasons and transition times, and the /status merge patch."""
+"""berth_operator.engine.status: the conditions, their reasons and transition times, and the /status merge patch."""
 
 import pytest
 
-from berth_operator.status import (
+from berth_operator.engine.status import (
     DeploymentState,
     Finding,
     Observation,

@@ -1,4 +1,4 @@
-"""berth_operator.wakeups on a clock the test sets: one timer per Registry, replaced, cancelled, re-armed from
+"""berth_operator.reactor.wakeups on a clock the test sets: one timer per Registry, replaced, cancelled, re-armed from
 inside its own wake-up, closed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from berth_operator.wakeups import Wakeups
+from berth_operator.reactor.wakeups import Wakeups
 from support.clock import SetClock
 
 T0 = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)

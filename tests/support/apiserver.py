@@ -255,6 +255,11 @@ class KubeApiServer:
             return False
         return _http_ok(f"{self.url}/readyz", context=context, token=self.admin_token)
 
+    def pids(self) -> dict[str, int]:
+        """The pids of etcd (when it is this server's own) and kube-apiserver: a benchmark reads their CPU."""
+        return {("etcd" if process.args[0] == ETCD else "kube-apiserver"): process.pid
+                for process, _ in self._processes}
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.root.glob("*.log")
                          if p.name != "audit.log")

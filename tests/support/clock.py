@@ -68,7 +68,7 @@ class SteppedClock:
 
 
 class SetClock:
-    """A UTC wall clock the test sets (berth_operator.clock.UtcClock), for the operator in its own thread.
+    """A UTC wall clock the test sets (berth_operator.core.clock.UtcClock), for the operator in its own thread.
 
     `sleep_until` returns once the test has moved the clock to or past the instant; it polls (the operator's
     loop runs in another thread), so a sleeper notices a move within a few milliseconds of real time.

@@ -7,7 +7,7 @@ and looking at what it left on the storage.
     request = request_gc(kube_api, dry_run=True)        # spec + annotation, then the operator's decide()
     run = wait_last_run(kube_api, request["id"])        # status.garbageCollection.lastRun of that id
 
-The request is written by `berth_operator.gc_schedule.decide` itself (the operator's pure half), fed the
+The request is written by `berth_operator.engine.gc_schedule.decide` itself (the operator's pure half), fed the
 Registry as stored, the run-now annotation a user sets with kubectl, and the time: the same id, trigger,
 requestedAt, flags, readOnlyTimeout and deadline the operator writes, without running kopf (whose other
 reconcile work, pruning status.agents of pods it cannot see, would fight the test's local pods).
@@ -31,7 +31,7 @@ from typing import Any
 
 from berth_agent.gc import report as gc_report
 from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection
-from berth_operator import gc_schedule
+from berth_operator.engine import gc_schedule
 
 from .pod import RegistryPod
 from .registry import OciImage, http_get, oci_image_example

@@ -1,5 +1,5 @@
 """The operator for tests and bench, against the test API server (support.kube): in process
-(OperatorHarness: berth_operator.runner.run, the same code path as `berth-operator`, in a thread), or as a
+(OperatorHarness: berth_operator.reactor.runner.run, the same code path as `berth-operator`, in a thread), or as a
 `berth-operator` process (OperatorProcess: leader election, kill -9)."""
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ class OperatorHarness:
     def __init__(self, api: KubeApi, namespaces: list[str] | None = None, *, refresh_interval: float = 3600.0,
                  leader: Any = None, clock: Any = None):
         self.api = api
-        self.clock = clock  # berth_operator.clock.UtcClock; None: the wall clock
+        self.clock = clock  # berth_operator.core.clock.UtcClock; None: the wall clock
         self.namespaces = namespaces
         self.refresh_interval = refresh_interval
-        self.leader = leader  # berth_operator.leader.LeaseSettings: stand by until holding the Lease
+        self.leader = leader  # berth_operator.reactor.leader.LeaseSettings: stand by until holding the Lease
         self.holder: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None
@@ -83,7 +83,7 @@ class OperatorHarness:
         return self.holder["ctx"]
 
     def start(self) -> OperatorHarness:
-        from berth_operator import runner
+        from berth_operator.reactor import runner
 
         # kopf watches the namespaces it is given only once they exist as objects (it observes Namespaces).
         existing = {ns["metadata"]["name"] for ns in self.api.list("v1/namespaces")}

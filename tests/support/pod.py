@@ -56,7 +56,8 @@ def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[st
 
 
 # What the agent writes beside config.yml for the registry (docs/design.md §4.1).
-SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json")
+SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json",
+              "gcs/key.json")
 
 
 def config_identity(config_dir: Path) -> str:

@@ -1,7 +1,8 @@
 """Checks run before the registry is restarted on a new config: what can be checked without the registry.
 
 `check_render` checks what the registry reads or reaches at start, each only when it changes: the HTTPS pair
-(preflight_tls), a new listen port and the redis it will use (preflight_net). `check_config` checks the
+(preflight_tls), a new listen port and the redis it will use (preflight_net), Azure Blob and GCS credentials
+(preflight_azure, preflight_gcs). `check_config` checks the
 object storage, below.
 
 For object storage: the credentials the new config carries must open the bucket (a rotated key may not be
@@ -31,6 +32,9 @@ from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
+from .preflight_azure import azure_target, check_container
+from .preflight_gcs import check_bucket as check_gcs_bucket
+from .preflight_gcs import gcs_target
 from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis
 from .preflight_proxy import UpstreamRefused, check_upstream, distribution_of, publish
 from .preflight_tls import check_pair
@@ -69,6 +73,7 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
                          for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
     warnings += _check_token(rendered, previous, now)
     warnings += _check_proxy(rendered, previous)
+    _check_cloud_storage(rendered, previous)
     if "silly" in (rendered.document.get("auth") or {}) and (
             previous is None or "silly" not in (previous.document.get("auth") or {})):
         warnings.append(PreflightWarning("SillyAuthInUse", SILLY_WARNING))
@@ -125,6 +130,17 @@ def _check_proxy(rendered: Rendered, previous: Rendered | None) -> list[Prefligh
                                  .replace("; keeping the running config", ""))]
     publish(check)
     return []
+
+
+def _check_cloud_storage(rendered: Rendered, previous: Rendered | None) -> None:
+    """Azure Blob or GCS (preflight_azure, preflight_gcs): new credentials, or a new container or bucket, must open
+    it before the restart; an edit elsewhere never depends on the service being up."""
+    azure = azure_target(rendered.document)
+    if azure is not None and (previous is None or azure_target(previous.document) != azure):
+        check_container(azure)
+    gcs = gcs_target(rendered.document, rendered.files)
+    if gcs is not None and (previous is None or gcs_target(previous.document, previous.files) != gcs):
+        check_gcs_bucket(gcs)
 
 
 def _redis_fields(target: RedisTarget | None) -> tuple:

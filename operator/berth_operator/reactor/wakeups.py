@@ -11,7 +11,7 @@ import datetime
 import logging
 from collections.abc import Awaitable, Callable
 
-from .clock import UtcClock
+from ..core.clock import UtcClock
 
 logger = logging.getLogger("berth.operator")
 

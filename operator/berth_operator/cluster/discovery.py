@@ -1,4 +1,4 @@
-"""Which optional kinds the cluster serves (client.OPTIONAL_KINDS: COSI's, prometheus-operator's ServiceMonitor),
+"""Which optional kinds the cluster serves (core.kinds.OPTIONAL_KINDS: COSI's, prometheus-operator's ServiceMonitor),
 known at start and followed as CustomResourceDefinitions change (docs/design.md §4.3, "Optional APIs").
 
 A watch of CRDs, not discovery on a timer: a CRD's create, its Established condition and its delete are each a
@@ -7,7 +7,7 @@ costs no request. kopf watches CRDs already (the ClusterRole grants list and wat
 
 - One thread lists the CRDs' metadata only (PartialObjectMetadata: a CRD's schema can be megabytes, and a cluster
   may have hundreds), then follows a metadata-only watch from that list's resourceVersion. An optional kind's
-  CRD (<plural>.<group>, client.crd_name) is read by name when the list holds it and on each of its events: the
+  CRD (<plural>.<group>, kinds.crd_name) is read by name when the list holds it and on each of its events: the
   kind is served once that CRD is Established and serves the version Berth uses.
 - `known` is set after the first list, or after the first failure (then every optional kind counts as not served
   until an answer comes): the caches wait for it, and Registries that need no optional API are never held back.
@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .client import METADATA_LIST, METADATA_WATCH, OPTIONAL_KINDS, Kube, KubeError, crd_name
+from ..core.kinds import OPTIONAL_KINDS, crd_name
+from ..kube.client import METADATA_LIST, METADATA_WATCH, Kube, KubeError
 
 logger = logging.getLogger("berth.operator.discovery")
 

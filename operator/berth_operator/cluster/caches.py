@@ -6,7 +6,7 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   (bookmarks on; re-listed after 410 Gone or an error). A thread per kind, never per Registry.
 - Each object is kept stripped to the fields the operator reads (STRIP: no managedFields, no Secret values,
   no Lease spec) and stored as compact JSON bytes: at 1000 Registries a few MB, decoded only when read.
-- Writes are recorded as the server answered them (Kube._record), so a reconcile right after our own write
+- Writes are recorded as the server answered them (view.Cluster records them), so a reconcile right after our own write
   sees it. A watch event older than what is stored (by resourceVersion) is ignored.
 - on_change(namespace, registry name, key, resourceVersion) runs for an ADDED, MODIFIED or DELETED object
   whose stripped content differs from what was stored: the echo of our own write, when recorded already, and a
@@ -17,7 +17,7 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   half-filled cache for missing objects (no spurious writes). An informer of a kind the cluster does not serve
   (discovery.py: COSI without its CRDs) lists nothing and counts as synced and empty; once the kind is served it
   lists and watches it (covering it only from then on), and when it stops being served its objects are gone.
-A miss is not proof of absence: Kube.get reads the server then (an object without Berth's label, such as a
+A miss is not proof of absence: Cluster.get reads the server then (an object without Berth's label, such as a
 claim named in the spec, is not cached).
 """
 
@@ -31,8 +31,9 @@ from typing import Any
 
 from berth_api import KIND as REGISTRY_KIND
 
-from .builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
-from .client import COSI, OPTIONAL_KINDS, Kube, KubeError
+from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
+from ..core.kinds import CACHED_KINDS, OPTIONAL_KINDS
+from ..kube.client import Kube, KubeError
 from .discovery import Discovery
 
 logger = logging.getLogger("berth.operator.caches")
@@ -41,20 +42,6 @@ SELECTOR = f"{MANAGED_BY_LABEL}=berth"
 WATCH_SECONDS = 270  # re-opened at least every 5 minutes (idle connections get dropped: field-notes §3)
 RETRY_SECONDS = 2.0
 SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
-CACHED_KINDS: tuple[tuple[str, str], ...] = (
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("v1", "ServiceAccount"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("v1", "PersistentVolumeClaim"),
-    ("coordination.k8s.io/v1", "Lease"),
-    (COSI, "BucketClaim"),
-    (COSI, "BucketAccess"),
-    ("v1", "Secret"),
-    ("v1", "Pod"),
-)
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
                  "ownerReferences", "deletionTimestamp")
 POD_STATUS = ("phase",)  # pods are cached for their wakes (a pod deleted, its phase); the reconcile lists them

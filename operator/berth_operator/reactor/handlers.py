@@ -1,4 +1,4 @@
-"""kopf handlers and the caches' wakes: every path leads to the one reconcile function (berth_operator.reconcile).
+"""kopf handlers and the caches' wakes: every path leads to the one reconcile (berth_operator.engine.reconcile).
 
 - Registry create, update and resume: reconcile (level-triggered; the same function for all three).
 - A change to an object Berth owns (caches.py: Deployments and their status, Services, ServiceAccounts, Roles,
@@ -42,12 +42,13 @@ import kopf
 
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
-from . import gc_schedule, metrics
-from .apply import Action
-from .client import Kube
-from .clock import UtcClock, WallClock
-from .reconcile import Outcome, reconcile
-from .status import degraded_changed
+from ..cluster.view import Cluster
+from ..core import metrics
+from ..core.clock import UtcClock, WallClock
+from ..engine import gc_schedule
+from ..engine.apply import Action
+from ..engine.reconcile import Outcome, reconcile
+from ..engine.status import degraded_changed
 from .wakeups import Wakeups
 
 logger = logging.getLogger("berth.operator")
@@ -62,7 +63,7 @@ RECONCILE_WORKERS = 16
 class Context:
     """State shared by every handler of one running operator."""
 
-    kube: Kube
+    kube: Cluster
     agent_image: str
     refresh_interval: float = 60.0
     bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -208,8 +209,7 @@ async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip
 
     async def fetch() -> Mapping[str, Any] | None:
         changes = ctx.waking.pop(key, [])  # from here on a new change needs a new reconcile
-        caches = ctx.kube.caches
-        if skip_own and caches is not None and changes and all(caches.ours(*change) for change in changes):
+        if skip_own and ctx.kube.cached and changes and all(ctx.kube.ours(*change) for change in changes):
             return None  # only echoes of the writes of the reconcile that held the lock: nothing to do
         return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
 

@@ -8,76 +8,21 @@ the client's ApiException; KubeError turns one into a message that never include
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-if TYPE_CHECKING:
-    from .caches import Caches
+from ..core import kinds
 
-COSI = "objectstorage.k8s.io/v1alpha1"
-MONITORING = "monitoring.coreos.com/v1"
 # Lists and watches of objects' metadata alone (PartialObjectMetadata): a CRD's schema can be megabytes.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 # The one server-side-apply field manager of every object Berth applies (docs/design.md §4.3, "Apply").
 FIELD_MANAGER = "berth-operator"
-
-
-@dataclass(frozen=True)
-class OptionalApi:
-    """An API a cluster may not serve (docs/design.md §4.3, "Optional APIs"): a Registry that needs one of its
-    kinds is Degraded with `reason` until the cluster serves it, and says to install `install`."""
-
-    reason: str
-    install: str
-
-
-COSI_API = OptionalApi("MissingCOSI", "install the COSI CRDs and controller")
-MONITORING_API = OptionalApi("MissingMonitoringCRD", "install prometheus-operator or its CRDs")
-
-
-@dataclass(frozen=True)
-class Kind:
-    plural: str
-    namespaced: bool = True
-    optional: OptionalApi | None = None  # None: every cluster serves it (built in, or Berth's own CRD)
-
-
-def crd_name(api_version: str, kind: str) -> str:
-    """The CustomResourceDefinition that serves a kind: <plural>.<group> (the API server requires that name)."""
-    return f"{KINDS[(api_version, kind)].plural}.{api_version.split('/')[0]}"
-
-
-KINDS: dict[tuple[str, str], Kind] = {
-    ("v1", "Secret"): Kind("secrets"),
-    ("v1", "ConfigMap"): Kind("configmaps"),
-    ("v1", "ServiceAccount"): Kind("serviceaccounts"),
-    ("v1", "Service"): Kind("services"),
-    ("v1", "PersistentVolumeClaim"): Kind("persistentvolumeclaims"),
-    ("v1", "Pod"): Kind("pods"),
-    ("v1", "Event"): Kind("events"),
-    ("apps/v1", "Deployment"): Kind("deployments"),
-    ("rbac.authorization.k8s.io/v1", "Role"): Kind("roles"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): Kind("rolebindings"),
-    ("policy/v1", "PodDisruptionBudget"): Kind("poddisruptionbudgets"),
-    ("coordination.k8s.io/v1", "Lease"): Kind("leases"),
-    ("storage.k8s.io/v1", "StorageClass"): Kind("storageclasses", namespaced=False),
-    (COSI, "BucketClaim"): Kind("bucketclaims", optional=COSI_API),
-    (COSI, "BucketAccess"): Kind("bucketaccesses", optional=COSI_API),
-    (COSI, "BucketClass"): Kind("bucketclasses", namespaced=False, optional=COSI_API),
-    (COSI, "BucketAccessClass"): Kind("bucketaccessclasses", namespaced=False, optional=COSI_API),
-    ("berth.dev/v1alpha1", "Registry"): Kind("registries"),
-    (MONITORING, "ServiceMonitor"): Kind("servicemonitors", optional=MONITORING_API),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("customresourcedefinitions", namespaced=False),
-}
-OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(key for key, info in KINDS.items() if info.optional is not None)
 
 
 class KubeError(Exception):
@@ -92,10 +37,7 @@ class KubeError(Exception):
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, *,
          all_namespaces: bool = False) -> str:
     """all_namespaces: the collection across every namespace (a namespaced kind with no namespace)."""
-    try:
-        info = KINDS[(api_version, kind)]
-    except KeyError:
-        raise ValueError(f"unsupported kind {api_version} {kind}") from None
+    info = kinds.lookup(api_version, kind)
     root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     if info.namespaced and not (all_namespaces and namespace is None and name is None):
         if not namespace:
@@ -115,47 +57,19 @@ class NotLeader(Exception):
 
 
 class Kube:
-    """may_write, when given, is asked before every write (leader.py's fence: a leader that could not renew
-    its Lease sends nothing more, even from a reconcile already running in a worker thread).
-
-    caches, when given (caches.py), answer get for the kinds they watch, and every write's answer is
-    recorded in them at once (so the next reconcile does not see the object as it was before our own write).
-
-    served, when given (discovery.py), says whether the cluster serves an optional kind (OPTIONAL_KINDS); without
-    it every kind counts as served."""
+    """The raw client: every call is one request to the API server. may_write, when given, is asked before every
+    write (leader.py's fence: a leader that could not renew its Lease sends nothing more, even from a reconcile
+    already running in a worker thread). Cached reads and recorded writes are the cluster view's
+    (cluster/view.py), which wraps this client."""
 
     def __init__(self, configuration: Configuration, *, timeout: float = 30.0,
-                 may_write: Callable[[], bool] | None = None, caches: Caches | None = None,
-                 served: Callable[[str, str], bool] | None = None):
+                 may_write: Callable[[], bool] | None = None):
         self.api = ApiClient(configuration)
         self.timeout = timeout
         self.may_write = may_write
-        self.caches = caches
-        self.served = served
-        self._reads: dict[tuple[str, str, str, str], dict[str, Any] | None] | None = None
 
     def close(self) -> None:
         self.api.close()
-
-    def serves(self, api_version: str, kind: str) -> bool:
-        """Whether the cluster serves this kind (always, unless it is optional and discovery found it missing)."""
-        return self.served is None or self.served(api_version, kind)
-
-    def reading_once(self) -> Kube:
-        """The same client (connections, caches, fence) for one reconcile, which reads each object the caches do
-        not hold from the server once: a claim, Secret or class the spec names is looked up, applied around and
-        checked for readiness in the same reconcile, and a reconcile is one snapshot anyway. A write of the
-        object, and a get with cached=False, read it again."""
-        view = copy.copy(self)
-        view._reads = {}
-        return view
-
-    def _read_key(self, api_version: str, kind: str, namespace: str | None, name: str) -> tuple[str, str, str, str]:
-        return api_version, kind, namespace or "", name
-
-    def _unread(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
-        if self._reads is not None:
-            self._reads.pop(self._read_key(api_version, kind, namespace, name), None)
 
     def _call(self, method: str, url: str, *, body: Any = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None, accept: str = "application/json") -> dict[str, Any]:
@@ -177,41 +91,20 @@ class Kube:
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str, *,
             cached: bool = True) -> dict[str, Any] | None:
-        """The object, or None when it does not exist (404). From the caches when they hold it (unless not
-        cached); a miss is read from the server (an object without Berth's label is not cached, and may exist)."""
-        if self.caches is not None and cached:
-            hit = self.caches.get(api_version, kind, namespace, name)
-            if hit is not None:
-                return hit
-        key = self._read_key(api_version, kind, namespace, name)
-        if self._reads is not None and cached and key in self._reads:
-            read = self._reads[key]
-            return copy.deepcopy(read) if read is not None else None
+        """The object, or None when it does not exist (404). (cached: for the view's signature; this client
+        always asks the server.)"""
         try:
-            answer: dict[str, Any] | None = self._call("GET", path(api_version, kind, namespace, name))
+            return self._call("GET", path(api_version, kind, namespace, name))
         except ApiException as exc:
             if exc.status != 404:
                 raise KubeError("get", kind, name, exc) from None
-            answer = None
-        if self._reads is not None:
-            self._reads[key] = copy.deepcopy(answer) if answer is not None else None
-        return answer
-
-    def get_owned(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """An object Berth made (so carrying its label), or None: from the caches alone where they cover the kind
-        (a miss there is an absence, with no request), else from the server."""
-        if self.caches is not None and self.caches.covers(api_version, kind, namespace):
-            return self.caches.get(api_version, kind, namespace, name)
-        return self.get(api_version, kind, namespace, name)
+            return None
 
     def list(self, api_version: str, kind: str, namespace: str | None,
-             labels: Mapping[str, str] | None = None, *, fresh: bool = False) -> list[dict[str, Any]]:
-        """Objects with these labels: from the caches where they cover the kind (pods: the reconcile's list costs no
-        request; a pod the watch has not delivered yet wakes the Registry when it arrives), else, or when `fresh`,
-        from the server, where the selector is sent AND re-checked here (a server may ignore it)."""
+             labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """Objects with these labels, from the server, where the selector is sent AND re-checked here (a server
+        may ignore it)."""
         selector = dict(labels or {})
-        if not fresh and self.caches is not None and self.caches.covers(api_version, kind, namespace):
-            return self.caches.list(api_version, kind, namespace, selector)
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         try:
             items = self._call("GET", path(api_version, kind, namespace), query=query).get("items") or []
@@ -255,15 +148,6 @@ class Kube:
         finally:
             response.release_conn()
 
-    def _record(self, answer: dict[str, Any]) -> dict[str, Any]:
-        if answer and isinstance(answer.get("metadata"), Mapping):
-            meta = answer["metadata"]
-            self._unread(answer.get("apiVersion") or "", answer.get("kind") or "", meta.get("namespace"),
-                         meta.get("name") or "")
-        if self.caches is not None and answer:
-            self.caches.record(answer)
-        return answer
-
     def apply(self, manifest: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
         """Server-side apply as FIELD_MANAGER, forcing by default (Berth is the source of every field it sets;
         fields it does not set stay whoever's they are). Creates the object when it does not exist. Without
@@ -272,8 +156,8 @@ class Kube:
         url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")]
         try:
-            return self._record(self._call("PATCH", url, body=dict(manifest),
-                                           content_type="application/apply-patch+yaml", query=query))
+            return self._call("PATCH", url, body=dict(manifest), content_type="application/apply-patch+yaml",
+                              query=query)
         except ApiException as exc:
             raise KubeError("apply", manifest["kind"], meta["name"], exc) from None
 
@@ -281,7 +165,7 @@ class Kube:
         meta = manifest["metadata"]
         url = path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
         try:
-            return self._record(self._call("POST", url, body=dict(manifest), query=[("fieldManager", FIELD_MANAGER)]))
+            return self._call("POST", url, body=dict(manifest), query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             raise KubeError("create", manifest["kind"], meta["name"], exc) from None
 
@@ -290,12 +174,10 @@ class Kube:
         url = path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
         content_type = "application/json-patch+json" if json_patch else "application/merge-patch+json"
         try:
-            answer = self._call("PATCH", url, body=body, content_type=content_type,
-                                query=[("fieldManager", FIELD_MANAGER)])
+            return self._call("PATCH", url, body=body, content_type=content_type,
+                              query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             raise KubeError("patch", kind, name, exc) from None
-        self._unread(api_version, kind, namespace, name)
-        return answer if subresource else self._record(answer)
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, uid: str | None = None) -> bool:
         """Delete; with uid, only that incarnation (a precondition). False when it was already gone."""
@@ -303,10 +185,7 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self._unread(api_version, kind, namespace, name)
             self._call("DELETE", path(api_version, kind, namespace, name), body=body)
-            if self.caches is not None:
-                self.caches.forget(api_version, kind, namespace, name)
             return True
         except ApiException as exc:
             if exc.status == 404:

@@ -1,6 +1,6 @@
 """One reconcile of one Registry: validate, look up, build, apply, prune, report. Synchronous (the handlers
 run it in a worker thread); level-triggered: it reads everything it needs each time (from the caches where they
-hold it: Kube.get) and writes only what differs, so running it again on an unchanged cluster writes nothing.
+hold it: Cluster.get) and writes only what differs, so running it again on an unchanged cluster writes nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from pydantic import ValidationError
 from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from berth_api.timestamps import format_time
 
+from ..builders import build_all, names, problems
+from ..cluster.view import Cluster
+from ..core.clock import UtcClock, WallClock
+from ..core.kinds import KINDS
+from ..kube.client import KubeError
 from . import apply, expansion, facts, gc_schedule, status
-from .builders import build_all, names, problems
-from .client import KINDS, Kube, KubeError
-from .clock import UtcClock, WallClock
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
@@ -31,7 +33,7 @@ UNWATCHED_REASONS = frozenset({
     "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
     "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI",
 })
-# An optional API not served (client.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
+# An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
 MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
 USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
                                   "WaitingForBucketAccess"})
@@ -98,11 +100,11 @@ def _usable_status(status: Any) -> dict[str, Any]:
     return usable
 
 
-def _live_pods(kube: Kube, reg: Registry) -> list[dict[str, Any]]:
+def _live_pods(kube: Cluster, reg: Registry) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
 
-def _confirm_pods(kube: Kube, reg: Registry, cached: list[dict[str, Any]],
+def _confirm_pods(kube: Cluster, reg: Registry, cached: list[dict[str, Any]],
                   agents: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The pods to count and prune records by. The cache's list, unless an agent wrote a record for a pod it does
     not hold: an agent can write before the pod's watch event arrives, and a record pruned then is gone for good
@@ -126,7 +128,7 @@ def _serving(pod: Mapping[str, Any]) -> bool:
 
 
 def _apply(
-    kube: Kube, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
+    kube: Cluster, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Look up, build, apply and prune; then read what the status reports. Appends to findings and actions
     as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
@@ -165,7 +167,7 @@ def needs_polling(reg: Registry | None, findings: list[Finding]) -> bool:
     return users and any(f.reason in USER_STORAGE_REASONS for f in findings)
 
 
-def reconcile(kube: Kube, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
+def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
     clock = clock or WallClock()
     moment = clock.now()
     kube = kube.reading_once()
@@ -230,7 +232,7 @@ def _uncollectable(reg: Registry | None) -> str | None:
     return None
 
 def _report(
-    kube: Kube,
+    kube: Cluster,
     body: Mapping[str, Any],
     reg: Registry | None,
     findings: list[Finding],
@@ -260,7 +262,7 @@ def _report(
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
-    if reg is not None and live_pods is not None and kube.caches is not None:
+    if reg is not None and live_pods is not None and kube.cached:
         live_pods = _confirm_pods(kube, reg, live_pods, agents)
     pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
     serving = None if live_pods is None else tuple(p["metadata"]["name"] for p in live_pods if _serving(p))

@@ -33,17 +33,16 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from .builders import names
-from .client import COSI, FIELD_MANAGER, MONITORING, Kube, KubeError
+from ..builders import names
+from ..cluster.view import Cluster
+from ..core import kinds
+from ..kube.client import FIELD_MANAGER, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
-# A Lease's spec belongs to the agents that take it (holderIdentity, renewTime): created, never patched.
-CREATE_ONLY_KINDS = frozenset({"PersistentVolumeClaim", "BucketClaim", "BucketAccess", "Secret", "Lease"})
-PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = (
-    ("policy/v1", "PodDisruptionBudget", names.pdb_name),
-    (COSI, "BucketAccess", names.bucket_access_name),
-    (MONITORING, "ServiceMonitor", names.service_monitor_name),
-)
+# How each kind is written (core.kinds): the create-only kinds are POSTed once and never patched.
+CREATE_ONLY_KINDS = kinds.CREATE_ONLY_KINDS
+PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = tuple(
+    (kind.api_version, kind.kind, getattr(names, kind.prune or "")) for kind in kinds.PRUNABLE_KINDS)
 CONFLICT_RETRIES = 3
 
 
@@ -154,7 +153,7 @@ def _annotated(wanted: Mapping[str, Any], digest: str) -> dict[str, Any]:
                                                            DESIRED_HASH_ANNOTATION: digest}}}
 
 
-def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
+def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
     """Create or apply one object; None when it was already as wanted (no write)."""
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
@@ -166,7 +165,7 @@ def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
     # controller reference and is invalid (422), as is a list entry beside a differently keyed one of the same
     # name (422); then it is read, and decided on as below. What such an apply merges into an existing object
     # without complaint (fields nobody else set, or set to our values) is what the forced apply would adopt too.
-    cached = kube.caches is not None and kube.caches.covers(api_version, kind, namespace)
+    cached = kube.covers(api_version, kind, namespace)
     live = kube.get_owned(api_version, kind, namespace, name) if cached or kind in CREATE_ONLY_KINDS else kube.get(
         api_version, kind, namespace, name)
     if live is None and (cached or kind in CREATE_ONLY_KINDS):
@@ -211,7 +210,7 @@ def apply_object(kube: Kube, wanted: Mapping[str, Any]) -> Action | None:
     raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")
 
 
-def http_secret_value(kube: Kube, reg: Registry) -> str | None:
+def http_secret_value(kube: Cluster, reg: Registry) -> str | None:
     """A fresh value when the generated HTTP secret is needed and does not exist yet; None otherwise.
 
     The existing Secret is never read for its value, nor overwritten: it stays what it was first created with,
@@ -224,7 +223,7 @@ def http_secret_value(kube: Kube, reg: Registry) -> str | None:
     return secrets.token_urlsafe(32)
 
 
-def prune(kube: Kube, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
+def prune(kube: Cluster, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
     """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (of kinds the cluster serves:
     none of another can exist, and a GET would 404 for every Registry)."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in built}

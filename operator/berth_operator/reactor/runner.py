@@ -18,12 +18,14 @@ import aiohttp.web
 import kopf
 from kubernetes.client import Configuration
 
-from .caches import CACHED_KINDS, Caches
-from .client import Kube
-from .clock import UtcClock, WallClock
-from .discovery import Discovery
+from ..cluster.caches import Caches
+from ..cluster.discovery import Discovery
+from ..cluster.view import Cluster
+from ..core.clock import UtcClock, WallClock
+from ..core.identity import own_identity
+from ..core.kinds import CACHED_KINDS
+from ..kube.client import Kube
 from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, wake
-from .identity import own_identity
 from .leader import LeaderElector, LeaseSettings
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
@@ -156,8 +158,8 @@ async def _operate(
     watches = len(CACHED_KINDS) * (len(namespaces) or 1)
     caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
                     on_change=changed, discovery=discovery)
-    kube = Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write, caches=caches,
-                served=discovery.serves)
+    kube = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), caches,
+                   served=discovery.serves)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
                   caches_ready=caches_ready)
     if context is not None:

@@ -28,8 +28,8 @@ from typing import Any
 
 from berth_api.timestamps import format_time
 
-from . import metrics
-from .client import Kube, KubeError
+from ..core import metrics
+from ..kube.client import Kube, KubeError
 
 logger = logging.getLogger("berth.operator.leader")
 

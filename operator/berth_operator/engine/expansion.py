@@ -23,9 +23,10 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
+from ..builders import names
+from ..cluster.view import Cluster
+from ..kube.client import KubeError
 from .apply import CONFLICT_RETRIES, Action
-from .builders import names
-from .client import Kube, KubeError
 from .status import Finding
 
 SIZE_FIELD = "spec.config.storage.filesystem.size"
@@ -109,7 +110,7 @@ def decide(claim: Mapping[str, Any], wanted: str, storage_class: Mapping[str, An
     return Decision(grow_to=wanted)
 
 
-def expand(kube: Kube, reg: Registry) -> tuple[list[Action], list[Finding]]:
+def expand(kube: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
     """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress."""
     fs = reg.spec.config.storage.filesystem
     if fs is None:
@@ -151,7 +152,7 @@ def expand(kube: Kube, reg: Registry) -> tuple[list[Action], list[Finding]]:
                         f"{fs.size} (StorageClass {class_name}): {last}")]
 
 
-def _storage_class(kube: Kube, name: str | None) -> tuple[Mapping[str, Any] | None, bool]:
+def _storage_class(kube: Cluster, name: str | None) -> tuple[Mapping[str, Any] | None, bool]:
     """(the StorageClass or None, whether the operator could read it)."""
     if not name:
         return None, True

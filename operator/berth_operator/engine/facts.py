@@ -15,10 +15,12 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
-from .builders import names
-from .builders.context import ClusterFacts
-from .client import COSI, KINDS, MONITORING, Kube, KubeError, crd_name
-from .discovery import describe
+from ..builders import names
+from ..builders.context import ClusterFacts
+from ..cluster.discovery import describe
+from ..cluster.view import Cluster
+from ..core.kinds import COSI, KINDS, MONITORING, crd_name
+from ..kube.client import Kube, KubeError
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
@@ -31,7 +33,7 @@ class Lookup:
     findings: list[Finding] = field(default_factory=list)
 
 
-def own_image(kube: Kube) -> str | None:
+def own_image(kube: Kube | Cluster) -> str | None:
     """The image of this operator's own container, found through the downward API (POD_NAME, POD_NAMESPACE)."""
     pod_name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not pod_name or not namespace:
@@ -45,7 +47,7 @@ def own_image(kube: Kube) -> str | None:
     return containers[0].get("image") if containers else None
 
 
-def agent_image(kube: Kube) -> str:
+def agent_image(kube: Kube | Cluster) -> str:
     image = os.environ.get(AGENT_IMAGE_ENV) or own_image(kube)
     if not image:
         raise RuntimeError(
@@ -84,7 +86,7 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     return refs
 
 
-def _secret_findings(kube: Kube, namespace: str, name: str, where: str, keys: tuple[str, ...]) -> list[Finding]:
+def _secret_findings(kube: Cluster, namespace: str, name: str, where: str, keys: tuple[str, ...]) -> list[Finding]:
     secret = kube.get("v1", "Secret", namespace, name)
     if secret is None:
         return [Finding("MissingSecret", f"Secret {name} ({where}) not found in namespace {namespace}")]
@@ -108,7 +110,7 @@ def _config_map_refs(reg: Registry) -> list[tuple[str, str, str]]:
     return refs
 
 
-def _config_map_findings(kube: Kube, namespace: str, name: str, where: str, key: str) -> list[Finding]:
+def _config_map_findings(kube: Cluster, namespace: str, name: str, where: str, key: str) -> list[Finding]:
     """As for Secrets: the pod cannot start without the volume, so say which object and key is missing."""
     config_map = kube.get("v1", "ConfigMap", namespace, name)
     if config_map is None:
@@ -118,7 +120,7 @@ def _config_map_findings(kube: Kube, namespace: str, name: str, where: str, key:
     return []
 
 
-def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
+def _class_missing(kube: Cluster, api_version: str, kind: str, name: str) -> bool:
     """True only when the class is known to be absent; a class we may not read (403) is given the benefit."""
     try:
         return kube.get(api_version, kind, None, name) is None
@@ -129,7 +131,7 @@ def _class_missing(kube: Kube, api_version: str, kind: str, name: str) -> bool:
 
 
 def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, the field that needs it) of every optional kind (client.OPTIONAL_KINDS) this spec uses."""
+    """(apiVersion, kind, the field that needs it) of every optional kind (core.kinds.OPTIONAL_KINDS) this spec uses."""
     needed = []
     obj = reg.spec.config.storage.object_storage
     if obj is not None:
@@ -144,9 +146,9 @@ def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
     return needed
 
 
-def missing_apis(kube: Kube, reg: Registry) -> list[Finding]:
+def missing_apis(kube: Cluster, reg: Registry) -> list[Finding]:
     """One finding per optional API this spec needs and the cluster does not serve, naming the kinds, their
-    apiVersion, what to install and the fields that need them (its reason is the API's: client.OptionalApi)."""
+    apiVersion, what to install and the fields that need them (its reason is the API's: core.kinds.OptionalApi)."""
     by_api: dict = {}
     for api_version, kind, where in needed_kinds(reg):
         if not kube.serves(api_version, kind):
@@ -165,7 +167,7 @@ def missing_apis(kube: Kube, reg: Registry) -> list[Finding]:
     return findings
 
 
-def look_up(kube: Kube, reg: Registry, image: str) -> Lookup:
+def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
     """Facts the builders need and the references that are missing, before anything is applied."""
     namespace = names.namespace(reg)
     findings: list[Finding] = []
@@ -236,7 +238,7 @@ def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("status") or {}
 
 
-def waiting(kube: Kube, reg: Registry) -> list[Finding]:
+def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
     """After applying: storage that exists but is not usable yet (claim not Bound, access not granted)."""
     namespace = names.namespace(reg)
     found: list[Finding] = []

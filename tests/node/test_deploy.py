@@ -1,0 +1,36 @@
+"""`kubectl apply -k deploy` on a real node: the operator's two pods Ready, one leader, a Registry Ready."""
+
+from __future__ import annotations
+
+from support.node import Node
+from support.node_berth import (
+    OPERATOR_LEASE,
+    OPERATOR_NAMESPACE,
+    create_registry,
+    pods,
+    ready,
+    registry_pods,
+)
+
+
+def test_apply_k_deploy_runs_two_operators_one_leader_and_a_registry(kube_node: Node, berth_image: str,
+                                                                     node_namespace: str) -> None:
+    operators = pods(kube_node, OPERATOR_NAMESPACE, "app.kubernetes.io/name=berth-operator")
+    assert len(operators) == 2 and all(ready(pod) for pod in operators), [p["status"] for p in operators]
+    assert {pod["spec"]["containers"][0]["image"] for pod in operators} == {berth_image}
+    # Read-only root, UID 65532, as deploy/ runs it: the image must work that way.
+    for pod in operators:
+        assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+    lease = kube_node.api.get("coordination.k8s.io/v1/leases", OPERATOR_NAMESPACE, OPERATOR_LEASE)
+    assert lease is not None, "no operator Lease"
+    assert lease["spec"]["holderIdentity"] in {pod["metadata"]["name"] for pod in operators}
+
+    create_registry(kube_node, node_namespace, "scratch", {"config": {"storage": {"inmemory": {}}}})
+    (pod,) = registry_pods(kube_node, node_namespace, "scratch")
+    images = {c["name"]: c["image"] for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]}
+    # The registry runs in the Berth image (berth-supervise), its binary copied out of spec.image.
+    assert images == {"agent": berth_image, "registry-binary": "docker.io/library/registry:3", "registry": berth_image}
+    statuses = {s["name"]: s for s in [*pod["status"]["initContainerStatuses"], *pod["status"]["containerStatuses"]]}
+    assert statuses["agent"]["ready"] and statuses["registry"]["ready"], statuses
+    assert statuses["registry-binary"]["state"]["terminated"]["exitCode"] == 0, statuses

@@ -1,0 +1,47 @@
+"""The one table of the kinds the operator manages (issue 27, berth_operator.core.kinds): the client, the caches,
+the apply layer and the builders all read it, so a new kind is one entry plus its builder."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+from berth_operator import builders
+from berth_operator.builders import _BUILDERS
+from berth_operator.cluster import caches
+from berth_operator.core import kinds
+from berth_operator.engine import apply
+from berth_operator.kube.client import path
+
+BUILDERS = pathlib.Path(builders.__file__).parent
+
+
+def test_every_builder_module_is_named_by_the_table():
+    """A module under builders/ with a top-level build function makes objects of a kind: the table must say which
+    (else build_all never calls it)."""
+    named = {name.split(".")[0] for kind in kinds.TABLE for name in kind.builders}
+    with_build = {p.stem for p in BUILDERS.glob("*.py")
+                  if any(isinstance(node, ast.FunctionDef) and node.name == "build"
+                         for node in ast.parse(p.read_text()).body)}
+    assert with_build == named
+
+
+def test_build_order_is_the_tables():
+    assert [name for name, _ in _BUILDERS] == [name for kind in kinds.OWNED_KINDS for name in kind.builders]
+    assert [name for name, _ in _BUILDERS][:3] == ["service_account.build", "role.build", "role_binding.build"]
+
+
+def test_each_layer_reads_the_table():
+    assert caches.CACHED_KINDS == kinds.CACHED_KINDS
+    assert apply.CREATE_ONLY_KINDS == {"PersistentVolumeClaim", "BucketClaim", "BucketAccess", "Secret", "Lease"}
+    assert {(av, kind) for av, kind, _ in apply.PRUNABLE} == {(k.api_version, k.kind) for k in kinds.PRUNABLE_KINDS}
+    assert path("apps/v1", "Deployment", "ns", "d") == "/apis/apps/v1/namespaces/ns/deployments/d"
+    assert path(kinds.COSI, "BucketClass", None, "c") == "/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/c"
+    assert path("v1", "Pod", None, all_namespaces=True) == "/api/v1/pods"
+
+
+def test_every_owned_kind_is_written_and_every_optional_one_is_a_crd():
+    for kind in kinds.OWNED_KINDS:
+        assert kind.applied in (kinds.APPLY, kinds.CREATE), kind
+    for key in kinds.OPTIONAL_KINDS:
+        assert "/" in key[0], key  # a group: served by a CRD, which discovery follows
