@@ -223,15 +223,20 @@ def missing_objects(api: KubeApiServer, regs: list[dict[str, Any]]) -> list[str]
 
 def error_lines(log: str) -> list[str]:
     """The operator's log lines at error level or above (kopf's JSON format names it `severity`: error, fatal),
-    and any traceback."""
+    and any traceback: each as its message and the exception's last lines."""
     found = []
     for line in log.splitlines():
         try:
-            severity = str(json.loads(line).get("severity", "")).lower()
+            entry = json.loads(line)
+            severity = str(entry.get("severity", "")).lower()
         except (ValueError, AttributeError):
-            severity = ""
+            entry, severity = {}, ""
         if severity in ("error", "fatal", "critical") or "Traceback" in line:
-            found.append(line[:500])
+            if isinstance(entry, dict) and entry.get("message"):
+                raised = str(entry.get("exc_info") or "").strip().splitlines()[-3:]
+                found.append(" | ".join([str(entry["message"]), *(r.strip() for r in raised)])[:1500])
+            else:
+                found.append(line[:1500])
     return found
 
 
