@@ -205,6 +205,7 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
                 reg, kube.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
+        findings += status.binary_findings(live_pods or [], reg.spec.image)
 
     outcome.polled = needs_polling(reg, findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
