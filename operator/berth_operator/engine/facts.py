@@ -83,6 +83,10 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     if notifications is not None and notifications.secret_name is not None:
         refs.append((notifications.secret_name, "spec.config.notifications.secretName",
                      tuple(notifications.secret_keys())))
+    for backend, cloud in (("azure", spec.config.storage.azure), ("gcs", spec.config.storage.gcs)):
+        if cloud is not None and cloud.credentials.secret is not None:
+            ref = cloud.credentials.secret
+            refs.append((ref.name, f"spec.config.storage.{backend}.credentials.secret", (ref.field,)))
     return refs
 
 
