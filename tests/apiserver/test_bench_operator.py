@@ -39,3 +39,28 @@ def test_a_refused_apply_fails_the_bench():
     assert "FAILED: Registry reg-000" in result.stdout
     assert " Degraded ApplyFailed: apply Service reg-000" in result.stdout
     assert "converged" not in result.stdout
+
+
+def test_an_operator_error_line_is_found_in_kopfs_json_format():
+    """The lines the bench fails on, as berth-operator's formatter (kopf's JSON) writes them."""
+    import importlib.util
+    import logging
+
+    from kopf._core.actions.loggers import ObjectJsonFormatter
+
+    spec = importlib.util.spec_from_file_location("operator_reconcile", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    formatter = ObjectJsonFormatter()
+
+    def line(level: int, message: str) -> str:
+        return formatter.format(logging.LogRecord("berth.operator", level, __file__, 1, message, (), None))
+
+    log = "\n".join([line(logging.INFO, "reconciled Registry bench/reg-0000 (create): no writes; not degraded"),
+                     line(logging.WARNING, "cache of Pod in bench: HTTP 500; listing again in 2 s"),
+                     line(logging.ERROR, "periodic reconcile of Registry bench/reg-0001 failed"),
+                     line(logging.CRITICAL, "stopping")])
+    errors = bench.error_lines(log)
+    assert len(errors) == 2, errors
+    assert "reg-0001 failed" in errors[0] and "stopping" in errors[1]
+    assert bench.error_lines(line(logging.INFO, "all good")) == []

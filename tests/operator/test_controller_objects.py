@@ -59,6 +59,8 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
     # The webhook token's Secret; no prometheus-operator CRD here (kmock), so no ServiceMonitor: Degraded
     # MissingMonitoringCRD, everything else built.
     "monitored": [secret("registry-hooks", token="Bearer planted-token")],
+    "azure-shared-key": [secret("registry-azure", accountKey="a2V5"), secret("registry-http-secret", secret="s")],
+    "gcs-key": [secret("registry-gcs", **{"key.json": "{}"}), secret("registry-http-secret", secret="s")],
 }
 
 # Our own Registries for the modes the examples leave out.
@@ -97,6 +99,8 @@ EXPECTED = {
     "cosi-claim-with-access-class": base("mixed") | {("BucketAccess", "mixed-bucket-access"),
                                                      ("PodDisruptionBudget", "mixed")},
     "filesystem-class-r3-capped": base("capped") | {("PersistentVolumeClaim", "capped-data")},
+    "azure-shared-key": base("azure-registry", http_secret=False) | {("PodDisruptionBudget", "azure-registry")},
+    "gcs-key": base("gcs-registry", http_secret=False) | {("PodDisruptionBudget", "gcs-registry")},
 }
 
 

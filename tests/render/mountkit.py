@@ -6,6 +6,7 @@ leaks into an error, stderr or a log.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -119,4 +120,14 @@ def write_mounts_for(spec: RegistrySpec, root: Path, *, s3: S3Target | None = No
         write_secret_dir(root / "notifications", values)
         # Not in secret_values: the registry itself prints each endpoint's headers at start, and these tests run
         # it without supervise.sh, which cuts that line (tests/agent/e2e/test_e2e_notifications.py checks it).
+    if storage.azure is not None and storage.azure.credentials.secret is not None:
+        key = base64.b64encode(secrets.token_bytes(64)).decode()
+        write_secret_dir(root / "azure", {storage.azure.credentials.secret.field: key})
+        mounts.secret_values.append(key)
+    if storage.gcs is not None and storage.gcs.credentials.secret is not None:
+        private = secrets.token_urlsafe(24)  # the renderer only copies the key file (pre-flight signs with it)
+        key_file = json.dumps({"type": "service_account", "client_email": "r@p.iam.gserviceaccount.com",
+                               "private_key_id": "k1", "token_uri": "https://oauth2.googleapis.com/token",
+                               "private_key": f"-----BEGIN PRIVATE KEY-----\n{private}\n-----END PRIVATE KEY-----\n"})
+        write_secret_dir(root / "gcs", {storage.gcs.credentials.secret.field: key_file})
     return mounts

@@ -3,6 +3,7 @@ the real registry-v3.1.1 against Azurite and fake-gcs-server (tests/support): a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,26 @@ def test_the_rendered_gcs_config_runs_the_real_registry(tmp_path: Path) -> None:
         assert pulled.blobs == pushed.blobs
         assert gcs.proxy.requests >= 1 and gcs.proxy.unauthorized == 0
         assert any("blobs/sha256" in name for name in gcs.list_objects("berth-registry"))
+
+
+# COSI for Azure and GCS (docs/design.md §3): what COSI hands out cannot feed these drivers, and the agent says so.
+AZURE_BUCKET_INFO = {"metadata": {"name": "ba-1"}, "spec": {
+    "bucketName": "bc-1", "authenticationType": "Key", "protocols": ["Azure"], "secretS3": None,
+    "secretAzure": {"accessToken": "https://berthdata.blob.core.windows.net/c?sv=2022&sig=SECRETSIG",
+                    "expiryTimeStamp": "2026-12-31T00:00:00Z"}}}
+
+
+@pytest.mark.parametrize(("data", "where", "says"), [
+    ({"BucketInfo": json.dumps(AZURE_BUCKET_INFO)}, "cosi/BucketInfo: spec.secretAzure", "SAS token"),
+    ({"COSI_AZURE_STORAGE_ACCOUNT": "berthdata", "COSI_AZURE_ACCESS_TOKEN": "sv=2022&sig=SECRETSIG"}, "cosi/",
+     "SAS token"),
+    ({"COSI_GCS_PROJECT_ID": "p", "COSI_GCS_BUCKET_NAME": "b", "COSI_GCS_ACCESS_ID": "GOOG1E",
+      "COSI_GCS_ACCESS_SECRET": "SECRETSIG"}, "cosi/", "HMAC keys"),
+])
+def test_a_cosi_secret_for_azure_or_gcs_is_refused_saying_why(tmp_path: Path, data, where, says) -> None:
+    write_secret_dir(tmp_path / "cosi", data)
+    spec = spec_of({"objectStorage": {"bucketClaim": "c", "bucketAccess": "a"}})
+    with pytest.raises(InputError) as caught:
+        read_inputs(spec, tmp_path)
+    assert caught.value.source == where
+    assert says in str(caught.value) and "SECRETSIG" not in str(caught.value)

@@ -1,10 +1,10 @@
 """Run `registry garbage-collect` in the registry container, through its supervisor, and follow it to the end.
 
-The binary lives in the registry container, so the agent asks supervise.sh (docs/design.md §4.2, §4.5 A5): it
-writes `gc-request` in the supervisor's state dir ("ID [--dry-run] [--delete-untagged]", atomically) and sends
-the supervisor SIGUSR2, only when the registry it runs carries the BERTH_SUPERVISE_GC marker (an older
-supervisor would die of SIGUSR2). The supervisor answers in the same dir: `gc.pid` ("PID ID") while the command
-runs, its output appended to `gc-output`, and `gc-result` ("ID STATUS", or "ID 2 refused") when it has ended.
+The binary lives in the registry container, so the agent asks its supervisor (docs/design.md §4.2, §4.5 A5);
+the request, the answers, the heartbeat file and an orphan's stop are supervisor/gc_process.py, beside the
+supervisor they talk to: `gc-request` ("ID [--dry-run] [--delete-untagged]") and SIGUSR2, only when the registry
+it runs carries the BERTH_SUPERVISE_GC marker; `gc.pid` ("PID ID") while the command runs, its output appended
+to `gc-output`, and `gc-result` ("ID STATUS", or "ID 2 refused") when it has ended.
 
 While it runs, `GcCommand.run` touches `gc-heartbeat` (the supervisor stops a command whose agent went quiet for
 10 s), parses the output as it grows and frees what it has read (the output lives on the pod's small tmp
@@ -24,29 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.write import write_atomic
-from ..supervisor.files import (
-    CONFIG_NAME,
-    GC_HEARTBEAT_NAME,
-    GC_OUTPUT_NAME,
-    GC_PID_NAME,
-    GC_REQUEST_NAME,
-    GC_RESULT_NAME,
-)
-from ..supervisor.output import scrub, supervisor_pid
-from ..supervisor.procfs import (
-    RegistryProcess,
-    find_registry_processes,
-    parent_pid,
-    runs_gc,
-    send_signal,
-    start_ticks,
-)
+from ..supervisor.files import CONFIG_NAME, GC_OUTPUT_NAME
+from ..supervisor.gc_process import GcProcess, GcProcessError
+from ..supervisor.gc_process import Running as _Running
+from ..supervisor.output import scrub
+from ..supervisor.procfs import send_signal
 from . import report as gc_report
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
-START_TIMEOUT = 10.0  # the supervisor takes a request within milliseconds of SIGUSR2
-NUDGE_SECONDS = 0.2  # SIGUSR2 again until it is taken (a signal can land just before the script's wait)
 POLL_SECONDS = 0.05
 RESULT_GRACE = 2.0  # the command is gone: the supervisor writes gc-result right after reaping it
 FREE_AFTER = 1 << 20  # bytes of output read and not yet freed
@@ -59,8 +44,8 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 
 
-class GcCommandError(Exception):
-    """The command could not start: no supervisor, an older supervisor, a command still running, a refusal."""
+# The command could not start: no supervisor, an older supervisor, a command still running, a refusal.
+GcCommandError = GcProcessError
 
 
 @dataclass
@@ -73,19 +58,14 @@ class GcOutcome:
     seconds: float
 
 
-@dataclass(frozen=True)
-class _Running:
-    process: RegistryProcess | None  # None: it ended before the agent could look at it
-    run_id: str
-
-
 class GcCommand:
     def __init__(self, state_dir: Path, config_dir: Path, *, heartbeat_seconds: float = 1.0,
                  kill_grace: float = 5.0):
-        self.state_dir = Path(state_dir)  # supervise.sh's BERTH_STATE_DIR
+        self.state_dir = Path(state_dir)  # the supervisor's BERTH_STATE_DIR
         self.config_path = Path(config_dir) / CONFIG_NAME
         self.heartbeat_seconds = heartbeat_seconds
         self.kill_grace = kill_grace
+        self.process = GcProcess(self.state_dir, self.config_path)  # the supervisor's side (supervisor/gc_process)
 
     # ---- the run ---------------------------------------------------------------------------------------------
 
@@ -103,11 +83,9 @@ class GcCommand:
         if running is not None:
             raise GcCommandError(f"a garbage-collect (request {running.run_id}) still runs in the registry "
                                  "container")
-        self._beat()
-        self._remove(GC_RESULT_NAME)
-        words = [run_id, *(["--dry-run"] if dry_run else []), *(["--delete-untagged"] if delete_untagged else [])]
-        write_atomic(self.state_dir / GC_REQUEST_NAME, (" ".join(words) + "\n").encode())
-        started = self._start(run_id, supervisor)
+        self.process.request(run_id, [*(["--dry-run"] if dry_run else []),
+                                      *(["--delete-untagged"] if delete_untagged else [])])
+        started = self.process.start(run_id, supervisor)
         parser = gc_report.GcReportParser(dry_run=dry_run, keep_digests=KEEP_DIGESTS)
         follower = _OutputFollower(self.state_dir / GC_OUTPUT_NAME, parser)
         try:
@@ -116,33 +94,6 @@ class GcCommand:
             follower.close()
         return self._outcome(status, timed_out, stopped, parser, follower, timeout_seconds,
                              time.monotonic() - began)
-
-    def _start(self, run_id: str, supervisor: int) -> _Running:
-        """SIGUSR2 (repeated) until the supervisor has started the command (gc.pid) or answered (gc-result)."""
-        deadline = time.monotonic() + START_TIMEOUT
-        nudged = 0.0
-        while True:
-            now = time.monotonic()
-            if now - nudged >= NUDGE_SECONDS:
-                try:
-                    os.kill(supervisor, signal.SIGUSR2)
-                except ProcessLookupError:
-                    self._remove(GC_REQUEST_NAME)
-                    raise GcCommandError("the supervisor (supervise.sh) exited before it took the request") from None
-                nudged = now
-            result = self._result(run_id)
-            if result is not None and result[1]:
-                raise GcCommandError(f"the supervisor refused the request {run_id} (gc-request)")
-            running = self._running(run_id)
-            if running is not None:
-                return running
-            if result is not None:  # ended already (a config it refuses ends in milliseconds)
-                return _Running(None, run_id)
-            if now >= deadline:
-                self._remove(GC_REQUEST_NAME)
-                raise GcCommandError(f"the supervisor (pid {supervisor}) did not start garbage-collect within "
-                                     f"{START_TIMEOUT:g}s")
-            time.sleep(0.01)
 
     def _follow(self, run_id: str, started: _Running, follower: _OutputFollower, stop: threading.Event,
                 began: float, timeout_seconds: float) -> tuple[int | None, bool, bool]:
@@ -205,94 +156,23 @@ class GcCommand:
         return GcOutcome(exit_status=status, timed_out=timed_out, stopped=stopped, report=report, error=error,
                          seconds=round(seconds, 3))
 
-    # ---- an orphan ---------------------------------------------------------------------------------------------
+    # ---- the supervisor's side (supervisor/gc_process.py) -------------------------------------------------------
 
     def stop_orphan(self, timeout: float = 15.0) -> str | None:
-        """Stop a garbage-collect an earlier agent process left running (gc.pid names a live one): TERM, KILL
-        after kill_grace, wait until it is gone. Its request id, or None when none runs. GcCommandError if it
-        is still there after `timeout`."""
-        running = self._running()
-        if running is None or running.process is None:
-            return None
-        process = running.process
-        send_signal(process.pid, signal.SIGTERM)
-        began = time.monotonic()
-        killed = False
-        while process.alive():
-            waited = time.monotonic() - began
-            if not killed and waited >= self.kill_grace:
-                send_signal(process.pid, signal.SIGKILL)
-                killed = True
-            if waited >= timeout:
-                raise GcCommandError(f"the garbage-collect of request {running.run_id} (pid {process.pid}) is "
-                                     f"still running {timeout:g}s after it was stopped")
-            time.sleep(POLL_SECONDS)
-        return running.run_id
-
-    # ---- the supervisor's files --------------------------------------------------------------------------------
+        """Stop a garbage-collect an earlier agent process left running; its request id, or None."""
+        return self.process.stop_orphan(self.kill_grace, timeout)
 
     def _supervisor(self) -> int:
-        """The supervisor's pid, if it runs garbage-collect on SIGUSR2 (its registry carries the marker)."""
-        pid = supervisor_pid(self.state_dir)
-        if pid is None:
-            raise GcCommandError("no supervisor (supervise.sh, the registry container's command) is running")
-        registries = [p for p in find_registry_processes(self.config_path) if parent_pid(p) == pid]
-        if not registries:
-            raise GcCommandError("the supervisor runs no registry now, so it cannot be told apart from an older "
-                                 "one that would die of the request")
-        if not any(runs_gc(p) for p in registries):
-            raise GcCommandError("the supervisor (supervise.sh) in the registry container is an older one that "
-                                 "cannot run garbage-collect (its registry lacks BERTH_SUPERVISE_GC=1)")
-        return pid
+        return self.process.supervisor()
 
     def _running(self, run_id: str | None = None) -> _Running | None:
-        """The command gc.pid names (of request `run_id`, when given) if it still runs (or just ended)."""
-        try:
-            words = (self.state_dir / GC_PID_NAME).read_text().split()
-            pid, found_id = int(words[0]), words[1]
-        except (OSError, ValueError, IndexError):
-            return None
-        if run_id is not None and found_id != run_id:
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            process = RegistryProcess(pid, start_ticks(pid))
-        except (OSError, ValueError, IndexError):
-            return _Running(None, found_id) if run_id is not None else None
-        if not process.alive() or (b"garbage-collect" not in cmdline and not self._forked_by_wrapper(process)):
-            return _Running(None, found_id) if run_id is not None else None  # ended (its pid may be reused)
-        return _Running(process, found_id)
-
-    def _forked_by_wrapper(self, process: RegistryProcess) -> bool:
-        """The wrapper writes gc.pid right after its fork, so the command can still be the forked shell, before
-        its exec (a busy node stretches that to many ms): its parent is the wrapper, the supervisor's child.
-        Taken for ended, the run would end while the command goes on, the registry writable again. The start
-        ticks stay the same across the exec, so liveness and signals follow it."""
-        wrapper = parent_pid(process)
-        supervisor = supervisor_pid(self.state_dir)
-        # berth-supervise (Python) is the command's parent itself: it writes gc.pid after the exec, but the
-        # program exec'd may be a wrapper of its own that execs garbage-collect later.
-        return wrapper is not None and supervisor is not None and \
-            (wrapper == supervisor or parent_pid(RegistryProcess(wrapper, 0)) == supervisor)
+        return self.process.running(run_id)
 
     def _result(self, run_id: str) -> tuple[int, bool] | None:
-        """(exit status, refused) from gc-result when it answers `run_id`."""
-        try:
-            words = (self.state_dir / GC_RESULT_NAME).read_text().split()
-        except OSError:
-            return None
-        if len(words) < 2 or words[0] != run_id or not words[1].isdigit():
-            return None
-        return int(words[1]), words[2:] == ["refused"]
+        return self.process.result(run_id)
 
     def _beat(self) -> None:
-        (self.state_dir / GC_HEARTBEAT_NAME).touch()
-
-    def _remove(self, name: str) -> None:
-        try:
-            (self.state_dir / name).unlink()
-        except FileNotFoundError:
-            pass
+        self.process.beat()
 
 
 class _OutputFollower:

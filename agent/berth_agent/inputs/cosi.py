@@ -4,6 +4,10 @@ v1alpha1: one key `BucketInfo` holding JSON (`spec.bucketName`, `spec.authentica
 `spec.secretS3.{endpoint, region, accessKeyID, accessSecretKey}`). v1alpha2: one key per field, either the
 `COSI_S3_*` names the COSI code writes or the AWS-style names of the KEP. Only static keys are supported: the
 registry's s3 config takes an access key, so `authenticationType: IAM` is refused with a clear error.
+
+A COSI Secret for Azure Blob or GCS is refused saying why (docs/design.md §3, COSI for Azure and GCS): COSI hands
+Azure out as a SAS token (v1alpha1 `spec.secretAzure.accessToken`, v1alpha2 `COSI_AZURE_ACCESS_TOKEN`) and GCS as
+HMAC keys (`COSI_GCS_ACCESS_ID`/`_SECRET`), and Distribution's azure and gcs drivers take neither.
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ _JSON_BRACKET = re.compile(r"[][{}]")
 # v1alpha2 key names: (bucket, endpoint, region, addressing style, access key id, secret access key).
 COSI_KEYS = ("COSI_S3_BUCKET_ID", "COSI_S3_ENDPOINT", "COSI_S3_REGION", "COSI_S3_ADDRESSING_STYLE",
              "COSI_S3_ACCESS_KEY_ID", "COSI_S3_ACCESS_SECRET_KEY")
+# What COSI v1alpha2 writes for the other protocols (client/apis/objectstorage/v1alpha2/protocols.go).
+AZURE_PREFIX, GCS_PREFIX = "COSI_AZURE_", "COSI_GCS_"
+AZURE_REFUSAL = ("holds Azure Blob credentials, which COSI hands out as a SAS token; the registry's azure driver "
+                 "takes an account key, a client secret or the pod's identity, never a SAS token: use "
+                 "spec.config.storage.azure with the account key in a Secret")
+GCS_REFUSAL = ("holds GCS credentials, which COSI hands out as HMAC keys; the registry's gcs driver takes a "
+               "service account's JSON key or the pod's identity: use spec.config.storage.gcs")
 KEP_KEYS = ("BUCKET_NAME", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", None,
             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -69,6 +80,10 @@ def read_cosi(directory: Path) -> S3Credentials:
         return _from_keys(directory, COSI_KEYS)
     if keys & {k for k in KEP_KEYS if k}:
         return _from_keys(directory, KEP_KEYS)
+    if any(k.startswith(AZURE_PREFIX) for k in keys):
+        raise InputError(f"{SOURCE}/", AZURE_REFUSAL)
+    if any(k.startswith(GCS_PREFIX) for k in keys):
+        raise InputError(f"{SOURCE}/", GCS_REFUSAL)
     raise InputError(f"{SOURCE}/", f"holds neither key {BUCKET_INFO_KEY} (COSI v1alpha1) nor COSI_S3_* or AWS_* "
                      f"keys (COSI v1alpha2); keys present: {', '.join(sorted(keys)) or 'none'}")
 
@@ -95,6 +110,8 @@ def _from_bucket_info(directory: Path) -> S3Credentials:
                          "authenticationType Key)")
     if auth_type not in ("Key", "KEY"):
         raise InputError(f"{where}: spec.authenticationType", f"is {auth_type[:32]!r}; expected Key (or KEY)")
+    if not spec.get("secretS3") and spec.get("secretAzure"):
+        raise InputError(f"{where}: spec.secretAzure", AZURE_REFUSAL)
     s3 = _member(spec, "secretS3", where, "spec.", dict)
     access_key_id = _member(s3, "accessKeyID", where, "spec.secretS3.", str)
     secret_access_key = _member(s3, "accessSecretKey", where, "spec.secretS3.", str)

@@ -201,6 +201,7 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
             deployment, live_pods = _apply(kube, reg, agent_image, findings, outcome.actions)
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
+        findings += status.binary_findings(live_pods or [], reg.spec.image)
 
     outcome.polled = needs_polling(reg, findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)

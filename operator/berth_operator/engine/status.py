@@ -36,6 +36,7 @@ DEGRADED_REASONS = (
     "Unsatisfiable",
     "ReplicasCapped",
     "AgentFailed",
+    "RegistryBinaryMissing",
     "MissingMonitoringCRD",
 )
 PROGRESSING_REASONS = (
@@ -123,6 +124,30 @@ def _join(findings: Iterable[Finding]) -> str:
 
 def _first(findings: list[Finding], order: tuple[str, ...]) -> Finding:
     return min(findings, key=lambda f: order.index(f.reason))
+
+
+BINARY_CONTAINER = "registry-binary"  # builders/pod.py: copies /bin/registry out of spec.image (issue 29)
+
+
+def binary_findings(pods: list[Mapping[str, Any]], image: str) -> list[Finding]:
+    """RegistryBinaryMissing when a pod's registry-binary init container failed: spec.image has no registry
+    binary where the official images keep it (its termination message is cp's own words)."""
+    failed: dict[str, str] = {}
+    for pod in pods:
+        for container in (pod.get("status") or {}).get("initContainerStatuses") or ():
+            if container.get("name") != BINARY_CONTAINER:
+                continue
+            for state in ((container.get("state") or {}).get("terminated"),
+                          (container.get("lastState") or {}).get("terminated")):
+                if state and state.get("exitCode", 0) != 0:
+                    said = " ".join(str(state.get("message") or state.get("reason") or "").split())[:200]
+                    failed[(pod.get("metadata") or {}).get("name", "?")] = said or f"exit code {state['exitCode']}"
+                    break
+    if not failed:
+        return []
+    details = "; ".join(f"pod {name}: {said}" for name, said in sorted(failed.items()))
+    return [Finding("RegistryBinaryMissing", f"spec.image {image} has no registry binary at /bin/registry "
+                                             f"(the {BINARY_CONTAINER} init container failed: {details})")]
 
 
 def _pod_findings(obs: Observation) -> list[Finding]:

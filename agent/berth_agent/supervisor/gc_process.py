@@ -1,0 +1,162 @@
+"""The garbage-collect process in the registry container, as its supervisor runs it (docs/design.md §4.5 A5).
+
+Beside the supervisor it talks to: the request (`gc-request` + SIGUSR2, sent only to a supervisor whose registry
+carries BERTH_SUPERVISE_GC=1: an older one would die of it), the answers (`gc.pid` "PID ID" while it runs,
+`gc-result` "ID STATUS" or "ID 2 refused" once it ended), the heartbeat (`gc-heartbeat`: 10 s without a touch
+and the supervisor stops the command), and stopping a command an earlier agent left running. gc/command.py
+follows a run to its end with these and parses its output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.write import write_atomic
+from .output import supervisor_pid
+from .procfs import RegistryProcess, find_registry_processes, parent_pid, runs_gc, send_signal, start_ticks
+from .supervise.names import GC_HEARTBEAT_NAME, GC_PID_NAME, GC_REQUEST_NAME, GC_RESULT_NAME
+
+START_TIMEOUT = 10.0  # the supervisor takes a request within milliseconds of SIGUSR2
+NUDGE_SECONDS = 0.2  # SIGUSR2 again until it is taken (a signal can land just before the script's wait)
+POLL_SECONDS = 0.05
+
+
+class GcProcessError(Exception):
+    """The command could not start: no supervisor, an older supervisor, a command still running, a refusal."""
+
+
+@dataclass(frozen=True)
+class Running:
+    process: RegistryProcess | None  # None: it ended before the agent could look at it
+    run_id: str
+
+
+class GcProcess:
+    """The supervisor's garbage-collect files in `state_dir`, for the registry serving `config_path`."""
+
+    def __init__(self, state_dir: Path, config_path: Path) -> None:
+        self.state_dir, self.config_path = Path(state_dir), Path(config_path)
+
+    def supervisor(self) -> int:
+        """The supervisor's pid, if it runs garbage-collect on SIGUSR2 (its registry carries the marker)."""
+        pid = supervisor_pid(self.state_dir)
+        if pid is None:
+            raise GcProcessError("no supervisor (the registry container's command) is running")
+        registries = [p for p in find_registry_processes(self.config_path) if parent_pid(p) == pid]
+        if not registries:
+            raise GcProcessError("the supervisor runs no registry now, so it cannot be told apart from an older "
+                                 "one that would die of the request")
+        if not any(runs_gc(p) for p in registries):
+            raise GcProcessError("the supervisor in the registry container is an older one that cannot run "
+                                 "garbage-collect (its registry lacks BERTH_SUPERVISE_GC=1)")
+        return pid
+
+    def request(self, run_id: str, flags: list[str]) -> None:
+        self.beat()
+        self.remove(GC_RESULT_NAME)
+        write_atomic(self.state_dir / GC_REQUEST_NAME, (" ".join([run_id, *flags]) + "\n").encode())
+
+    def start(self, run_id: str, supervisor: int) -> Running:
+        """SIGUSR2 (repeated) until the supervisor has started the command (gc.pid) or answered (gc-result)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        nudged = 0.0
+        while True:
+            now = time.monotonic()
+            if now - nudged >= NUDGE_SECONDS:
+                try:
+                    os.kill(supervisor, signal.SIGUSR2)
+                except ProcessLookupError:
+                    self.remove(GC_REQUEST_NAME)
+                    raise GcProcessError("the supervisor exited before it took the request") from None
+                nudged = now
+            result = self.result(run_id)
+            if result is not None and result[1]:
+                raise GcProcessError(f"the supervisor refused the request {run_id} (gc-request)")
+            running = self.running(run_id)
+            if running is not None:
+                return running
+            if result is not None:  # ended already (a config it refuses ends in milliseconds)
+                return Running(None, run_id)
+            if now >= deadline:
+                self.remove(GC_REQUEST_NAME)
+                raise GcProcessError(f"the supervisor (pid {supervisor}) did not start garbage-collect within "
+                                     f"{START_TIMEOUT:g}s")
+            time.sleep(0.01)
+
+    def running(self, run_id: str | None = None) -> Running | None:
+        """The command gc.pid names (of request `run_id`, when given) if it still runs (or just ended)."""
+        try:
+            words = (self.state_dir / GC_PID_NAME).read_text().split()
+            pid, found_id = int(words[0]), words[1]
+        except (OSError, ValueError, IndexError):
+            return None
+        if run_id is not None and found_id != run_id:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            process = RegistryProcess(pid, start_ticks(pid))
+        except (OSError, ValueError, IndexError):
+            return Running(None, found_id) if run_id is not None else None
+        if not process.alive() or (b"garbage-collect" not in cmdline and not self._forked_by_wrapper(process)):
+            return Running(None, found_id) if run_id is not None else None  # ended (its pid may be reused)
+        return Running(process, found_id)
+
+    def _forked_by_wrapper(self, process: RegistryProcess) -> bool:
+        """supervise.sh's wrapper writes gc.pid right after its fork, so the command can still be the forked
+        shell, before its exec (a busy node stretches that to many ms): its parent is the wrapper, the
+        supervisor's child. Taken for ended, the run would end while the command goes on, the registry writable
+        again. The start ticks stay the same across the exec, so liveness and signals follow it. berth-supervise
+        is the command's parent itself and writes gc.pid after the exec, but the program exec'd may be a
+        wrapper of its own that execs garbage-collect later."""
+        wrapper = parent_pid(process)
+        supervisor = supervisor_pid(self.state_dir)
+        return wrapper is not None and supervisor is not None and \
+            (wrapper == supervisor or parent_pid(RegistryProcess(wrapper, 0)) == supervisor)
+
+    def result(self, run_id: str) -> tuple[int, bool] | None:
+        """(exit status, refused) from gc-result when it answers `run_id`."""
+        try:
+            words = (self.state_dir / GC_RESULT_NAME).read_text().split()
+        except OSError:
+            return None
+        if len(words) < 2 or words[0] != run_id or not words[1].isdigit():
+            return None
+        return int(words[1]), words[2:] == ["refused"]
+
+    def beat(self) -> None:
+        (self.state_dir / GC_HEARTBEAT_NAME).touch()
+
+    def remove(self, name: str) -> None:
+        try:
+            (self.state_dir / name).unlink()
+        except FileNotFoundError:
+            pass
+
+    def stop_orphan(self, kill_grace: float, timeout: float = 15.0) -> str | None:
+        """Stop a garbage-collect an earlier agent process left running (gc.pid names a live one): TERM, KILL
+        after kill_grace, wait until it is gone. Its request id, or None when none runs. GcProcessError if it
+        is still there after `timeout`."""
+        running = self.running()
+        if running is None or running.process is None:
+            return None
+        process = running.process
+        send_signal(process.pid, signal.SIGTERM)
+        began = time.monotonic()
+        killed = False
+        while process.alive():
+            waited = time.monotonic() - began
+            if not killed and waited >= kill_grace:
+                send_signal(process.pid, signal.SIGKILL)
+                killed = True
+            if waited >= timeout:
+                raise GcProcessError(f"the garbage-collect of request {running.run_id} (pid {process.pid}) is "
+                                     f"still running {timeout:g}s after it was stopped")
+            time.sleep(POLL_SECONDS)
+        return running.run_id
+
+
+__all__ = ["GcProcess", "GcProcessError", "NUDGE_SECONDS", "Running", "START_TIMEOUT"]
