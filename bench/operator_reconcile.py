@@ -223,15 +223,20 @@ def missing_objects(api: KubeApiServer, regs: list[dict[str, Any]]) -> list[str]
 
 def error_lines(log: str) -> list[str]:
     """The operator's log lines at error level or above (kopf's JSON format names it `severity`: error, fatal),
-    and any traceback."""
+    and any traceback: each as its message and the exception's last lines."""
     found = []
     for line in log.splitlines():
         try:
-            severity = str(json.loads(line).get("severity", "")).lower()
+            entry = json.loads(line)
+            severity = str(entry.get("severity", "")).lower()
         except (ValueError, AttributeError):
-            severity = ""
+            entry, severity = {}, ""
         if severity in ("error", "fatal", "critical") or "Traceback" in line:
-            found.append(line[:500])
+            if isinstance(entry, dict) and entry.get("message"):
+                raised = str(entry.get("exc_info") or "").strip().splitlines()[-3:]
+                found.append(" | ".join([str(entry["message"]), *(r.strip() for r in raised)])[:1500])
+            else:
+                found.append(line[:1500])
     return found
 
 
@@ -281,6 +286,24 @@ def by_resource(entries: list[dict[str, Any]]) -> dict[str, int]:
         sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
         return f"{e['verb']} {ref.get('resource')}{sub}"
     return dict(sorted(collections.Counter(map(name, entries)).items(), key=lambda kv: -kv[1]))
+
+
+def latencies(entries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """The API server's time per request (received until the response was complete, from the audit log), by verb
+    (median and 90th percentile, ms; watches left out), and the requests in flight on average over `seconds`."""
+    import datetime
+
+    def moment(value: str) -> float:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+    by: dict[str, list[float]] = collections.defaultdict(list)
+    for e in entries:
+        if e["verb"] != "watch" and e.get("stage") == "ResponseComplete":
+            by[e["verb"]].append(moment(e["stageTimestamp"]) - moment(e["requestReceivedTimestamp"]))
+    every = sorted(t for times in by.values() for t in times)
+    figures = {verb: f"{1000 * sorted(t)[len(t) // 2]:.0f}/{1000 * sorted(t)[int(len(t) * 0.9)]:.0f}"
+               for verb, t in sorted(by.items())}
+    return {"ms_median_p90": figures, "in_flight": sum(every) / seconds if seconds else 0.0}
 
 
 def refused(entries: list[dict[str, Any]]) -> dict[str, int]:
@@ -389,7 +412,8 @@ def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | No
             operator.stop()
     return {"count": count, "converge_s": converge_s, "cpu": cpu, "peak_mib": peak, "pods": pods,
             "requests": by_verb(converge_requests), "by_resource": by_resource(converge_requests),
-            "refused": refused(converge_requests), "others": others_writes(everyone),
+            "refused": refused(converge_requests), "latency": latencies(converge_requests, converge_s),
+            "others": others_writes(everyone),
             "reconciles": reconciles_by_cause(converge_log), "first_done_s": first_reconciles_done(converge_log),
             "idle_cpu_pct": idle_cpu, "idle_s": idle_seconds, "idle_requests": by_verb(idle_entries),
             "idle_writes": counted_writes(idle_entries), "idle_reconciles": idle_reconciles,
@@ -416,6 +440,8 @@ def report(result: dict[str, Any]) -> None:
     print(f"API requests until converged: {total} ({total / n:.1f} per Registry) {result['requests']}")
     print(f"  by verb and resource: {result['by_resource']}")
     print(f"  refused: {result['refused'] or 'none'}")
+    print(f"  the API server's time per request, median/p90 ms by verb: {result['latency']['ms_median_p90']}; "
+          f"{result['latency']['in_flight']:.1f} requests in flight on average")
     print(f"writes by the controllers meanwhile (not Events): {result['others']}")
     reconciles = sum(result["reconciles"].values())
     print(f"reconciles until converged: {reconciles} ({reconciles / n:.2f} per Registry) by cause: "

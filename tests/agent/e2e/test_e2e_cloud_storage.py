@@ -221,6 +221,22 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
         push_image(second, pod.host, "demo/app:2")  # with the old key revoked: the new one does the work
         assert pull_image(pod.host, "demo/app:2", tmp_path / "pulled2").blobs == second.blobs
         assert pull_image(pod.host, "demo/app:1", tmp_path / "pulled1").blobs == image.blobs
+
+        # A dead key through the API: refused before any restart, and status says why (what the operator turns
+        # into Degraded AgentFailed), quoting the service, never the key.
+        pid, dead = pod.registry_pid(), backend.dead_key()
+        kube_api.patch(SECRETS, "default", CREDS, {"data": {
+            k: base64.b64encode(v.encode()).decode() for k, v in backend.data(dead).items()}})
+
+        def status_error() -> str | None:
+            record = (((kube_api.get(REGISTRIES, "default", "reg") or {}).get("status") or {}).get("agents")
+                      or {}).get("pod-0") or {}
+            return record.get("error") if backend.refusal in (record.get("error") or "") else None
+
+        error = wait_for(status_error, what=f"the refusal in status\n{pod.agent_log_text()}")
+        assert f"spec.config.storage.{backend.volume}" in error and dead not in error
+        assert pod.registry_pid() == pid
+        assert pull_image(pod.host, "demo/app:2", tmp_path / "pulled3").blobs == second.blobs
         no_secret_in_logs(backend, pod)
 
 
