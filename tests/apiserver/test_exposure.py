@@ -141,3 +141,49 @@ def test_the_operator_shapes_the_service_makes_and_prunes_the_ingress(kube_apise
     refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
                and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
     assert refused == [], refused[:3]
+
+
+def test_a_load_balancer_class_change_is_refused_in_place_and_must_replace_says_so(kube_apiserver,
+                                                                                  apiserver_namespace):
+    """What builders.service.must_replace is for: the API server refuses another loadBalancerClass on a
+    LoadBalancer, and changes the type in place (ClusterIP to NodePort to LoadBalancer and back)."""
+    api, ns = kube_apiserver, apiserver_namespace
+    facts = ClusterFacts("img")
+    first = service.build(model(ns, service={"type": "LoadBalancer", "loadBalancerClass": "example.com/a"}), facts)
+    first["metadata"].pop("ownerReferences")
+    live = api.create(first)
+    other = service.build(model(ns, service={"type": "LoadBalancer", "loadBalancerClass": "example.com/b"}), facts)
+    with pytest.raises(ApiError) as refused:
+        api.patch("v1/services", ns, "outside", {"spec": {"loadBalancerClass": "example.com/b"}})
+    assert refused.value.status == 422 and "loadBalancerClass" in json.dumps(refused.value.body)
+    assert service.must_replace(live, other)
+    for kind in ("NodePort", "ClusterIP"):
+        wanted = service.build(model(ns, service={"type": kind}), facts)
+        assert not service.must_replace(live, wanted)
+        live = api.patch("v1/services", ns, "outside", {"spec": {"type": kind}})  # the rest dropped by the server
+        assert live["spec"]["type"] == kind and "loadBalancerClass" not in live["spec"]
+
+
+def test_the_operator_replaces_the_service_for_another_load_balancer_class(kube_apiserver, apiserver_namespace,
+                                                                           tmp_path):
+    api, ns = kube_apiserver, apiserver_namespace
+    api.create(registry(ns, service={"type": "LoadBalancer", "loadBalancerClass": "example.com/a"}))
+    operator, _ = start_operator(api, "berth-operator-0", tmp_path, [ns])
+    try:
+        first = wait_for(lambda: api.get("v1/services", ns, "outside"), "the LoadBalancer Service", 90)
+        assert first["spec"]["loadBalancerClass"] == "example.com/a"
+        before = wait_for(lambda: api.get("apps/v1/deployments", ns, "outside") and template(api, ns),
+                          "the Deployment", 60)
+        api.patch(REGISTRIES, ns, "outside", {"spec": {"service": {"loadBalancerClass": "example.com/b"}}})
+        try:
+            second = wait_for(lambda: (s := api.get("v1/services", ns, "outside"))
+                              and s["spec"].get("loadBalancerClass") == "example.com/b" and s, "the replaced Service",
+                              60)
+        except AssertionError:
+            raise AssertionError(f"{api.get(REGISTRIES, ns, 'outside').get('status')}\n"
+                                 f"{operator.log()[-3000:]}") from None
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        assert template(api, ns) == before
+    finally:
+        operator.stop()
+    assert "Replaced Service outside" in operator.log() or "Replaced" in operator.log(), operator.log()[-2000:]

@@ -65,6 +65,16 @@ UNEXERCISED_GRANTS = {
 # Server-side apply creates a missing object: the audit log records a patch, and the API server authorizes a
 # create besides it (apply.py applies these kinds; only the create-only kinds are POSTed).
 APPLY_CREATES = "server-side apply of a missing object is a create: authorized as one, audited as a patch"
+# Issue 30: exercised by tests/apiserver/test_exposure.py and test_exposure_optional.py (their CRDs installed there);
+# this scenario's examples make no Ingress, HTTPRoute or Certificate and replace no Service. The Ingress's get is
+# exercised (prune looks for one each reconcile); the optional kinds are never asked for while not served.
+EXPOSURE_GRANTS = "an Ingress, HTTPRoute or Certificate (spec.ingress, spec.gateway, an issuerRef): test_exposure*"
+UNEXERCISED_GRANTS.update({(group, resource, verb): EXPOSURE_GRANTS for group, resource, verbs in (
+    ("networking.k8s.io", "ingresses", ("create", "patch", "delete")),
+    ("gateway.networking.k8s.io", "httproutes", ("get", "create", "patch", "delete")),
+    ("cert-manager.io", "certificates", ("get", "create", "patch", "delete"))) for verb in verbs})
+UNEXERCISED_GRANTS[("", "services", "delete")] = ("replaces the Service for another loadBalancerClass "
+                                                  "(test_exposure)")
 UNEXERCISED_GRANTS.update({(group, resource, "create"): APPLY_CREATES for group, resource in (
     ("apps", "deployments"), ("", "services"), ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
     ("rbac.authorization.k8s.io", "rolebindings"), ("policy", "poddisruptionbudgets"))})
