@@ -83,6 +83,8 @@ PRINTER_COLUMNS = [
         "priority": 1,
     },
     {"name": "URL", "type": "string", "description": "In-cluster URL of the registry.", "jsonPath": ".status.url"},
+    {"name": "External", "type": "string", "description": "Address of the registry from outside the cluster.",
+     "jsonPath": ".status.externalAddress", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

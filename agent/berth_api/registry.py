@@ -19,6 +19,7 @@ from .auth import (
     token_v3_message,
 )
 from .cloud_storage import AZURE_PATH, GCS_PATH
+from .exposure import Gateway, Ingress, Service
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .monitoring import Monitoring
 from .notifications import Notifications, notifications_v3_message
@@ -149,6 +150,14 @@ class RegistrySpec(ApiModel):
     config: Config = Field(description="Registry configuration applied by the agent without restarting pods.")
     http: Http = Field(default_factory=Http, description="HTTP server options.")
     redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
+    service: Service = Field(
+        default_factory=Service, description="The registry's Service: its type (ClusterIP, NodePort, "
+        "LoadBalancer), node port, annotations and labels. Changes only the Service.")
+    ingress: Ingress | None = Field(
+        None, description="An Ingress (networking.k8s.io/v1) for the registry, with TLS from a Secret or cert-manager.")
+    gateway: Gateway | None = Field(
+        None, description="A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) for the registry. Needs the "
+        "Gateway API CRDs: without them the Registry is Degraded with reason MissingGatewayAPI.")
     health: Health = Field(default_factory=Health, description="Registry health checks.")
     validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
     monitoring: Monitoring = Field(
@@ -326,6 +335,11 @@ class RegistryStatus(ApiModel):
     ready_replicas: int | None = Field(None, alias="readyReplicas", ge=0, description="Registry pods that are ready.")
     selector: str | None = Field(None, description="Label selector of the registry pods (for the scale subresource).")
     url: str | None = Field(None, description="In-cluster URL of the registry.")
+    external_address: str | None = Field(
+        None, alias="externalAddress",
+        description="Where the registry is reached from outside the cluster, as seen by the operator: the "
+        "Ingress's or HTTPRoute's first host (https:// or http://), the LoadBalancer's address and port, or "
+        "NODE:<nodePort> (any node's address). Absent: only in the cluster.")
     storage: Literal["filesystem", "objectStorage", "inmemory"] | None = Field(
         None,
         # A printer column is a JSONPath, which cannot print which key of spec.config.storage is set.

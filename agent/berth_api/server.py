@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
+from .exposure import DNS_NAMES_MESSAGE, HOSTNAME_PATTERN, TLS_SOURCE_MESSAGE, IssuerRef, check_hostnames
 from .types import INT32_MAX, Addr, ApiModel, Duration, ObjectName, Regex, SecretKeyRef
 
 # Redis connections per registry process: redis-server's default maxclients. Distribution 3 (go-redis) sizes
@@ -20,9 +21,38 @@ class H2c(ApiModel):
 
 
 class Tls(ApiModel):
-    secret_name: ObjectName = Field(
-        alias="secretName", description="A kubernetes.io/tls Secret (keys tls.crt and tls.key) to serve HTTPS with."
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": [
+            {"rule": "has(self.secretName) != has(self.issuerRef)", "message": TLS_SOURCE_MESSAGE},
+            {"rule": "!has(self.dnsNames) || has(self.issuerRef)", "message": DNS_NAMES_MESSAGE}]}
+    }
+
+    secret_name: ObjectName | None = Field(
+        None, alias="secretName",
+        description="A kubernetes.io/tls Secret (keys tls.crt and tls.key) to serve HTTPS with."
     )
+    issuer_ref: IssuerRef | None = Field(
+        None, alias="issuerRef",
+        description="A cert-manager issuer instead of a Secret: Berth makes a Certificate (Secret <registry>-tls) "
+        "and serves each renewal without restarting pods. Needs cert-manager.")
+    dns_names: list[str] = Field(
+        default_factory=list, alias="dnsNames", max_length=32,
+        description="Names of the Certificate (issuerRef only); absent: the Service's names (<name>, "
+        "<name>.<namespace>, <name>.<namespace>.svc, <name>.<namespace>.svc.cluster.local).",
+        json_schema_extra={"items": {"type": "string", "maxLength": 253, "pattern": HOSTNAME_PATTERN}})
+
+    @field_validator("dns_names")
+    @classmethod
+    def _host_names(cls, hosts: list[str]) -> list[str]:
+        return check_hostnames(hosts)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Tls:
+        if (self.secret_name is None) == (self.issuer_ref is None):
+            raise ValueError(TLS_SOURCE_MESSAGE)
+        if self.dns_names and self.issuer_ref is None:
+            raise ValueError(DNS_NAMES_MESSAGE)
+        return self
 
 
 class Http(ApiModel):
@@ -41,7 +71,7 @@ class Http(ApiModel):
     )
     http2: Http2 = Field(default_factory=Http2, description="HTTP/2 options.")
     h2c: H2c = Field(default_factory=H2c, description="Cleartext HTTP/2 options.")
-    tls: Tls | None = Field(None, description="Serve HTTPS with a certificate from a Secret.")
+    tls: Tls | None = Field(None, description="Serve HTTPS with a certificate from a Secret or from cert-manager.")
 
     @property
     def port(self) -> int:

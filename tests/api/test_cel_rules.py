@@ -167,8 +167,26 @@ def cloud_storage_documents() -> list[dict[str, Any]]:
     return documents
 
 
+def exposure_documents() -> list[dict[str, Any]]:
+    """spec.service, spec.ingress.tls and spec.http.tls (issue 30): each Service type with each type-bound field,
+    TLS from a Secret, an issuer, both or neither, dnsNames with and without an issuer."""
+    storage = {"inmemory": {}}
+    services = [{"type": kind, **extra} for kind in (None, "ClusterIP", "NodePort", "LoadBalancer")
+                for extra in ({}, {"nodePort": 30500}, {"loadBalancerClass": "example.com/lb"},
+                              {"externalTrafficPolicy": "Local"})]
+    services = [{k: v for k, v in shape.items() if v is not None} for shape in services]
+    issuer = {"name": "ca", "kind": "ClusterIssuer"}
+    sources = [{"secretName": "tls"}, {"issuerRef": issuer}, {"secretName": "tls", "issuerRef": issuer}, {}]
+    tls = sources + [{**source, "dnsNames": ["registry.example.com"]} for source in sources[:2]]
+    documents = [{"config": {"storage": storage}, "service": shape} for shape in services]
+    documents += [{"config": {"storage": storage}, "http": {"tls": shape}} for shape in tls]
+    documents += [{"config": {"storage": storage}, "ingress": {"hosts": ["r.example.com"], "tls": shape}}
+                  for shape in sources]
+    return documents
+
+
 SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
-         + proxy_documents() + notifications_documents() + cloud_storage_documents())
+         + proxy_documents() + notifications_documents() + cloud_storage_documents() + exposure_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:

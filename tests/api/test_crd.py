@@ -28,6 +28,13 @@ from berth_api.auth import (
     TOKEN_V3_FIELDS,
     token_v3_message,
 )
+from berth_api.exposure import (
+    DNS_NAMES_MESSAGE,
+    LB_CLASS_MESSAGE,
+    NODE_PORT_MESSAGE,
+    TLS_SOURCE_MESSAGE,
+    TRAFFIC_POLICY_MESSAGE,
+)
 from berth_api.notifications import (
     HEADER_SOURCE_MESSAGE,
     NOTIFICATIONS_V3_FIELDS,
@@ -255,6 +262,12 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.config.notifications", UNIQUE_NAMES_MESSAGE),
         ("spec.config.notifications.endpoints.[].headers.[]", HEADER_SOURCE_MESSAGE),
         *(("spec", notifications_v3_message(field)) for field in NOTIFICATIONS_V3_FIELDS),
+        ("spec.service", NODE_PORT_MESSAGE),
+        ("spec.service", LB_CLASS_MESSAGE),
+        ("spec.service", TRAFFIC_POLICY_MESSAGE),
+        ("spec.http.tls", TLS_SOURCE_MESSAGE),
+        ("spec.http.tls", DNS_NAMES_MESSAGE),
+        ("spec.ingress.tls", TLS_SOURCE_MESSAGE),
     }
 
 

@@ -50,3 +50,37 @@ def test_ten_reloads_of_one_replica_refuse_nothing_through_the_service(kube_node
     (after,) = registry_pods(kube_node, node_namespace, "held")
     assert after["metadata"]["uid"] == pod["metadata"]["uid"] and restart_counts(after) == counts
     assert len(pids) > RELOADS // 2, pids  # new registry processes, one per reload (sampled after each)
+
+
+def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_again(
+        kube_node: Node, berth_image: str, node_namespace: str) -> None:
+    """The known cost (docs/design.md §4.2): the kubelet restarts the registry container, whose new supervisor
+    creates the socket again; connections are refused until its registry answers."""
+    import os
+    import signal
+    import time
+
+    from support.node_berth import container_pid
+
+    spec = {"image": "docker.io/library/registry:3", "config": {"log": {"level": "info"}, "storage": {"inmemory": {}}}}
+    create_registry(kube_node, node_namespace, "killed", spec)
+    (pod,) = registry_pods(kube_node, node_namespace, "killed")
+    counts = restart_counts(pod)
+    url = urllib.parse.urlsplit(service_url(kube_node, node_namespace, "killed"))
+    supervisor = container_pid(kube_node, pod, "registry")
+    with NewConnectionLoop(url.hostname, url.port, timeout=2.0) as loop:
+        wait_for(lambda: loop.counts.answered > 5, "pulls through the Service", 30)
+        os.kill(supervisor, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: restart_counts(registry_pods(kube_node, node_namespace, "killed")[0])["registry"]
+                 == counts["registry"] + 1, "the registry container restarted", 60, kube_node)
+        before = loop.counts.answered
+        wait_for(lambda: loop.counts.answered > before + 20, "answers again after the restart", 60)
+        back_after = time.monotonic() - killed_at
+    counts_after = loop.counts
+    print(f"kill -9 of berth-supervise: the container restarted, answers again within {back_after:.1f} s; "
+          f"{counts_after.refused} refused, {counts_after.closed_without_response} closed without a response, "
+          f"{counts_after.failed} failed meanwhile")
+    (after,) = registry_pods(kube_node, node_namespace, "killed")
+    assert after["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert container_pid(kube_node, after, "registry") != supervisor

@@ -44,3 +44,22 @@ def test_the_credentials_secret_is_mounted_in_the_agent_watched_and_granted(regi
 def test_default_credentials_mount_nothing(registry_factory, facts_factory, backend, body):
     pod = _objects(registry_factory, facts_factory, {backend: body})["Deployment", "demo"]["spec"]["template"]["spec"]
     assert all(v["name"] not in ("azure", "gcs") for v in pod["volumes"])
+
+
+@pytest.mark.parametrize(("backend", "body", "secret", "present", "reason"), [
+    ("azure", AZURE, "azure-key", None, "MissingSecret"),
+    ("azure", AZURE, "azure-key", {"otherKey": "eA=="}, "MissingSecretKey"),
+    ("gcs", GCS, "gcs-key", {"other.json": "e30="}, "MissingSecretKey"),
+])
+def test_a_missing_secret_or_key_is_reported(operator_harness, kube_api, backend, body, secret, present, reason):
+    harness = operator_harness(["cloud-ns"])
+    if present is not None:
+        kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": "cloud-ns"},
+                         "data": present})
+    kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                     "metadata": {"name": "c", "namespace": "cloud-ns"},
+                     "spec": {"config": {"storage": {backend: body}}}})
+    harness.wait_reconciled("cloud-ns", "c")
+    degraded = harness.condition("cloud-ns", "c", "Degraded")
+    assert degraded["reason"] == reason
+    assert f"spec.config.storage.{backend}.credentials.secret" in degraded["message"]

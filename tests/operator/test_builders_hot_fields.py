@@ -146,6 +146,24 @@ def _with_notifications() -> dict[str, Any]:
     return spec
 
 
+def _exposed(tls: dict[str, Any], ingress_tls: dict[str, Any]) -> dict[str, Any]:
+    """Reached from outside (issue 30): a LoadBalancer Service with every field, an Ingress, an HTTPRoute. None
+    of them shapes the pod; a TLS certificate from an issuer mounts the Certificate's Secret (its name fixed)."""
+    spec = _with_storage({"inmemory": {}})
+    spec["http"]["tls"] = tls
+    spec["service"] = {"type": "LoadBalancer", "nodePort": 30500, "loadBalancerClass": "example.com/lb",
+                       "externalTrafficPolicy": "Local", "annotations": {"a.example.com/x": "1"},
+                       "labels": {"team": "platform"}}
+    spec["ingress"] = {"className": "nginx", "hosts": ["registry.example.com"],
+                       "annotations": {"a.example.com/y": "2"}, "tls": ingress_tls}
+    spec["gateway"] = {"parentRefs": [{"name": "public", "namespace": "gateways", "sectionName": "https",
+                                       "port": 443, "group": "gateway.networking.k8s.io", "kind": "Gateway"}],
+                       "hostnames": ["registry.example.com"]}
+    return spec
+
+
+_ISSUER = {"name": "ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
 # (id, spec, facts): together they reach every field of the models.
 BASES = [
     ("filesystem-claim-rwx", _with_storage({"filesystem": {"persistentVolumeClaim": "shared"}}, replicas=2),
@@ -184,6 +202,11 @@ BASES = [
     ("gcs-key", _with_storage({"gcs": {
         "bucket": "berth-registry", "rootDirectory": "reg", "chunkSize": 524288,
         "credentials": {"type": "key", "secret": {"name": "gcs", "field": "key.json"}}}}, replicas=2),
+     ClusterFacts(AGENT_IMAGE)),
+    ("exposed-issuers", _exposed({"issuerRef": _ISSUER, "dnsNames": ["registry.example.com"]},
+                                 {"issuerRef": _ISSUER}), ClusterFacts(AGENT_IMAGE, gateway_api=True,
+                                                                      cert_manager=True)),
+    ("exposed-secrets", _exposed({"secretName": "registry-tls"}, {"secretName": "ingress-tls"}),
      ClusterFacts(AGENT_IMAGE)),
     ("gcs-default", _with_storage({"gcs": {"bucket": "berth-registry",
                                            "credentials": {"type": "default_credentials"}}}),

@@ -13,7 +13,7 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.cluster.discovery import Discovery, describe, serving
-from berth_operator.core.kinds import COSI, KINDS, MONITORING, OPTIONAL_KINDS, crd_name
+from berth_operator.core.kinds import CERT_MANAGER, COSI, GATEWAY, KINDS, MONITORING, OPTIONAL_KINDS, crd_name
 from berth_operator.engine.facts import missing_apis, needed_kinds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -34,10 +34,12 @@ def registry(spec: dict) -> Registry:
                                     "metadata": {"name": "r", "namespace": "ns", "uid": "u"}, "spec": spec})
 
 
-def test_the_optional_kinds_are_cosis_and_the_service_monitor():
+def test_the_optional_kinds_are_cosis_the_service_monitor_the_http_route_and_the_certificate():
     assert set(OPTIONAL_KINDS) == {(COSI, "BucketClaim"), (COSI, "BucketAccess"), (COSI, "BucketClass"),
-                                   (COSI, "BucketAccessClass"), (MONITORING, "ServiceMonitor")}
-    assert {KINDS[key].optional.reason for key in OPTIONAL_KINDS} == {"MissingCOSI", "MissingMonitoringCRD"}
+                                   (COSI, "BucketAccessClass"), (MONITORING, "ServiceMonitor"),
+                                   (GATEWAY, "HTTPRoute"), (CERT_MANAGER, "Certificate")}
+    assert {KINDS[key].optional.reason for key in OPTIONAL_KINDS} == {
+        "MissingCOSI", "MissingMonitoringCRD", "MissingGatewayAPI", "MissingCertManager"}
     assert crd_name(COSI, "BucketAccess") == "bucketaccesses.objectstorage.k8s.io"
 
 

@@ -51,6 +51,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 APISERVER_XZ_ENV = "BERTH_KUBE_APISERVER_XZ"
 DEFAULT_XZ = REPO.parent / "shared" / "k8s" / "kube-apiserver-v1.36.1.xz"
 MONITORING_CRDS = REPO / "tests" / "fixtures" / "prometheus-operator-v0.93.0"
+GATEWAY_API_CRDS = REPO / "tests" / "fixtures" / "gateway-api-v1.6.1"
+CERT_MANAGER_CRDS = REPO / "tests" / "fixtures" / "cert-manager-v1.21.1"
 BINARY_SHA256 = "b8d5488f2d2ed84342dcb891ae9b83863c349e5d342accd33976123631872d5c"  # ../shared/k8s/README.md
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MERGE_PATCH = "application/merge-patch+json"
@@ -405,6 +407,26 @@ class KubeApiServer:
 def monitoring_crds() -> list[dict[str, Any]]:
     """prometheus-operator's CRDs, vendored from its v0.93.0 release (tests/fixtures, Apache-2.0)."""
     return [yaml.safe_load(path.read_text()) for path in sorted(MONITORING_CRDS.glob("monitoring.coreos.com_*.yaml"))]
+
+
+def gateway_api_crds() -> list[dict[str, Any]]:
+    """The Gateway API's standard channel (GatewayClass, Gateway, HTTPRoute, ReferenceGrant), vendored from its
+    v1.6.1 release (tests/fixtures, Apache-2.0)."""
+    return [yaml.safe_load(path.read_text()) for path in sorted(GATEWAY_API_CRDS.glob("*.yaml"))]
+
+
+def cert_manager_crds() -> list[dict[str, Any]]:
+    """cert-manager's Certificate, Issuer and ClusterIssuer, vendored from its v1.21.1 release (tests/fixtures,
+    Apache-2.0). No controller runs: a test writes a Certificate's Secret as cert-manager would."""
+    return [yaml.safe_load(path.read_text()) for path in sorted(CERT_MANAGER_CRDS.glob("*.yaml"))]
+
+
+def install_gateway_api_crds(server: KubeApiServer) -> None:
+    server.install_crds(gateway_api_crds())
+
+
+def install_cert_manager_crds(server: KubeApiServer) -> None:
+    server.install_crds(cert_manager_crds())
 
 
 def install_cosi_crds(server: KubeApiServer) -> None:

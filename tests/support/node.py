@@ -553,7 +553,7 @@ def teardown(state: NodeState) -> list[str]:
     for pid in _shim_pids(socket_path):
         _stop_pid(pid, timeout=5)
     for name, pid, _ in reversed(state.processes):
-        if name not in ("kube-proxy", "kubelet", "containerd"):
+        if name not in ("kube-proxy", "kubelet", "containerd", "machine-lock"):
             _stop_pid(pid)
     for point in sorted(_mounts_under([state.root]), key=len, reverse=True):
         if _run("umount", point, check=False).returncode != 0:
@@ -578,6 +578,8 @@ def teardown(state: NodeState) -> list[str]:
     else:
         for directory in state.dirs:
             shutil.rmtree(directory, ignore_errors=True)
+    if "machine-lock" in processes:  # last: the next run may start once all of the above is gone
+        _stop_pid(processes["machine-lock"])
     return problems
 
 

@@ -13,12 +13,14 @@ import pathlib
 import subprocess
 import tempfile
 import time
+import urllib.error
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from support.node import Node
+from support.registry import http_get
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -188,3 +190,16 @@ def json_patch_spec(node: Node, namespace: str, name: str, patch: dict[str, Any]
 
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1)[-4000:]
+
+
+def get_status(url: str, *, auth: tuple[str, str] | None = None, method: str = "GET") -> int:
+    """The status of one request, retrying a refused connection for up to 10 s (one replica's listener changing
+    hands across a reload, as every one-replica test retries); any HTTP answer counts."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return http_get(url, auth=auth, method=method).status
+        except urllib.error.URLError as error:
+            if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -17,3 +17,7 @@ class ClusterFacts:
     pvc_access_modes: tuple[str, ...] | None = None
     # Whether the prometheus-operator ServiceMonitor CRD is installed (spec.monitoring.serviceMonitor needs it).
     service_monitor_crd: bool = False
+    # Whether the cluster serves the Gateway API's HTTPRoute (spec.gateway needs it) and cert-manager's Certificate
+    # (an issuerRef needs it).
+    gateway_api: bool = False
+    cert_manager: bool = False

@@ -15,6 +15,8 @@ AGENT_COMPONENT = "agent"
 STORAGE_COMPONENT = "storage"
 HTTP_SECRET_COMPONENT = "http-secret"
 METRICS_COMPONENT = "metrics"  # the metrics Service; a ServiceMonitor selects it by this label
+EXPOSURE_COMPONENT = "exposure"  # the Ingress and the HTTPRoute
+CERTIFICATE_COMPONENT = "certificate"  # the cert-manager Certificates
 
 
 def registry_name(reg: Registry) -> str:
@@ -90,6 +92,44 @@ def bucket_access_name(reg: Registry) -> str:
 def cosi_secret_name(reg: Registry) -> str:
     """credentialsSecretName of the BucketAccess the operator creates."""
     return f"{registry_name(reg)}-cosi-credentials"
+
+
+def ingress_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
+def http_route_name(reg: Registry) -> str:
+    return registry_name(reg)
+
+
+def certificate_name(reg: Registry) -> str:
+    """The Certificate of spec.http.tls.issuerRef; cert-manager writes its Secret under the same name."""
+    return f"{registry_name(reg)}-tls"
+
+
+def ingress_certificate_name(reg: Registry) -> str:
+    """The Certificate of spec.ingress.tls.issuerRef, and its Secret (the Ingress's tls secretName)."""
+    return f"{registry_name(reg)}-ingress-tls"
+
+
+def certificate_names(reg: Registry) -> tuple[str, ...]:
+    """Both Certificates a Registry may have (prune)."""
+    return certificate_name(reg), ingress_certificate_name(reg)
+
+
+def tls_secret_name(reg: Registry) -> str | None:
+    """The Secret the registry serves HTTPS with: spec.http.tls.secretName, or its Certificate's; None: HTTP."""
+    tls = reg.spec.http.tls
+    if tls is None:
+        return None
+    return tls.secret_name if tls.secret_name is not None else certificate_name(reg)
+
+
+def ingress_tls_secret_name(reg: Registry) -> str | None:
+    ingress = reg.spec.ingress
+    if ingress is None or ingress.tls is None:
+        return None
+    return ingress.tls.secret_name if ingress.tls.secret_name is not None else ingress_certificate_name(reg)
 
 
 def pdb_name(reg: Registry) -> str:

@@ -122,8 +122,9 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
     if spec.redis is not None:
         sources[REDIS_VOLUME] = spec.redis.secret.name
-    if spec.http.tls is not None:
-        sources[TLS_VOLUME] = spec.http.tls.secret_name
+    tls_secret = names.tls_secret_name(reg)
+    if tls_secret is not None:
+        sources[TLS_VOLUME] = tls_secret
     sources.update({volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "Secret"})
     proxy = spec.config.proxy
     if proxy is not None and proxy.credentials is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 COSI = "objectstorage.k8s.io/v1alpha1"
 MONITORING = "monitoring.coreos.com/v1"
 REGISTRY = "berth.dev/v1alpha1"
+GATEWAY = "gateway.networking.k8s.io/v1"
+CERT_MANAGER = "cert-manager.io/v1"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class OptionalApi:
 
 COSI_API = OptionalApi("MissingCOSI", "install the COSI CRDs and controller")
 MONITORING_API = OptionalApi("MissingMonitoringCRD", "install prometheus-operator or its CRDs")
+GATEWAY_API = OptionalApi("MissingGatewayAPI", "install the Gateway API CRDs (standard channel) and a controller")
+CERT_MANAGER_API = OptionalApi("MissingCertManager", "install cert-manager")
 
 APPLY = "apply"  # server-side apply, only when something differs (engine.apply)
 CREATE = "create"  # POSTed once and never patched: the spec is immutable, holds data, or is the agents'
@@ -35,8 +39,9 @@ CREATE = "create"  # POSTed once and never patched: the spec is immutable, holds
 class Kind:
     """One kind. owned: Berth makes it (its builders, in creation order: `module.function` under builders/);
     applied: how the apply layer writes it (APPLY or CREATE; None: never written there); cached: the caches list
-    and watch it (Berth's label); prune: the builders.names function naming the object a Registry no longer
-    needs, which the apply layer deletes; optional: the API a cluster may not serve (None: every cluster does)."""
+    and watch it (Berth's label); prune: the builders.names function naming the object (or a tuple of the
+    objects) a Registry no longer needs, which the apply layer deletes; optional: the API a cluster may not
+    serve (None: every cluster does)."""
 
     api_version: str
     kind: str
@@ -81,8 +86,16 @@ TABLE: tuple[Kind, ...] = (
          optional=COSI_API),
     Kind(COSI, "BucketAccess", "bucketaccesses", cached=True, applied=CREATE, builders=("bucket_access.build",),
          prune="bucket_access_name", optional=COSI_API),
+    # A Certificate before the pods that mount its Secret; prune names both a Registry may have.
+    Kind(CERT_MANAGER, "Certificate", "certificates", applied=APPLY,
+         builders=("certificate.build", "certificate.build_ingress"), prune="certificate_names",
+         optional=CERT_MANAGER_API),
     Kind("v1", "Service", "services", cached=True, applied=APPLY,
          builders=("service.build", "metrics_service.build")),
+    Kind("networking.k8s.io/v1", "Ingress", "ingresses", applied=APPLY, builders=("ingress.build",),
+         prune="ingress_name"),
+    Kind(GATEWAY, "HTTPRoute", "httproutes", applied=APPLY, builders=("http_route.build",), prune="http_route_name",
+         optional=GATEWAY_API),
     Kind(MONITORING, "ServiceMonitor", "servicemonitors", applied=APPLY, builders=("service_monitor.build",),
          prune="service_monitor_name", optional=MONITORING_API),
     Kind("apps/v1", "Deployment", "deployments", cached=True, applied=APPLY, builders=("deployment.build",)),

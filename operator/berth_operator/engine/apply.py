@@ -15,6 +15,8 @@
 - An object missing from the caches is not read first: it is applied without force (a create-only kind:
   POSTed), and read only when the server refuses that (409, 422: it exists and is someone else's, or differs).
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
+- A change the API server refuses in place (a LoadBalancer Service's class: builders.service.must_replace) is
+  made by deleting the object (by uid) and creating it again at once.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them:
   the PodDisruptionBudget (replicas down to 1) and a BucketAccess the operator made. A PVC or a
   BucketClaim is NEVER pruned: they hold data (they go only with the Registry, through owner references).
@@ -33,7 +35,7 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from ..builders import names
+from ..builders import names, service
 from ..cluster.view import Cluster
 from ..core import kinds
 from ..kube.client import FIELD_MANAGER, KubeError
@@ -41,14 +43,14 @@ from ..kube.client import FIELD_MANAGER, KubeError
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
 # How each kind is written (core.kinds): the create-only kinds are POSTed once and never patched.
 CREATE_ONLY_KINDS = kinds.CREATE_ONLY_KINDS
-PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str]], ...] = tuple(
+PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str | tuple[str, ...]]], ...] = tuple(
     (kind.api_version, kind.kind, getattr(names, kind.prune or "")) for kind in kinds.PRUNABLE_KINDS)
 CONFLICT_RETRIES = 3
 
 
 @dataclass(frozen=True)
 class Action:
-    """A write made: verb is Created, Updated or Deleted."""
+    """A write made: verb is Created, Updated, Replaced or Deleted."""
 
     verb: str
     kind: str
@@ -189,6 +191,8 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
             raise NotOurs(f"{kind} {name} exists and is controlled by another owner (uid {owner}); not touching it")
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
+        if kind == "Service" and service.must_replace(live, wanted):
+            return _replace(kube, live, _annotated(wanted, digest))
     for _attempt in range(CONFLICT_RETRIES):
         try:
             kube.apply(_annotated(wanted, digest))
@@ -208,6 +212,23 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
             if exc.status != 409:  # a forced apply conflicts on no field; a 409 is a race (two creates): again
                 raise
     raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")
+
+
+def _replace(kube: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) -> Action:
+    """Delete the live object (only that one: its uid) and create the wanted one at once, for a change the API
+    server refuses in place (builders.service.must_replace). The Service is gone for the two requests between."""
+    meta = wanted["metadata"]
+    kube.delete(wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"],
+                uid=live["metadata"].get("uid"))
+    try:
+        kube.create(wanted)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        # Still there: a finalizer (a cloud's load-balancer cleanup) holds it until its controller lets go.
+        raise Conflict(f"{wanted['kind']} {meta['name']} is being deleted to be replaced; the next reconcile "
+                       "creates it") from None
+    return Action("Replaced", wanted["kind"], meta["name"])
 
 
 def http_secret_value(kube: Cluster, reg: Registry) -> str | None:
@@ -232,12 +253,13 @@ def prune(kube: Cluster, reg: Registry, built: list[Mapping[str, Any]]) -> list[
     for api_version, kind, name_of in PRUNABLE:
         if not kube.serves(api_version, kind):
             continue
-        name = name_of(reg)
-        if (kind, name) in wanted:
-            continue
-        live = kube.get_owned(api_version, kind, names.namespace(reg), name)  # what this Registry controls is Berth's
-        if live is None or _owner_uid(live) != uid:
-            continue
-        if kube.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
-            actions.append(Action("Deleted", kind, name))
+        named = name_of(reg)
+        for name in (named,) if isinstance(named, str) else named:
+            if (kind, name) in wanted:
+                continue
+            live = kube.get_owned(api_version, kind, names.namespace(reg), name)  # this Registry's is Berth's
+            if live is None or _owner_uid(live) != uid:
+                continue
+            if kube.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
+                actions.append(Action("Deleted", kind, name))
     return actions

@@ -19,7 +19,7 @@ from ..builders import names
 from ..builders.context import ClusterFacts
 from ..cluster.discovery import describe
 from ..cluster.view import Cluster
-from ..core.kinds import COSI, KINDS, MONITORING, crd_name
+from ..core.kinds import CERT_MANAGER, COSI, GATEWAY, KINDS, MONITORING, crd_name
 from ..kube.client import Kube, KubeError
 from .status import Finding
 
@@ -68,7 +68,7 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
         refs.append((spec.http.secret.name, "spec.http.secret", (spec.http.secret.field,)))
     if spec.redis is not None:
         refs.append((spec.redis.secret.name, "spec.redis.secret", (spec.redis.secret.field,)))
-    if spec.http.tls is not None:
+    if spec.http.tls is not None and spec.http.tls.secret_name is not None:  # an issuer's: waiting() checks it
         refs.append((spec.http.tls.secret_name, "spec.http.tls.secretName", ("tls.crt", "tls.key")))
     token = auth.token
     for name, ref in (("rootCertBundle", token.root_cert_bundle if token else None),
@@ -83,6 +83,10 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     if notifications is not None and notifications.secret_name is not None:
         refs.append((notifications.secret_name, "spec.config.notifications.secretName",
                      tuple(notifications.secret_keys())))
+    for backend, cloud in (("azure", spec.config.storage.azure), ("gcs", spec.config.storage.gcs)):
+        if cloud is not None and cloud.credentials.secret is not None:
+            ref = cloud.credentials.secret
+            refs.append((ref.name, f"spec.config.storage.{backend}.credentials.secret", (ref.field,)))
     return refs
 
 
@@ -143,6 +147,12 @@ def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
             needed.append((COSI, "BucketAccessClass", f"{where}.bucketAccessClass"))
     if reg.spec.monitoring.service_monitor is not None:
         needed.append((MONITORING, "ServiceMonitor", "spec.monitoring.serviceMonitor"))
+    if reg.spec.gateway is not None:
+        needed.append((GATEWAY, "HTTPRoute", "spec.gateway"))
+    for where, tls in (("spec.http.tls.issuerRef", reg.spec.http.tls),
+                       ("spec.ingress.tls.issuerRef", reg.spec.ingress.tls if reg.spec.ingress else None)):
+        if tls is not None and tls.issuer_ref is not None:
+            needed.append((CERT_MANAGER, "Certificate", where))
     return needed
 
 
@@ -230,7 +240,9 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
 
     service_monitor_crd = kube.serves(MONITORING, "ServiceMonitor")
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
-                         pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd)
+                         pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd,
+                         gateway_api=kube.serves(GATEWAY, "HTTPRoute"),
+                         cert_manager=kube.serves(CERT_MANAGER, "Certificate"))
     return Lookup(facts=facts, findings=findings)
 
 
@@ -249,6 +261,7 @@ def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
         phase = _status(claim).get("phase")
         if claim is not None and phase != "Bound":
             found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
+    found += _certificates_waiting(kube, reg)
     obj = reg.spec.config.storage.object_storage
     if obj is not None and kube.serves(COSI, "BucketClaim"):
         claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
@@ -270,4 +283,21 @@ def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
                     "WaitingForBucketAccess",
                     f"BucketAccess {access_name} granted access but its Secret {secret_name} {SECRET_NOT_YET}",
                 ))
+    return found
+
+
+def _certificates_waiting(kube: Cluster, reg: Registry) -> list[Finding]:
+    """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
+    if not kube.serves(CERT_MANAGER, "Certificate"):
+        return []  # missing_apis said so
+    namespace = names.namespace(reg)
+    found = []
+    tls, ingress = reg.spec.http.tls, reg.spec.ingress
+    for where, wanted, name in (
+            ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, names.certificate_name(reg)),
+            ("spec.ingress.tls.issuerRef", ingress is not None and ingress.tls is not None
+             and ingress.tls.issuer_ref is not None, names.ingress_certificate_name(reg))):
+        if wanted and kube.get("v1", "Secret", namespace, name) is None:
+            found.append(Finding("WaitingForCertificate",
+                                 f"Certificate {name} ({where}): cert-manager has not written Secret {name} yet"))
     return found

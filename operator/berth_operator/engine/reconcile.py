@@ -32,6 +32,7 @@ UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC",
     "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
     "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI",
+    "MissingGatewayAPI", "MissingCertManager",
 })
 # An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
 MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
@@ -179,7 +180,7 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
     findings: list[Finding] = []
     deployment = None
     live_pods: list[dict[str, Any]] | None = None
-    url = selector = storage = None
+    url = selector = storage = external = None
 
     try:
         reg = parse(body)
@@ -187,7 +188,8 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
         reg = None
         findings.append(Finding("InvalidSpec", describe_validation_error(exc)))
         # Nothing is applied, but what runs from the last valid spec keeps running: report it as it is.
-        url, selector, storage = (live_status.get(k) for k in ("url", "selector", "storage"))
+        url, selector, storage, external = (live_status.get(k) for k in ("url", "selector", "storage",
+                                                                          "externalAddress"))
         try:
             deployment = kube.get("apps/v1", "Deployment", namespace, name)
         except KubeError:
@@ -199,6 +201,8 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
         url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
             deployment, live_pods = _apply(kube, reg, agent_image, findings, outcome.actions)
+            external = status.external_address(
+                reg, kube.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
         findings += status.binary_findings(live_pods or [], reg.spec.image)
@@ -207,7 +211,8 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
         if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,
-                   deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage):
+                   deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage,
+                   external=external):
             return outcome
         # The status moved since body was read, and this write records a result (Interrupted): read it
         # again and decide again (the runner may have recorded its own result just before).
@@ -246,6 +251,7 @@ def _report(
     url: str | None,
     selector: str | None,
     storage: str | None,
+    external: str | None = None,
 ) -> bool:
     """Decide garbage collection, compute the status and write what differs; fills outcome. False: not written
     because the status changed since body was read (only a result-recording write is guarded so)."""
@@ -277,7 +283,7 @@ def _report(
         serving_pods=serving,
     )
     wanted = status.operator_status(obs, live_status, now=format_time(moment), url=url, selector=selector,
-                                    storage=storage)
+                                    storage=storage, external_address=external)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=pod_names)
     if gc.status_patch is not None:  # merged key by key: the runner's keys of garbageCollection stay its own

@@ -1,0 +1,43 @@
+"""The HTTPRoute (gateway.networking.k8s.io/v1) of spec.gateway: every request on its hostnames to the registry's
+Service. Built only when the cluster serves the Gateway API (ClusterFacts.gateway_api; otherwise facts.py
+reports MissingGatewayAPI and nothing else changes).
+
+No timeouts are set: the standard channel's HTTPRoute timeouts are optional for implementations, and one that
+does not support a value refuses the rule; the Gateway's own limits are documented in the README instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth_api import Registry
+
+from . import names
+from .context import ClusterFacts
+from .meta import object_meta
+
+
+def _parent_ref(ref: Any) -> dict[str, Any]:
+    parent: dict[str, Any] = {"group": ref.group, "kind": ref.kind, "name": ref.name}
+    for key, value in (("namespace", ref.namespace), ("sectionName", ref.section_name), ("port", ref.port)):
+        if value is not None:
+            parent[key] = value
+    return parent
+
+
+def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
+    wanted = reg.spec.gateway
+    if wanted is None or not facts.gateway_api:
+        return None
+    spec: dict[str, Any] = {
+        "parentRefs": [_parent_ref(ref) for ref in wanted.parent_refs],
+        "rules": [{
+            "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+            "backendRefs": [{"group": "", "kind": "Service", "name": names.service_name(reg),
+                             "port": reg.spec.http.port}],
+        }],
+    }
+    if wanted.hostnames:
+        spec["hostnames"] = list(wanted.hostnames)
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": object_meta(reg, names.http_route_name(reg), names.EXPOSURE_COMPONENT), "spec": spec}
