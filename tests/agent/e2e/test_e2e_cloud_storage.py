@@ -40,6 +40,12 @@ CREDS = "storage-creds"
 SECRETS = "v1/secrets"
 REGISTRIES = "berth.dev/v1alpha1/registries"
 OCI = "application/vnd.oci.image.manifest.v1+json"
+# How long a step may take on a loaded machine: the tests count requests and restarts, they never time them.
+SLOW = 120.0
+
+
+def wait(predicate, *, what: str):
+    return wait_for(predicate, SLOW, what=what)
 
 
 class Azure:
@@ -191,11 +197,11 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
         loop = PullLoop(f"{pod.url}/v2/demo/app/blobs/{layer}", image.blobs[layer])
         loop.start()
         try:
-            wait_for(lambda: loop.stats.successes >= 5, what="the pull loop to get going")
+            wait(lambda: loop.stats.successes >= 5, what="the pull loop to get going")
             new = backend.next_key()
             kube_api.patch(SECRETS, "default", CREDS, {"data": {
                 k: base64.b64encode(v.encode()).decode() for k, v in backend.data(new).items()}})
-            wait_for(lambda: pod.actions("restarted"), what=f"a restart on the new key\n{pod.agent_log_text()}")
+            wait(lambda: pod.actions("restarted"), what=f"a restart on the new key\n{pod.agent_log_text()}")
             config = (pod.config_dir / "config.yml").read_bytes()
 
             def reports_new_state() -> bool:
@@ -203,11 +209,11 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
                           or {}).get("pod-0") or {}
                 return record.get("configHash") == pod.disk_identity() and not record.get("error")
 
-            wait_for(reports_new_state, what=f"status to report the new state\n{pod.agent_log_text()}")
-            wait_for(lambda: drained(pod), what="the old registry to finish draining")
+            wait(reports_new_state, what=f"status to report the new state\n{pod.agent_log_text()}")
+            wait(lambda: drained(pod), what="the old registry to finish draining")
             backend.revoke(old)  # the README's procedure: only now is the old key revoked
             after = loop.stats.successes
-            wait_for(lambda: loop.stats.successes >= after + 10, what="pulls after the old key was revoked")
+            wait(lambda: loop.stats.successes >= after + 10, what="pulls after the old key was revoked")
         finally:
             stats = loop.stop()
         print(f"pull loop ({backend_class.__name__}): {stats.requests} requests, {stats.successes} ok, "
@@ -233,7 +239,7 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
                       or {}).get("pod-0") or {}
             return record.get("error") if backend.refusal in (record.get("error") or "") else None
 
-        error = wait_for(status_error, what=f"the refusal in status\n{pod.agent_log_text()}")
+        error = wait(status_error, what=f"the refusal in status\n{pod.agent_log_text()}")
         assert f"spec.config.storage.{backend.volume}" in error and dead not in error
         assert pod.registry_pid() == pid
         assert pull_image(pod.host, "demo/app:2", tmp_path / "pulled3").blobs == second.blobs
@@ -259,16 +265,16 @@ def test_two_replicas_share_the_storage_rotate_and_collect(tmp_path, monkeypatch
         for loop in loops:
             loop.start()
         try:
-            wait_for(lambda: all(loop.stats.successes >= 5 for loop in loops), what="both pull loops")
+            wait(lambda: all(loop.stats.successes >= 5 for loop in loops), what="both pull loops")
             new = backend.next_key()
             for pod in pods:
                 swap_secret_dir(pod.mounts / backend.volume, backend.data(new))
             for pod in pods:
-                wait_for(lambda pod=pod: pod.actions("restarted"), what=f"{pod.root.name} to restart")
-                wait_for(lambda pod=pod: drained(pod), what=f"{pod.root.name}'s old registry to drain")
+                wait(lambda pod=pod: pod.actions("restarted"), what=f"{pod.root.name} to restart")
+                wait(lambda pod=pod: drained(pod), what=f"{pod.root.name}'s old registry to drain")
             backend.revoke(old)  # every pod runs the new key
             after = [loop.stats.successes for loop in loops]
-            wait_for(lambda: all(loop.stats.successes >= n + 10 for loop, n in zip(loops, after)),
+            wait(lambda: all(loop.stats.successes >= n + 10 for loop, n in zip(loops, after)),
                      what="pulls on both after the revocation")
         finally:
             stats = [loop.stop() for loop in loops]
@@ -301,7 +307,7 @@ def test_a_refused_key_keeps_the_last_good_config_serving(tmp_path, monkeypatch,
         pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
         stack.callback(pod.stop)
         start_file_pod(pod, backend, backend.current, monkeypatch)
-        wait_for(lambda: pod.actions("written"), what="the first config written")
+        wait(lambda: pod.actions("written"), what="the first config written")
         image = make_oci_image(tmp_path / "image", layer_size=64 * 1024)
         push_image(image, pod.host, "demo/app:1")
         pid, starts = pod.registry_pid(), pod.registry_starts()
@@ -310,15 +316,15 @@ def test_a_refused_key_keeps_the_last_good_config_serving(tmp_path, monkeypatch,
         loop = RequestLoop("127.0.0.1", pod.port)
         loop.start()
         try:
-            wait_for(lambda: loop.stats.requests > 5, what="the client to be asking")
+            wait(lambda: loop.stats.requests > 5, what="the client to be asking")
             dead = backend.dead_key()
             swap_secret_dir(pod.mounts / backend.volume, backend.data(dead))
             where = f"spec.config.storage.{backend.volume}"
-            error = wait_for(lambda: next((line.get("error", "") for line in pod.actions("failed")
+            error = wait(lambda: next((line.get("error", "") for line in pod.actions("failed")
                                            if where in line.get("error", "")), None),
-                             timeout=30, what=f"the refusal in the agent's failed line\n{pod.agent_log_text()}")
+                             what=f"the refusal in the agent's failed line\n{pod.agent_log_text()}")
             requests = loop.stats.requests
-            wait_for(lambda: loop.stats.requests > requests + 5, what="more requests after the refusal")
+            wait(lambda: loop.stats.requests > requests + 5, what="more requests after the refusal")
         finally:
             loop.stop()
         print(f"refused: {error}")
