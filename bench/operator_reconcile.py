@@ -21,9 +21,10 @@ test's fault (tests/apiserver/test_bench_operator.py).
 Figures: converge time; the operator's peak RSS (VmHWM); its API requests by verb and by verb and resource
 (the audit log, filtered to its ServiceAccount); its reconciles by cause (its own log lines); the CPU of the
 operator, kube-apiserver, etcd, the controller manager and the scheduler while converging; idle: the operator's
-CPU over --idle seconds with nothing changing and its writes then (Events and its leader Lease renewals not
-counted); one edit (spec.replicas 2 -> 3 of a Registry on the existing claim): time until its Deployment is
-written. The machine's load average before and after each N.
+CPU over --idle seconds with nothing changing (once the controllers have made every pod and Deployment status)
+and its writes then (Events and its leader Lease renewals not counted); one edit (spec.replicas 2 -> 3 of a
+Registry on the existing claim): time until its Deployment is written.
+The machine's load average before and after each N.
 """
 
 from __future__ import annotations
@@ -202,6 +203,16 @@ class Registries:
 
     def converged(self) -> bool:
         return len(self.done) == self.count and all(self.done.values())
+
+
+def controllers_settled(api: KubeApiServer, count: int) -> bool:
+    """Every pod the Deployments want exists and every Deployment's status has caught up with it."""
+    wanted = sum(SPECS[i % len(SPECS)].get("replicas", 1) for i in range(count))
+    if len(api.list("v1/pods", NS)) != wanted:
+        return False
+    return all((d.get("status") or {}).get("observedGeneration") == d["metadata"]["generation"]
+               and (d.get("status") or {}).get("replicas") == d["spec"]["replicas"]
+               for d in api.list("apps/v1/deployments", NS))
 
 
 def missing_objects(api: KubeApiServer, regs: list[dict[str, Any]]) -> list[str]:
@@ -386,7 +397,11 @@ def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | No
             converge_log = operator.log()
             peak = vm_status_mib(pid, "VmHWM")
 
-            time.sleep(10)  # the echoes of its own writes settle
+            # Idle is the operator's with nothing changing: first the controllers finish (at 1000 they create pods
+            # for minutes after the operator converged, and each wakes a Registry), then 10 s of echoes settle.
+            wait(lambda: controllers_settled(api, count), "the controllers made every pod and Deployment status",
+                 timeout, every=2)
+            time.sleep(10)
             idle_mark, idle_log_at = api.audit_mark(), len(operator.log())
             idle_cpu_before, t0 = cpu_seconds(pid), time.monotonic()
             time.sleep(idle_seconds)

@@ -99,7 +99,19 @@ def create_registry(node: Node, namespace: str, name: str, spec: dict[str, Any],
     node.api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
                      "metadata": {"name": name, "namespace": namespace}, "spec": spec})
     wait_for(lambda: registry_ready(node, namespace, name, replicas), f"Registry {namespace}/{name} Ready", 180, node)
+    # kube-proxy programs a new Service's rules on its next sync, after the pods are Ready: until then the
+    # ClusterIP refuses or is unreachable. The tests measure what comes after, so wait for any HTTP answer.
+    url = service_url(node, namespace, name)
+    wait_for(lambda: _answers(f"{url}/v2/"), f"the Service {namespace}/{name} answering", 60, node, interval=0.2)
     return registry(node, namespace, name)
+
+
+def _answers(url: str) -> bool:
+    try:
+        http_get(url, timeout=2)
+        return True
+    except OSError:  # URLError is one: refused, unreachable, timed out
+        return False
 
 
 def applied_generation(node: Node, namespace: str, name: str) -> dict[str, int | None]:
