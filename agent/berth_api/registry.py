@@ -340,7 +340,7 @@ class RegistryStatus(ApiModel):
         description="Where the registry is reached from outside the cluster, as seen by the operator: the "
         "Ingress's or HTTPRoute's first host (https:// or http://), the LoadBalancer's address and port, or "
         "NODE:<nodePort> (any node's address). Absent: only in the cluster.")
-    storage: Literal["filesystem", "objectStorage", "inmemory"] | None = Field(
+    storage: Literal["filesystem", "objectStorage", "azure", "gcs", "inmemory"] | None = Field(
         None,
         # A printer column is a JSONPath, which cannot print which key of spec.config.storage is set.
         description="Storage backend in use (the key set in spec.config.storage), shown by kubectl get; written "
