@@ -182,18 +182,22 @@ def test_a_first_reconcile_reads_nothing_before_it_applies(kube_apiserver, apise
 def test_an_existing_object_without_berths_label_is_read_and_decided_on(kube_apiserver, apiserver_namespace,
                                                                         operator):
     """Not in the caches but there: the unforced apply is refused, the object is read, and decided on as ever:
-    another controller's is left alone (ApplyFailed, not touched); one made by hand is not adopted on this
-    API server (OwnerReferencesPermissionEnforcement: adding an owner reference needs delete on the object,
-    which Berth does not hold): ApplyFailed says so and what to do."""
+    another controller's is left alone (ApplyFailed, not touched); one made by hand is adopted where the API
+    server lets Berth. On this one (OwnerReferencesPermissionEnforcement) adding an owner reference needs delete
+    on the object: a hand-made Service is adopted (Berth deletes Services to replace them, issue 30), a
+    hand-made ServiceAccount is not (no delete): ApplyFailed says so and what to do."""
     api, ns = kube_apiserver, apiserver_namespace
     other = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "someone",
              "uid": "0b0b0b0b-0000-4000-8000-000000000001", "controller": True}
     api.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken", "namespace": ns,
                                                                     "ownerReferences": [other]},
                 "spec": {"ports": [{"port": 80}]}})
-    api.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "handmade", "namespace": ns},
-                "spec": {"ports": [{"name": "http", "port": 5000}]}})
+    api.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "adopted", "namespace": ns},
+                "spec": {"ports": [{"name": "http", "port": 5999}]}})
+    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "handmade-agent",
+                                                                           "namespace": ns}})
     api.create(registry(ns, "taken"))
+    api.create(registry(ns, "adopted"))
     api.create(registry(ns, "handmade"))
 
     def degraded(name: str) -> dict | None:
@@ -211,6 +215,13 @@ def test_an_existing_object_without_berths_label_is_read_and_decided_on(kube_api
 
     cond = wait_for(lambda: degraded("handmade"), "handmade Degraded", 60)
     assert cond["reason"] == "ApplyFailed", cond
-    assert "Service handmade exists without an owner reference" in cond["message"]
+    assert "ServiceAccount handmade-agent exists without an owner reference" in cond["message"]
     assert "delete it and Berth creates its own" in cond["message"]
-    assert "ownerReferences" not in api.get("v1/services", ns, "handmade")["metadata"]
+    assert "ownerReferences" not in api.get("v1/serviceaccounts", ns, "handmade-agent")["metadata"]
+
+    adopted_uid = api.get(REGISTRIES_PATH, ns, "adopted")["metadata"]["uid"]
+    wait_for(lambda: ports(api, ns, "adopted") == [5000], "the hand-made Service adopted", 60)
+    service = api.get("v1/services", ns, "adopted")
+    assert [r["uid"] for r in service["metadata"]["ownerReferences"]] == [adopted_uid]
+    assert service["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth"
+    assert degraded("adopted") is None
