@@ -1,5 +1,5 @@
 """The operator's leader handover on a real node: the leader pod deleted (the kubelet's SIGTERM, as a drain or a
-rollout does), the standby takes the Lease, and a Registry edit made meanwhile is applied by the new leader."""
+rollout does), the standby takes the Lease, and a Registry edit made then is applied by the new leader."""
 
 from __future__ import annotations
 
@@ -27,13 +27,18 @@ def test_deleting_the_leader_pod_hands_over_and_an_edit_is_still_applied(kube_no
     (standby,) = names - {leader}
 
     kube_node.api.delete("v1/pods", OPERATOR_NAMESPACE, leader)
-    # An edit only the operator acts on (the Deployment's replicas), made while the leader stops.
-    generation = json_patch_spec(kube_node, node_namespace, "led", {"spec": {"replicas": 2}})
     holder = wait_for(lambda: (h := lease_holder(kube_node)) not in (None, leader) and h,
                       "the standby to take the Lease", 60, kube_node)
     assert holder == standby, (holder, standby)
-    wait_for(lambda: registry_ready(kube_node, node_namespace, "led", replicas=2), "the edit applied: 2 replicas Ready "
-             f"at generation {generation}", 180, kube_node)
+    # An edit only the operator acts on (the Service's annotations; the agent never touches the Service), made
+    # once the old leader released the Lease (it then no longer writes): only the new leader can apply it.
+    patch = {"spec": {"service": {"annotations": {"berth.test/handover": leader}}}}
+    generation = json_patch_spec(kube_node, node_namespace, "led", patch)
+    wait_for(lambda: ((kube_node.api.get("v1/services", node_namespace, "led") or {}).get("metadata", {})
+                      .get("annotations") or {}).get("berth.test/handover") == leader,
+             "the edit applied to the Service", 120, kube_node)
+    wait_for(lambda: registry_ready(kube_node, node_namespace, "led"), f"Ready at generation {generation}", 120,
+             kube_node)
     # The Deployment replaces the deleted pod, which stands by: the Lease stays with the new leader.
     wait_for(lambda: deployment_available(kube_node, OPERATOR_NAMESPACE, "berth-operator", 2),
              "the operator's replacement pod Ready", 180, kube_node)
