@@ -73,7 +73,8 @@ def test_secret_rotation_applies_over_the_api_before_the_kubelet_and_its_swap_re
     swapped_already = mounted.read_bytes() != before_mount
     assert _status(url, old) == 401
     paths = wait_for(lambda: _applied_paths(pod), "the agent's count of the applied Secret change", 30, kube_node)
-    assert paths == {"api": 1.0}, f"the rotation was not applied over the API fast path: {paths}"
+    assert paths == {"api": 1.0}, (f"the rotation was not applied over the API fast path: {paths} (the new "
+                                   f"password was accepted {accepted_after:.1f} s after the update)")
     print(f"rotated password accepted {accepted_after:.1f} s after the Secret update; the kubelet's volume "
           f"{'already' if swapped_already else 'not yet'} swapped then")
     # Applied and reported (3.1.1 re-reads its htpasswd file itself; a restart, where one is needed, is over
