@@ -166,7 +166,7 @@ def test_deployment_status_change_alone_updates_ready(operator_harness, kube_api
     wait_for(lambda: condition(harness, "fast", "Ready")[:2] == ("True", "Available"), "Ready")
 
 
-def test_waiting_for_bucket_access(operator_harness, kube_api):
+def test_waiting_for_bucket_access(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     cosi = "objectstorage.k8s.io/v1alpha1"
     kube_api.create({"apiVersion": cosi, "kind": "BucketClaim", "metadata": {"name": "bc", "namespace": NS},
@@ -187,7 +187,7 @@ def test_waiting_for_bucket_access(operator_harness, kube_api):
     wait_for(lambda: condition(harness, "s3", "Progressing")[1] == "WaitingForPods", "WaitingForPods")
 
 
-def test_missing_existing_bucket_access_is_degraded(operator_harness, kube_api):
+def test_missing_existing_bucket_access_is_degraded(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
     kube_api.create(registry("nob", {"config": {"storage": {"objectStorage": {
         "bucketClaim": "nope", "bucketAccess": "nada"}}}}))
