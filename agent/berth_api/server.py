@@ -10,6 +10,13 @@ from .types import INT32_MAX, Addr, ApiModel, Duration, ObjectName, Regex, Secre
 # Redis connections per registry process: redis-server's default maxclients. Distribution 3 (go-redis) sizes
 # two slices by poolsize at start, so a count near int32 would make it run out of memory before serving.
 MAX_REDIS_CONNECTIONS = 10000
+TLS_FIELD = "spec.http.tls"
+
+
+def certificate_name(registry: str) -> str:
+    """The Certificate Berth makes for spec.http.tls.issuerRef; cert-manager writes its Secret under the same
+    name, and the pod mounts that Secret."""
+    return f"{registry}-tls"
 
 
 class Http2(ApiModel):
@@ -45,6 +52,24 @@ class Tls(ApiModel):
     @classmethod
     def _host_names(cls, hosts: list[str]) -> list[str]:
         return check_hostnames(hosts)
+
+    @property
+    def field(self) -> str:
+        """The field the user set the pair with: spec.http.tls.secretName or spec.http.tls.issuerRef."""
+        return f"{TLS_FIELD}.{'secretName' if self.secret_name is not None else 'issuerRef'}"
+
+    def objects(self, registry: str | None = None) -> str:
+        """The objects the pair comes from, for messages (names only): the user's Secret, or the issuer and the
+        Certificate and Secret Berth made for it (`registry`: the Registry's name; None: not known here)."""
+        if self.secret_name is not None:
+            return f"Secret {self.secret_name}"
+        assert self.issuer_ref is not None
+        made = certificate_name(registry or "<registry>")
+        return f"{self.issuer_ref.kind} {self.issuer_ref.name}: the Secret {made} of the Certificate {made} Berth made"
+
+    def origin(self, registry: str | None = None) -> str:
+        """The field and the objects: `spec.http.tls.issuerRef, ClusterIssuer ca: the Secret r-tls of ...`."""
+        return f"{self.field}, {self.objects(registry)}"
 
     @model_validator(mode="after")
     def _one_source(self) -> Tls:

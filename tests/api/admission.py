@@ -50,6 +50,22 @@ def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str
         yield from walk(schema["items"], join(path, "[]"))
 
 
+def present(obj: Any, schema: dict[str, Any], path: str = "") -> Iterator[tuple[Any, dict[str, Any], str]]:
+    """Every value in obj with its schema node and path, a node before what it holds. Lazy: what a caller adds
+    to a node when it gets it (a default) is visited too."""
+    yield obj, schema, path
+    if isinstance(obj, dict):
+        for name, prop in schema.get("properties", {}).items():
+            if name in obj:
+                yield from present(obj[name], prop, join(path, name))
+        if isinstance(schema.get("additionalProperties"), dict):
+            for key, value in obj.items():
+                yield from present(value, schema["additionalProperties"], join(path, key))
+    elif isinstance(obj, list) and "items" in schema:
+        for index, item in enumerate(obj):
+            yield from present(item, schema["items"], join(path, index))
+
+
 def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[Problem]:
     """Fields the API server would prune (structural schemas have no `additionalProperties: false`)."""
     problems: list[Problem] = []
@@ -78,18 +94,11 @@ def apply_defaults(obj: Any, schema: dict[str, Any]) -> Any:
 
 
 def _default_in_place(obj: Any, schema: dict[str, Any]) -> None:
-    if isinstance(obj, dict):
-        for name, prop in schema.get("properties", {}).items():
-            if name not in obj and "default" in prop:
-                obj[name] = copy.deepcopy(prop["default"])
-            if name in obj:
-                _default_in_place(obj[name], prop)
-        if isinstance(schema.get("additionalProperties"), dict):
-            for value in obj.values():
-                _default_in_place(value, schema["additionalProperties"])
-    elif isinstance(obj, list) and "items" in schema:
-        for item in obj:
-            _default_in_place(item, schema["items"])
+    for value, node, _ in present(obj, schema):
+        if isinstance(value, dict):
+            for name, prop in node.get("properties", {}).items():
+                if name not in value and "default" in prop:
+                    value[name] = copy.deepcopy(prop["default"])  # then visited and defaulted in turn
 
 
 def schema_problems(obj: Any, schema: dict[str, Any]) -> tuple[list[Problem], bool]:
@@ -106,23 +115,14 @@ def schema_problems(obj: Any, schema: dict[str, Any]) -> tuple[list[Problem], bo
     return problems, wrong_type
 
 
-def list_map_problems(obj: Any, schema: dict[str, Any], path: str = "") -> list[Problem]:
+def list_map_problems(obj: Any, schema: dict[str, Any]) -> list[Problem]:
     """Duplicate keys in `x-kubernetes-list-type: map` lists, which the API server refuses."""
     problems: list[Problem] = []
-    if isinstance(obj, list) and schema.get("x-kubernetes-list-type") == "map":
-        keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"]) for item in obj]
-        if len(keys) != len(set(keys)):
-            problems.append((path, "duplicate entries for the list-map keys"))
-    if isinstance(obj, dict):
-        for name, prop in schema.get("properties", {}).items():
-            if name in obj:
-                problems += list_map_problems(obj[name], prop, join(path, name))
-        if isinstance(schema.get("additionalProperties"), dict):
-            for key, value in obj.items():
-                problems += list_map_problems(value, schema["additionalProperties"], join(path, key))
-    elif isinstance(obj, list) and "items" in schema:
-        for index, item in enumerate(obj):
-            problems += list_map_problems(item, schema["items"], join(path, index))
+    for value, node, path in present(obj, schema):
+        if isinstance(value, list) and node.get("x-kubernetes-list-type") == "map":
+            keys = [tuple(item.get(k) for k in node["x-kubernetes-list-map-keys"]) for item in value]
+            if len(keys) != len(set(keys)):
+                problems.append((path, "duplicate entries for the list-map keys"))
     return problems
 
 
@@ -146,23 +146,10 @@ def evaluate_rule(rule: str, value: Any) -> bool:
     return bool(result)
 
 
-def cel_problems(obj: Any, schema: dict[str, Any], path: str = "") -> list[Problem]:
+def cel_problems(obj: Any, schema: dict[str, Any]) -> list[Problem]:
     """Evaluate each rule on each value present at its node, as the API server does after defaulting."""
-    problems: list[Problem] = []
-    for rule in schema.get("x-kubernetes-validations", []):
-        if not evaluate_rule(rule["rule"], obj):
-            problems.append((path, rule["message"]))
-    if isinstance(obj, dict):
-        for name, prop in schema.get("properties", {}).items():
-            if name in obj:
-                problems += cel_problems(obj[name], prop, join(path, name))
-        if isinstance(schema.get("additionalProperties"), dict):
-            for key, value in obj.items():
-                problems += cel_problems(value, schema["additionalProperties"], join(path, key))
-    elif isinstance(obj, list) and "items" in schema:
-        for index, item in enumerate(obj):
-            problems += cel_problems(item, schema["items"], join(path, index))
-    return problems
+    return [(path, rule["message"]) for value, node, path in present(obj, schema)
+            for rule in node.get("x-kubernetes-validations", []) if not evaluate_rule(rule["rule"], value)]
 
 
 def admit(obj: dict[str, Any]) -> list[Problem]:

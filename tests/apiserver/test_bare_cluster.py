@@ -7,7 +7,9 @@ token of its ServiceAccount).
 - The examples that need one are Degraded, the message naming the kinds, their apiVersion and what to install:
   MissingCOSI for object storage, MissingMonitoringCRD for spec.monitoring.serviceMonitor.
 - Then the COSI CRDs are installed: within 10 s the COSI examples move on (MissingCOSI gone; the storage they
-  name is looked up); then prometheus-operator's CRDs: the ServiceMonitor is created. Same operator process
+  name is looked up). The user then makes the BucketClaim and BucketAccess cosi-existing.yaml names: within 10 s
+  of them existing it is WaitingForBucket or further (their watch by name wakes it, not the 60 s sweep). Then
+  prometheus-operator's CRDs: the ServiceMonitor is created. Same operator process
   throughout, and nothing it asked was refused.
 
 The server is this module's own (the worker's shared one gets CRDs installed by other tests).
@@ -45,6 +47,9 @@ MONITORING_MESSAGE = "ServiceMonitor (monitoring.coreos.com/v1) is not served by
 # After the COSI CRDs: the API is used (the bucket named in the spec is looked up, or the claim waited for).
 COSI_PROGRESS = {"WaitingForBucket", "WaitingForBucketAccess", "MissingBucketClaim", "MissingBucketAccess",
                  "MissingBucketClass", "MissingBucketAccessClass"}
+# Once the storage it names exists: the bucket is waited for, or more (no COSI controller here makes it ready).
+COSI_FURTHER = {"WaitingForBucket", "WaitingForBucketAccess", "WaitingForPods", "Available"}
+COSI_MISSING_REASONS = {"MissingCOSI", "MissingBucketClaim", "MissingBucketAccess"}
 
 
 def examples() -> dict[str, list[dict]]:
@@ -151,6 +156,22 @@ def test_a_bare_cluster_serves_what_needs_nothing_and_names_what_is_missing(bare
                  and COSI_PROGRESS & reasons(api, namespace, name), f"{key} past MissingCOSI", 60)
         took = time.monotonic() - installed
         assert took < BOUND, f"{key}: {took:.1f} s after the COSI CRDs"
+    # The user makes what cosi-existing.yaml names, as its comment says exists.
+    namespace, name = made["cosi-existing"]
+    storage = examples()["cosi-existing"][0]["spec"]["config"]["storage"]["objectStorage"]
+    api.create({"apiVersion": COSI, "kind": "BucketClaim",
+                "metadata": {"name": storage["bucketClaim"], "namespace": namespace},
+                "spec": {"bucketClassName": "archive", "protocols": ["s3"]}})
+    api.create({"apiVersion": COSI, "kind": "BucketAccess",
+                "metadata": {"name": storage["bucketAccess"], "namespace": namespace},
+                "spec": {"bucketClaimName": storage["bucketClaim"], "bucketAccessClassName": "archive",
+                         "credentialsSecretName": "archive-bucket-creds", "protocol": "s3"}})
+    made_storage = time.monotonic()
+    wait_for(lambda: COSI_FURTHER & reasons(api, namespace, name)
+             and not COSI_MISSING_REASONS & reasons(api, namespace, name), "cosi-existing WaitingForBucket", 60)
+    took = time.monotonic() - made_storage
+    assert took < BOUND, f"cosi-existing: {took:.1f} s after its BucketClaim and BucketAccess"
+
     namespace, name = made["cosi-classes"]
     try:
         claim = wait_for(lambda: api.get(f"{COSI}/bucketclaims", namespace, f"{name}-bucket"), "the BucketClaim", 30)

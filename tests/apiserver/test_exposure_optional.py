@@ -98,6 +98,10 @@ def test_missing_gateway_api_and_cert_manager_are_named_and_recovered_without_a_
     # The field goes: its object is pruned.
     api.patch(REGISTRIES, NS, NAME, {"spec": {"gateway": None}})
     wait_for(lambda: api.get("gateway.networking.k8s.io/v1/httproutes", NS, NAME) is None, "the HTTPRoute pruned", 60)
+    api.patch(REGISTRIES, NS, NAME, {"spec": {"http": {"tls": None}}})
+    wait_for(lambda: api.get("cert-manager.io/v1/certificates", NS, f"{NAME}-tls") is None, "the Certificate pruned",
+             60)
+    assert api.get("v1/secrets", NS, f"{NAME}-tls") is not None  # cert-manager's Secret is cert-manager's to keep
     mine = token_id(token)
     refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
                and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]

@@ -16,7 +16,7 @@ import kubernetes.watch
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from support.kube import KubeApi
+from support.kube import KubeApi, install_cosi_crds
 
 GROUP, VERSION, PLURAL = "berth.dev", "v1alpha1", "registries"
 NS = "ns1"
@@ -380,6 +380,9 @@ def test_kubeconfig_file_points_at_the_server(kube_api: KubeApi) -> None:
 
 def test_the_crds_are_discoverable_and_stored(kube_api: KubeApi) -> None:
     api = kubernetes.client.ApiextensionsV1Api(kube_api.client())
+    names = sorted(crd.metadata.name for crd in api.list_custom_resource_definition().items)
+    assert names == ["registries.berth.dev"]  # bare by default, as users' clusters are
+    install_cosi_crds(kube_api)
     names = sorted(crd.metadata.name for crd in api.list_custom_resource_definition().items)
     assert names == ["bucketaccessclasses.objectstorage.k8s.io", "bucketaccesses.objectstorage.k8s.io",
                      "bucketclaims.objectstorage.k8s.io", "bucketclasses.objectstorage.k8s.io",

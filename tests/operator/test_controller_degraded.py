@@ -90,7 +90,7 @@ def test_unsatisfiable_replicas_are_capped_and_reported(operator_harness, kube_a
 
 
 def test_missing_secret_then_created(operator_harness, kube_api):
-    harness = operator_harness([NS], refresh_interval=0.3)
+    harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     kube_api.create(registry("auth", {"config": {"storage": {
         "inmemory": {}, "auth": {"htpasswd": {"secret": {"name": "users", "field": "htpasswd"}}}}}}))
     harness.wait_reconciled(NS, "auth")
@@ -102,20 +102,20 @@ def test_missing_secret_then_created(operator_harness, kube_api):
     # Objects are still applied: the pods start once the Secret exists.
     assert kube_api.get("apps/v1/deployments", NS, "auth") is not None
 
-    # The Secret appears with the wrong key, then with the right one; the periodic reconcile notices.
+    # The Secret appears with the wrong key, then with the right one; its watch by name wakes the Registry.
     kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users", "namespace": NS},
                      "data": {"other": base64.b64encode(b"x").decode()}})
     wait_for(lambda: condition(harness, "auth", "Degraded")[1] == "MissingSecretKey", "MissingSecretKey")
     assert "has no key htpasswd" in condition(harness, "auth", "Degraded")[2]
-    # The sweep posts Events too (a new Degraded reason: a new Warning).
-    wait_for(lambda: warning_events(harness, "auth", "MissingSecretKey"), "the sweep's MissingSecretKey event")
+    # A wake posts Events too (a new Degraded reason: a new Warning).
+    wait_for(lambda: warning_events(harness, "auth", "MissingSecretKey"), "the wake's MissingSecretKey event")
     kube_api.patch("v1/secrets", NS, "users", {"data": {"htpasswd": base64.b64encode(b"u:$2y$05$x").decode()}})
     wait_for(lambda: condition(harness, "auth", "Degraded")[0] == "False", "Degraded cleared")
 
 
 def test_missing_proxy_credentials_secret_and_key(operator_harness, kube_api):
     """Issue 20: the Secret of spec.config.proxy.credentials, and its username and password keys."""
-    harness = operator_harness([NS], refresh_interval=0.3)
+    harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     kube_api.create(registry("mirror", {"config": {"storage": {"inmemory": {}}, "proxy": {
         "remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"}}}}))
     harness.wait_reconciled(NS, "mirror")
@@ -166,8 +166,8 @@ def test_deployment_status_change_alone_updates_ready(operator_harness, kube_api
     wait_for(lambda: condition(harness, "fast", "Ready")[:2] == ("True", "Available"), "Ready")
 
 
-def test_waiting_for_bucket_access(operator_harness, kube_api):
-    harness = operator_harness([NS], refresh_interval=0.3)
+def test_waiting_for_bucket_access(cosi_crds, operator_harness, kube_api):
+    harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     cosi = "objectstorage.k8s.io/v1alpha1"
     kube_api.create({"apiVersion": cosi, "kind": "BucketClaim", "metadata": {"name": "bc", "namespace": NS},
                      "spec": {"bucketClassName": "x"}})
@@ -187,7 +187,7 @@ def test_waiting_for_bucket_access(operator_harness, kube_api):
     wait_for(lambda: condition(harness, "s3", "Progressing")[1] == "WaitingForPods", "WaitingForPods")
 
 
-def test_missing_existing_bucket_access_is_degraded(operator_harness, kube_api):
+def test_missing_existing_bucket_access_is_degraded(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
     kube_api.create(registry("nob", {"config": {"storage": {"objectStorage": {
         "bucketClaim": "nope", "bucketAccess": "nada"}}}}))
@@ -289,7 +289,7 @@ def test_junk_in_status_does_not_break_the_reconcile(operator_harness, kube_api)
 def test_missing_trust_config_map_then_created(operator_harness, kube_api):
     """Token auth trusting a ConfigMap key: a missing ConfigMap, then a missing key, are Degraded naming the
     field (the pod cannot start without the volume), and clear once the key is there."""
-    harness = operator_harness([NS], refresh_interval=0.3)
+    harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     trust = {"configMap": {"name": "issuer-trust", "field": "ca.crt"}}
     kube_api.create(registry("tok", {"config": {"storage": {"inmemory": {}}, "auth": {"token": {
         "realm": "https://issuer.example/token", "service": "registry", "issuer": "issuer",

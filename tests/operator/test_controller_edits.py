@@ -79,7 +79,7 @@ def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
                       and e["message"] == "Updated Deployment img"], "the Updated event")
 
 
-def test_replicas_down_to_one_prunes_the_budget_and_never_the_storage(operator_harness, kube_api):
+def test_replicas_down_to_one_prunes_the_budget_and_never_the_storage(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
     reg = kube_api.create(registry("scale", COSI_R2))
     harness.wait_reconciled(NS, "scale")
@@ -110,7 +110,7 @@ def test_edited_owned_object_is_repaired(operator_harness, kube_api):
              "the Service's port repaired")
 
 
-def test_deleting_the_registry_leaves_nothing_behind(operator_harness, kube_api):
+def test_deleting_the_registry_leaves_nothing_behind(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
     reg = kube_api.create(registry("gone", COSI_R2 | {"replicas": 3}))
     harness.wait_reconciled(NS, "gone")

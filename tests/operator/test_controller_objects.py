@@ -140,9 +140,10 @@ def seed(api, namespace: str, objects: list[dict[str, Any]]) -> None:
 @pytest.fixture(scope="module")
 def all_cases():
     """One API server and one operator for every case (each in its own namespace): lean on CPU."""
-    from support.kube import KubeApi
+    from support.kube import KubeApi, install_cosi_crds
 
     with KubeApi() as api:
+        install_cosi_crds(api)  # the COSI examples' kinds (a bare server has none)
         seed(api, "", CLASSES)
         regs = {}
         for case, (reg, objects) in CASES.items():

@@ -43,7 +43,7 @@ import pytest
 import urllib3
 import yaml
 
-from support.kube import COSI_CRDS, REGISTRY_CRD
+from support.kube import COSI_CRDS, REGISTRY_CRD, install_cosi_crds  # noqa: F401 (the tests import it here)
 from support.ports import free_port
 from support.processes import stop_process
 
@@ -427,11 +427,6 @@ def install_gateway_api_crds(server: KubeApiServer) -> None:
 
 def install_cert_manager_crds(server: KubeApiServer) -> None:
     server.install_crds(cert_manager_crds())
-
-
-def install_cosi_crds(server: KubeApiServer) -> None:
-    """COSI's CRDs (objectstorage.k8s.io/v1alpha1, support.kube.COSI_CRDS) on this server, from now on."""
-    server.install_crds(COSI_CRDS)
 
 
 def install_monitoring_crds(server: KubeApiServer) -> None:

@@ -26,6 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRIES = "berth.dev/v1alpha1/registries"
 OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_LEASE = "berth-operator"  # deploy/deployment.yaml's comment; berth_operator.leader holds it
+OPERATOR_SELECTOR = "app.kubernetes.io/name=berth-operator"
 DEPLOY_IMAGE = "ghcr.io/berth-dev/berth"  # the name deploy/kustomization.yaml sets
 
 
@@ -63,6 +64,19 @@ def deployment_available(node: Node, namespace: str, name: str, replicas: int) -
     status = deployment.get("status") or {}
     return (status.get("readyReplicas") == replicas and status.get("updatedReplicas") == replicas
             and status.get("replicas") == replicas)
+
+
+def operator_pods(node: Node) -> list[dict[str, Any]] | None:
+    """The operator's 2 pods once both are Ready and none is stopping (tests/node/test_leader_handover.py deletes
+    the leader while other cases run: they wait for the Deployment's steady state), else None."""
+    found = [pod for pod in pods(node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)
+             if not pod["metadata"].get("deletionTimestamp")]
+    return found if len(found) == 2 and all(ready(pod) for pod in found) else None
+
+
+def lease_holder(node: Node) -> str | None:
+    lease = node.api.get("coordination.k8s.io/v1/leases", OPERATOR_NAMESPACE, OPERATOR_LEASE) or {}
+    return (lease.get("spec") or {}).get("holderIdentity") or None
 
 
 def pods(node: Node, namespace: str, selector: str) -> list[dict[str, Any]]:

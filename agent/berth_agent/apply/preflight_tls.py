@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..core.errors import PreflightError
 
+# The field a message names when the caller does not say where the pair came from (Rendered.origins holds it:
+# spec.http.tls.secretName with its Secret, or spec.http.tls.issuerRef with the Certificate and Secret Berth made).
 WHERE = "spec.http.tls.secretName"
 EXPIRY_WARNING = datetime.timedelta(days=7)
 
@@ -28,24 +30,24 @@ _REASONS = {
 
 
 def check_pair(cert: bytes, key: bytes, *, scratch_dir: Path | None = None,
-               now: datetime.datetime | None = None) -> list[str]:
+               now: datetime.datetime | None = None, where: str = WHERE) -> list[str]:
     """Raise PreflightError when the pair does not load or the certificate has expired; return warnings (a
-    certificate that expires within 7 days)."""
+    certificate that expires within 7 days). Messages start with `where`: the pair's origin."""
     if b"ENCRYPTED" in key:  # PKCS#8 "ENCRYPTED PRIVATE KEY" or a legacy "Proc-Type: 4,ENCRYPTED" header
-        raise PreflightError(f"{WHERE}: {_REASONS['BAD_DECRYPT']}")
-    _load_together(cert, key, scratch_dir)
-    not_after = leaf_not_after(cert)
+        raise PreflightError(f"{where}: {_REASONS['BAD_DECRYPT']}")
+    _load_together(cert, key, scratch_dir, where)
+    not_after = leaf_not_after(cert, where)
     now = now or datetime.datetime.now(datetime.UTC)
     stamp = not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
     if not_after <= now:
-        raise PreflightError(f"{WHERE}: the certificate in tls.crt expired at {stamp}")
+        raise PreflightError(f"{where}: the certificate in tls.crt expired at {stamp}")
     if not_after - now <= EXPIRY_WARNING:
         days = (not_after - now).total_seconds() / 86400
-        return [f"{WHERE}: the certificate in tls.crt expires at {stamp} (in {days:.1f} days)"]
+        return [f"{where}: the certificate in tls.crt expires at {stamp} (in {days:.1f} days)"]
     return []
 
 
-def _load_together(cert: bytes, key: bytes, scratch_dir: Path | None) -> None:
+def _load_together(cert: bytes, key: bytes, scratch_dir: Path | None, where: str) -> None:
     with tempfile.TemporaryDirectory(prefix=".preflight-", dir=scratch_dir) as directory:
         cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"
         for path, data in ((cert_path, cert), (key_path, key)):
@@ -59,18 +61,18 @@ def _load_together(cert: bytes, key: bytes, scratch_dir: Path | None) -> None:
         except ssl.SSLError as exc:
             # OpenSSL's reason is a fixed name (KEY_VALUES_MISMATCH, ...), never file content.
             reason = str(exc.reason or "unreadable PEM")
-            raise PreflightError(f"{WHERE}: {_REASONS.get(reason, f'the pair does not load ({reason})')}") from None
+            raise PreflightError(f"{where}: {_REASONS.get(reason, f'the pair does not load ({reason})')}") from None
         except (OSError, ValueError) as exc:
-            raise PreflightError(f"{WHERE}: the pair does not load ({type(exc).__name__})") from None
+            raise PreflightError(f"{where}: the pair does not load ({type(exc).__name__})") from None
 
 
-def leaf_not_after(cert_pem: bytes) -> datetime.datetime:
+def leaf_not_after(cert_pem: bytes, where: str = WHERE) -> datetime.datetime:
     """notAfter of the first certificate in a PEM bundle (the one the registry serves)."""
     try:
         der = ssl.PEM_cert_to_DER_cert(_first_pem(cert_pem))
         return der_not_after(der)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise PreflightError(f"{WHERE}: the certificate in tls.crt cannot be read ({type(exc).__name__})") from None
+        raise PreflightError(f"{where}: the certificate in tls.crt cannot be read ({type(exc).__name__})") from None
 
 
 def _first_pem(bundle: bytes) -> str:

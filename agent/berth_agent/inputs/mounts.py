@@ -181,8 +181,9 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
         values["redis"] = parse_redis_url(url, f"redis/{key}")
 
     if spec.http.tls is not None:
-        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
-        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why="spec.http.tls.secretName", limit=DOCUMENT_LIMIT)
+        why = spec.http.tls.origin()  # the field the user wrote: secretName, or the issuerRef's Certificate
+        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why=why, limit=DOCUMENT_LIMIT)
+        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why=why, limit=DOCUMENT_LIMIT)
         _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
         _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
         values["tls_cert"], values["tls_key"] = cert, key

@@ -58,7 +58,7 @@ def render(
         config["proxy"] = _proxy(spec, inputs, major)
     if spec.config.notifications is not None:
         config["notifications"] = _notifications(spec, inputs, major)
-    config["http"] = _http(spec, inputs, major, paths, files)
+    config["http"] = _http(spec, inputs, major, paths, files, origins)
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
     health = _health(spec)
@@ -157,7 +157,7 @@ def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distributio
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
-          files: dict[str, bytes]) -> dict[str, Any]:
+          files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
     http = spec.http
     section: dict[str, Any] = {"addr": http.addr}
     if http.host:
@@ -170,8 +170,9 @@ def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths:
     section["draintimeout"] = http.drain_timeout
     if http.tls is not None:
         if inputs.tls_cert is None or inputs.tls_key is None:
-            raise InputError("spec.http.tls.secretName", "is set but no certificate and key were read")
+            raise InputError(http.tls.field, f"is set but no certificate and key were read ({http.tls.objects()})")
         files[TLS_CERT_FILE], files[TLS_KEY_FILE] = inputs.tls_cert, inputs.tls_key
+        origins[TLS_CERT_FILE] = origins[TLS_KEY_FILE] = http.tls.origin()
         section["tls"] = {
             "certificate": str(paths.config_dir / TLS_CERT_FILE),
             "key": str(paths.config_dir / TLS_KEY_FILE),

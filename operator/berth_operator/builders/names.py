@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth_api import Registry, leases
+from berth_api import Registry, leases, server
 
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -103,8 +103,9 @@ def http_route_name(reg: Registry) -> str:
 
 
 def certificate_name(reg: Registry) -> str:
-    """The Certificate of spec.http.tls.issuerRef; cert-manager writes its Secret under the same name."""
-    return f"{registry_name(reg)}-tls"
+    """The Certificate of spec.http.tls.issuerRef; cert-manager writes its Secret under the same name (the
+    agent's messages name it too: berth_api.server.certificate_name)."""
+    return server.certificate_name(registry_name(reg))
 
 
 def ingress_certificate_name(reg: Registry) -> str:

@@ -65,6 +65,11 @@ class Cluster:
         view._reads = {}
         return view
 
+    def server_reads(self) -> frozenset[Key]:
+        """The objects this reconcile's view read from the server (those the caches do not hold, found or not),
+        less those it wrote since: what a Registry names that Berth did not make (cluster/named.py)."""
+        return frozenset(self._reads or ())
+
     def get(self, api_version: str, kind: str, namespace: str | None, name: str, *,
             cached: bool = True) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404). From the caches when they hold it (unless not

@@ -2,8 +2,9 @@
 
 Every layer reads it: the client its URL paths (plural, namespaced), the caches which kinds they list and watch
 (cached), the apply layer how each is written (applied) and what it prunes (prune), the builders what they make
-and in which order (owned kinds, in table order, by `builders`), and discovery which kinds a cluster may not serve
-(optional). A new kind is one entry here plus its builder module.
+and in which order (owned kinds, in table order, by `builders`), discovery which kinds a cluster may not serve
+(optional), and the name watches which kinds a spec names objects of (named). A new kind is one entry here plus
+its builder module.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class Kind:
     applied: how the apply layer writes it (APPLY or CREATE; None: never written there); cached: the caches list
     and watch it (Berth's label); prune: the builders.names function naming the object (or a tuple of the
     objects) a Registry no longer needs, which the apply layer deletes; optional: the API a cluster may not
-    serve (None: every cluster does)."""
+    serve (None: every cluster does); named: a spec can name an object of it that Berth did not make (a user's
+    Secret or claim), whose changes wake the Registries that read it (cluster/named.py)."""
 
     api_version: str
     kind: str
@@ -52,6 +54,7 @@ class Kind:
     builders: tuple[str, ...] = ()
     prune: str | None = None
     optional: OptionalApi | None = None
+    named: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -79,13 +82,13 @@ TABLE: tuple[Kind, ...] = (
     Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", cached=True, applied=APPLY,
          builders=("role_binding.build",)),
     # The generated HTTP secret is never overwritten; the caches hold Berth's Secrets with key names only.
-    Kind("v1", "Secret", "secrets", cached=True, applied=CREATE, builders=("http_secret.build",)),
+    Kind("v1", "Secret", "secrets", cached=True, applied=CREATE, builders=("http_secret.build",), named=True),
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True, applied=CREATE,
-         builders=("pvc.build",)),
+         builders=("pvc.build",), named=True),
     Kind(COSI, "BucketClaim", "bucketclaims", cached=True, applied=CREATE, builders=("bucket_claim.build",),
-         optional=COSI_API),
+         optional=COSI_API, named=True),
     Kind(COSI, "BucketAccess", "bucketaccesses", cached=True, applied=CREATE, builders=("bucket_access.build",),
-         prune="bucket_access_name", optional=COSI_API),
+         prune="bucket_access_name", optional=COSI_API, named=True),
     # A Certificate before the pods that mount its Secret; prune names both a Registry may have.
     Kind(CERT_MANAGER, "Certificate", "certificates", applied=APPLY,
          builders=("certificate.build", "certificate.build_ingress"), prune="certificate_names",
@@ -106,7 +109,7 @@ TABLE: tuple[Kind, ...] = (
          builders=("lease.build", "lease.build_gc")),
     # Read, not made: pods (cached for their wakes), what a spec references, Events, the Registry, CRDs.
     Kind("v1", "Pod", "pods", cached=True),
-    Kind("v1", "ConfigMap", "configmaps"),
+    Kind("v1", "ConfigMap", "configmaps", named=True),
     Kind("v1", "Event", "events"),
     Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False),
     Kind(COSI, "BucketClass", "bucketclasses", namespaced=False, optional=COSI_API),
@@ -121,6 +124,7 @@ OWNED_KINDS: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.owned)
 CREATE_ONLY_KINDS = frozenset(kind.kind for kind in TABLE if kind.applied == CREATE)
 PRUNABLE_KINDS: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.prune is not None)
 OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.optional is not None)
+NAMED_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.named)
 
 
 def lookup(api_version: str, kind: str) -> Kind:

@@ -24,7 +24,7 @@ from ..kube.client import Kube, KubeError
 from .status import Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
-SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, so no watch sees it come
+SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, watched by name (named.py)
 
 
 @dataclass

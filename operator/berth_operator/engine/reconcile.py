@@ -18,26 +18,23 @@ from berth_api.timestamps import format_time
 from ..builders import build_all, names, problems
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
-from ..core.kinds import KINDS
+from ..core.kinds import KINDS, NAMED_KINDS
 from ..kube.client import KubeError
 from . import apply, expansion, facts, gc_schedule, status
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
 STATUS_CONFLICT_RETRIES = 5
-# Findings about objects the caches do not hold (no Berth label: referenced Secrets, classes, a claim or bucket
-# named in the spec, the COSI driver's Secret) or about a write that failed: only the periodic refresh sees
-# them change, so a Registry with one of them is polled (handlers.sweep_forever); all others are not.
+# Findings about objects no watch reports (cluster-scoped classes, which Berth may only get) or about a write that
+# failed: only the periodic refresh sees them change, so a Registry with one of them is polled
+# (handlers.sweep_forever); all others are not. A Secret, ConfigMap, claim, BucketClaim or BucketAccess the spec
+# names is watched by name (cluster/named.py: Outcome.named), so MissingSecret and the like are not polled.
 UNWATCHED_REASONS = frozenset({
-    "ApplyFailed", "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC",
-    "MissingBucketClaim", "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass",
-    "MissingBucketAccessClass", "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI",
-    "MissingGatewayAPI", "MissingCertManager",
+    "ApplyFailed", "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass",
+    "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI", "MissingGatewayAPI", "MissingCertManager",
 })
 # An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
 MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
-USER_STORAGE_REASONS = frozenset({"WaitingForPVC", "ResizingPVC", "WaitingForFileSystemResize", "WaitingForBucket",
-                                  "WaitingForBucketAccess"})
 
 
 @dataclass
@@ -54,6 +51,9 @@ class Outcome:
     polled: bool = False  # the status depends on something no watch reports: the periodic refresh reconciles it
     status_version: str | None = None  # the Registry's resourceVersion after our status write
     awaits_api: bool = False  # it needs an API the cluster does not serve (MISSING_API_REASONS)
+    # Objects of the named kinds this reconcile read from the server (found or not): not Berth's, so the caches do
+    # not watch them; a change of one wakes this Registry (cluster/named.py).
+    named: frozenset[tuple[str, str, str, str]] = frozenset()
 
     @property
     def degraded(self) -> dict[str, Any] | None:
@@ -152,26 +152,21 @@ def _apply(
     return deployment, _live_pods(kube, reg)
 
 
-def needs_polling(reg: Registry | None, findings: list[Finding]) -> bool:
-    """Whether a finding is about an object the caches do not watch (UNWATCHED_REASONS, the COSI driver's
-    Secret), or about storage the user made and named (their claim, BucketClaim or BucketAccess carries no
-    label of Berth's)."""
-    if any(f.reason in UNWATCHED_REASONS for f in findings):
-        return True
-    if any(f.reason == "WaitingForBucketAccess" and f.message.endswith(facts.SECRET_NOT_YET) for f in findings):
-        return True  # access granted; the COSI driver's Secret is not Berth's, so not watched
-    storage = reg.spec.config.storage if reg is not None else None
-    users = storage is not None and bool(
-        (storage.filesystem is not None and storage.filesystem.persistent_volume_claim)
-        or (storage.object_storage is not None
-            and (storage.object_storage.bucket_claim or storage.object_storage.bucket_access)))
-    return users and any(f.reason in USER_STORAGE_REASONS for f in findings)
+def needs_polling(findings: list[Finding]) -> bool:
+    """Whether a finding is about an object no watch reports, or a failed write (UNWATCHED_REASONS)."""
+    return any(f.reason in UNWATCHED_REASONS for f in findings)
 
 
 def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
+    view = kube.reading_once()
+    outcome = _reconcile(view, body, agent_image=agent_image, clock=clock)
+    outcome.named = frozenset(key for key in view.server_reads() if key[:2] in NAMED_KINDS)
+    return outcome
+
+
+def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None) -> Outcome:
     clock = clock or WallClock()
     moment = clock.now()
-    kube = kube.reading_once()
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
     generation = meta.get("generation")
@@ -207,7 +202,7 @@ def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock
             findings.append(Finding("ApplyFailed", str(exc)))
         findings += status.binary_findings(live_pods or [], reg.spec.image)
 
-    outcome.polled = needs_polling(reg, findings)
+    outcome.polled = needs_polling(findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
         if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,

@@ -5,12 +5,14 @@
   RoleBindings, PDBs, PVCs and their phase and resize conditions, Leases, COSI objects, Secrets, pods)
   reconciles its Registry: drift is repaired, a deleted object recreated, Ready follows the pods, status.agents
   records of deleted pods are pruned. Wakes of one Registry coalesce while one is waiting.
+- A change to an object a Registry names that Berth did not make (named.py: a user's Secret, ConfigMap, claim,
+  BucketClaim or BucketAccess, the COSI driver's Secret; Outcome.named, the objects its last reconcile read from
+  the server) reconciles every Registry that read it, within a second of the change.
 - A periodic sweep (one task for the whole operator, every `refresh_interval` seconds) reconciles only the
-  Registries whose status depends on what no watch reports (Outcome.polled: a referenced Secret or class, a
-  claim or bucket the user named, a failed write). It is a plain task rather than a kopf timer so Registries
-  carry no finalizer: the operator has nothing to clean up (garbage collection removes what a Registry owns),
-  and an uninstalled operator never blocks a deletion. It starts with the first Registry event and stops on
-  kopf's cleanup.
+  Registries whose status depends on what no watch reports (Outcome.polled: a class, a failed write). It is a
+  plain task rather than a kopf timer so Registries carry no finalizer: the operator has nothing to clean up
+  (garbage collection removes what a Registry owns), and an uninstalled operator never blocks a deletion. It
+  starts with the first Registry event and stops on kopf's cleanup.
 - A change of status.agents (written by the agents) reconciles too: Ready waits for every agent to apply.
 - An optional API becoming served or going (discovery.py) reconciles the Registries that wait for one
   (Outcome.awaits_api) and, when one goes, every Registry: Registries that need no optional API are never
@@ -82,6 +84,9 @@ class Context:
     wake_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     written: dict[tuple[str, str], str] = field(default_factory=dict)  # resourceVersion of our last status write
     awaiting_api: set[tuple[str, str]] = field(default_factory=set)  # Degraded for an API the cluster lacks
+    # Wakes by name (named.py): the objects each Registry's last reconcile read from the server, and the reverse.
+    names_read: dict[tuple[str, str], frozenset[tuple[str, str, str, str]]] = field(default_factory=dict)
+    readers: dict[tuple[str, str, str, str], set[tuple[str, str]]] = field(default_factory=dict)
     kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
@@ -177,6 +182,7 @@ async def run_reconcile(
         ctx.awaiting_api.add(key)
     else:
         ctx.awaiting_api.discard(key)
+    _index_names(ctx, key, frozenset() if outcome.gone else outcome.named)
     metrics.RECONCILES.labels(result=outcome.result).inc()
     if ctx.wakeups is not None:
         namespace, name = key
@@ -216,10 +222,39 @@ async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip
     await run_reconcile(ctx, key=key, fetch=fetch, trigger=trigger)
 
 
-def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]) -> None:
-    """An owned object of this Registry changed (caches.py; in the loop's thread): reconcile it, once for any
-    number of changes that arrive before that reconcile begins, and not at all when every one of them was our
-    own write (an echo that overtook the answer)."""
+def _index_names(ctx: Context, key: tuple[str, str], named: frozenset[tuple[str, str, str, str]]) -> None:
+    for gone in ctx.names_read.get(key, frozenset()) - named:
+        readers = ctx.readers.get(gone)
+        if readers is not None:
+            readers.discard(key)
+            if not readers:
+                del ctx.readers[gone]
+    for read in named:
+        ctx.readers.setdefault(read, set()).add(key)
+    if named:
+        ctx.names_read[key] = named
+    else:
+        ctx.names_read.pop(key, None)
+
+
+def named_changed(ctx: Context, change: tuple[Any, str | None]) -> None:
+    """An object some Registries named changed (named.py; in the loop's thread): wake each that read it."""
+    for namespace, name in sorted(ctx.readers.get(change[0], ())):
+        wake(ctx, namespace, name, change, trigger="named object changed")
+
+
+def names_resynced(ctx: Context, api_version: str, kind: str) -> None:
+    """The watch of a named kind (re)started, and may have missed changes: wake every Registry naming one."""
+    keys = {reader for read, readers in ctx.readers.items() if read[:2] == (api_version, kind) for reader in readers}
+    for namespace, name in sorted(keys):
+        wake(ctx, namespace, name, ((api_version, kind, namespace, ""), None), trigger=f"watch of {kind} resynced")
+
+
+def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None], *,
+         trigger: str = "owned object changed") -> None:
+    """An owned object of this Registry changed (caches.py; in the loop's thread), or one it names (named.py):
+    reconcile it, once for any number of changes that arrive before that reconcile begins, and not at all when
+    every one of them was our own write (an echo that overtook the answer)."""
     key = (namespace, name)
     if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
         return
@@ -230,9 +265,9 @@ def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]
 
     async def reconcile_changed() -> None:
         try:
-            await refresh(ctx, namespace, name, trigger="owned object changed", skip_own=True)
+            await refresh(ctx, namespace, name, trigger=trigger, skip_own=True)
         except Exception:  # the sweep retries it (run_reconcile marked it polled)
-            logger.exception("reconcile of Registry %s/%s after a change of an owned object failed", *key)
+            logger.exception("reconcile of Registry %s/%s after a change (%s) failed", *key, trigger)
 
     # In kopf's context (its Event poster needs it), as the sweep is.
     task = asyncio.create_task(reconcile_changed(), name=f"berth-changed-{namespace}/{name}",
@@ -325,6 +360,7 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             ctx.polled.discard(key)
             ctx.awaiting_api.discard(key)
             ctx.written.pop(key, None)
+            _index_names(ctx, key, frozenset())
             if ctx.wakeups is not None:
                 ctx.wakeups.cancel(key)
             metrics.record_conditions(key, None)

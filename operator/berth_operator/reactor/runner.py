@@ -20,12 +20,13 @@ from kubernetes.client import Configuration
 
 from ..cluster.caches import Caches
 from ..cluster.discovery import Discovery
+from ..cluster.named import NamedWatches
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
 from ..core.identity import own_identity
-from ..core.kinds import CACHED_KINDS
+from ..core.kinds import CACHED_KINDS, NAMED_KINDS
 from ..kube.client import Kube
-from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, wake
+from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, named_changed, names_resynced, wake
 from .leader import LeaderElector, LeaseSettings
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
@@ -151,13 +152,24 @@ async def _operate(
             served = all(discovery.serves(*kind) for kind in kinds)
             loop.call_soon_threadsafe(apis_changed, ctx, served)
 
-    # Discovery holds one open watch (CRDs); the informers one per kind and namespace; the reconciles one
-    # connection per worker.
+    def name_changed(key: Any, version: str | None) -> None:  # a named watch's thread
+        if ctx is not None:
+            loop.call_soon_threadsafe(named_changed, ctx, (key, version))
+
+    def name_resynced(api_version: str, kind: str) -> None:  # a named watch's thread
+        if ctx is not None:
+            loop.call_soon_threadsafe(names_resynced, ctx, api_version, kind)
+
+    # Discovery holds one open watch (CRDs); the informers and the named watches one per kind and namespace; the
+    # reconciles one connection per worker.
     discovery = Discovery(Kube(_pooled(configuration, 2)))
     discovery.on_change(served_changed)
     watches = len(CACHED_KINDS) * (len(namespaces) or 1)
     caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
                     on_change=changed, discovery=discovery)
+    named = NamedWatches(Kube(_pooled(configuration, len(NAMED_KINDS) * (len(namespaces) or 1) + 2)),
+                         None if clusterwide else namespaces, on_change=name_changed, on_resync=name_resynced,
+                         discovery=discovery)
     kube = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), caches,
                    served=discovery.serves)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
@@ -167,6 +179,7 @@ async def _operate(
     registry = make_registry(ctx)
     discovery.start()
     caches.start()
+    named.start()
     synced = asyncio.create_task(_set_when(caches, caches_ready))
 
     @kopf.on.login(registry=registry, id="login")
@@ -196,6 +209,7 @@ async def _operate(
         synced.cancel()
         await asyncio.gather(synced, return_exceptions=True)
         await asyncio.to_thread(caches.stop)
+        await asyncio.to_thread(named.stop)
         await asyncio.to_thread(discovery.stop)
         discovery.kube.close()
         ctx.executor.shutdown(wait=False, cancel_futures=True)
