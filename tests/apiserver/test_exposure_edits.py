@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from berth_operator.kube.client import FIELD_MANAGER
-from support.apiserver import KubeApiServer, install_cert_manager_crds, install_gateway_api_crds
+from support.apiserver import (
+    KubeApiServer,
+    forbidden,
+    install_cert_manager_crds,
+    install_gateway_api_crds,
+    token_id,
+)
 from support.apiserver_identities import OPERATOR_USER, start_operator
 from support.operator_harness import REGISTRIES_PATH, reconciled, wait_for
 
@@ -77,15 +83,21 @@ def applied(resource: str) -> Write:
     return "patch", resource, NAME
 
 
-def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: Callable[[Editor], None]) -> None:
+def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: Callable[[Editor], None]) -> str:
+    """Create body, run the steps under berth-operator; its log. None of its requests was refused (RBAC)."""
     api.create(body)
-    operator, _ = start_operator(api, "berth-operator-0", tmp_path, [ns])
+    operator, token = start_operator(api, "berth-operator-0", tmp_path, [ns])
     try:
         steps(Editor(api, ns))
     except AssertionError as failure:
         raise AssertionError(f"{failure}\n{operator.log()[-3000:]}") from None
     finally:
         operator.stop()
+    mine = token_id(token)
+    refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
+               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    assert refused == [], refused[:3]
+    return operator.log()
 
 
 def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserver_namespace, tmp_path):
@@ -122,7 +134,7 @@ def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserv
         assert again["metadata"]["uid"] != lb["metadata"]["uid"] and port(again)["nodePort"] == 30581
         reg.edit({"service": None}, SERVICES, lambda s: s["spec"]["type"] == "ClusterIP", applied("services"))
 
-    run_operator(api, ns, tmp_path, registry(ns), steps)
+    assert f"Replaced Service {NAME}" in run_operator(api, ns, tmp_path, registry(ns), steps)
 
 
 @pytest.mark.xfail(strict=True, reason="engine.apply._replace creates the new Service with a POST, so its fields "
