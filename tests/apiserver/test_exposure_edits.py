@@ -15,8 +15,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from berth_operator.kube.client import FIELD_MANAGER
 from support.apiserver import (
     KubeApiServer,
@@ -130,16 +128,13 @@ def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserv
         # Another class on a LoadBalancer: Kubernetes refuses it in place, so the Service is deleted and created.
         again = reg.edit({"service": {"loadBalancerClass": "example.com/b"}}, SERVICES,
                          lambda s: s["spec"].get("loadBalancerClass") == "example.com/b",
-                         ("delete", "services", NAME), ("create", "services", NAME))
+                         ("delete", "services", NAME), applied("services"))
         assert again["metadata"]["uid"] != lb["metadata"]["uid"] and port(again)["nodePort"] == 30581
         reg.edit({"service": None}, SERVICES, lambda s: s["spec"]["type"] == "ClusterIP", applied("services"))
 
     assert f"Replaced Service {NAME}" in run_operator(api, ns, tmp_path, registry(ns), steps)
 
 
-@pytest.mark.xfail(strict=True, reason="engine.apply._replace creates the new Service with a POST, so its fields "
-                   "belong to berth-operator's Update entry in managedFields, not to its Apply entry: a field the "
-                   "next server-side apply no longer sends stays (an annotation removed from spec.service is kept)")
 def test_a_field_removed_after_the_service_was_replaced_goes(kube_apiserver, apiserver_namespace, tmp_path):
     api, ns = kube_apiserver, apiserver_namespace
     shape = {"type": "LoadBalancer", "loadBalancerClass": "example.com/a",
@@ -148,7 +143,7 @@ def test_a_field_removed_after_the_service_was_replaced_goes(kube_apiserver, api
     def steps(reg: Editor) -> None:
         again = reg.edit({"service": {"loadBalancerClass": "example.com/b"}}, SERVICES,
                          lambda s: s["spec"].get("loadBalancerClass") == "example.com/b",
-                         ("delete", "services", NAME), ("create", "services", NAME))
+                         ("delete", "services", NAME), applied("services"))
         [owner] = [entry for entry in again["metadata"]["managedFields"]
                    if "f:lb.example.com/internal" in entry["fieldsV1"].get("f:metadata", {}).get("f:annotations", {})]
         assert (owner["manager"], owner["operation"]) == (FIELD_MANAGER, "Apply"), owner  # what prunes it later

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 from support.node import Node
-from support.node_berth import (
-    OPERATOR_LEASE,
-    OPERATOR_NAMESPACE,
-    create_registry,
-    pods,
-    ready,
-    registry_pods,
-)
+from support.node_berth import create_registry, lease_holder, operator_pods, registry_pods, wait_for
 
 
 def test_apply_k_deploy_runs_two_operators_one_leader_and_a_registry(kube_node: Node, berth_image: str,
                                                                      node_namespace: str) -> None:
-    operators = pods(kube_node, OPERATOR_NAMESPACE, "app.kubernetes.io/name=berth-operator")
-    assert len(operators) == 2 and all(ready(pod) for pod in operators), [p["status"] for p in operators]
+    operators = wait_for(lambda: operator_pods(kube_node), "the operator's 2 pods Ready", 180, kube_node)
     assert {pod["spec"]["containers"][0]["image"] for pod in operators} == {berth_image}
     # Read-only root, UID 65532, as deploy/ runs it: the image must work that way.
     for pod in operators:
         assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["spec"]["securityContext"]["runAsUser"] == 65532
-    lease = kube_node.api.get("coordination.k8s.io/v1/leases", OPERATOR_NAMESPACE, OPERATOR_LEASE)
-    assert lease is not None, "no operator Lease"
-    assert lease["spec"]["holderIdentity"] in {pod["metadata"]["name"] for pod in operators}
+    names = {pod["metadata"]["name"] for pod in operators}
+    # One of them leads (wait_for: a handover of test_leader_handover's may be under way).
+    wait_for(lambda: lease_holder(kube_node) in names, f"the Lease held by one of {names}", 60, kube_node)
 
     create_registry(kube_node, node_namespace, "scratch", {"config": {"storage": {"inmemory": {}}}})
     (pod,) = registry_pods(kube_node, node_namespace, "scratch")

@@ -450,6 +450,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             str(cached_component("kubelet")), f"--config={kubelet_dir / 'config.yaml'}",
             f"--kubeconfig={kubeconfig}", f"--node-ip={GATEWAY}", f"--root-dir={self.state.kubelet_root}",
             f"--cert-dir={kubelet_dir / 'pki'}", f"--hostname-override={self.name}",
+            "--v=1",  # logs each failed probe ("Probe failed", with its output): a dropped pod is then explained
         ])
         self._wait(lambda: self._node_ready(api), f"node {self.name} Ready", 120, process)
 
@@ -634,6 +635,23 @@ class Node:
         name = f"{prefix}-{os.urandom(4).hex()}"
         self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         return name
+
+    def delete_namespace(self, name: str, timeout: float = 300) -> float:
+        """Delete a test's namespace and wait until its pods are gone (their containers stopped, so the tier's
+        memory does not add up over the run), then the PersistentVolumes bound to its claims (cluster-scoped,
+        Retain: the namespace does not take them). Returns the seconds it took."""
+        began = time.monotonic()
+        self.api.delete("v1/namespaces", None, name)
+        deadline = began + timeout
+        while left := self.api.list("v1/pods", name):
+            if time.monotonic() > deadline:
+                phases = {pod["metadata"]["name"]: pod["status"].get("phase") for pod in left}
+                raise RuntimeError(f"namespace {name}: pods still there after {timeout} s: {phases}")
+            time.sleep(1)
+        for volume in self.api.list("v1/persistentvolumes"):
+            if ((volume["spec"].get("claimRef") or {}).get("namespace")) == name:
+                self.api.delete("v1/persistentvolumes", None, volume["metadata"]["name"])
+        return time.monotonic() - began
 
     def pod_volume(self, pod_uid: str, kind: str, volume: str) -> pathlib.Path:
         """A pod's volume on the host, as the kubelet mounts it (kind: 'secret', 'empty-dir', 'projected')."""

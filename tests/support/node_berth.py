@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRIES = "berth.dev/v1alpha1/registries"
 OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_LEASE = "berth-operator"  # deploy/deployment.yaml's comment; berth_operator.leader holds it
+OPERATOR_SELECTOR = "app.kubernetes.io/name=berth-operator"
 DEPLOY_IMAGE = "ghcr.io/berth-dev/berth"  # the name deploy/kustomization.yaml sets
 
 
@@ -63,6 +65,19 @@ def deployment_available(node: Node, namespace: str, name: str, replicas: int) -
     status = deployment.get("status") or {}
     return (status.get("readyReplicas") == replicas and status.get("updatedReplicas") == replicas
             and status.get("replicas") == replicas)
+
+
+def operator_pods(node: Node) -> list[dict[str, Any]] | None:
+    """The operator's 2 pods once both are Ready and none is stopping (tests/node/test_leader_handover.py deletes
+    the leader while other cases run: they wait for the Deployment's steady state), else None."""
+    found = [pod for pod in pods(node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)
+             if not pod["metadata"].get("deletionTimestamp")]
+    return found if len(found) == 2 and all(ready(pod) for pod in found) else None
+
+
+def lease_holder(node: Node) -> str | None:
+    lease = node.api.get("coordination.k8s.io/v1/leases", OPERATOR_NAMESPACE, OPERATOR_LEASE) or {}
+    return (lease.get("spec") or {}).get("holderIdentity") or None
 
 
 def pods(node: Node, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -215,3 +230,28 @@ def get_status(url: str, *, auth: tuple[str, str] | None = None, method: str = "
             if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+# ------------------------------------------------------------------- the registry's own metrics
+
+def get_text(url: str) -> tuple[int, str]:
+    """GET, retrying a refused connection for up to 10 s (one replica's listener changing hands, as every
+    one-replica test retries); any answer counts."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.URLError as error:
+            if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def base_gets(metrics: str) -> float:
+    """registry_http_requests_total of the /v2/ base handler, summed over its labels."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("registry_http_requests_total{") and 'handler="base"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -35,11 +35,11 @@ from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
 from ..core.kinds import CACHED_KINDS, OPTIONAL_KINDS
 from ..kube.client import Kube, KubeError
 from .discovery import Discovery
+from .stream import Streams
 
 logger = logging.getLogger("berth.operator.caches")
 
 SELECTOR = f"{MANAGED_BY_LABEL}=berth"
-WATCH_SECONDS = 270  # re-opened at least every 5 minutes (idle connections get dropped: field-notes §3)
 RETRY_SECONDS = 2.0
 SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
@@ -107,8 +107,8 @@ class Caches:
         self._by_instance: dict[Key, set[str]] = {}
         self._written: dict[Key, str | None] = {}  # our last write of each object: its resourceVersion, None: deleted
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._responses: dict[tuple[str, str, str | None], Any] = {}
+        self._streams = Streams()
+        self._stop = self._streams.stopping
         self._unsynced = {(av, kind, ns) for av, kind in CACHED_KINDS for ns in self.namespaces}
         # Informers of an optional kind that became served and have not listed it yet: their kind is read from the
         # server meanwhile (every other informer covers its kind from `synced` on).
@@ -127,14 +127,7 @@ class Caches:
                 self._threads.append(thread)
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            responses = list(self._responses.values())
-        for response in responses:
-            try:
-                response.shutdown()  # unblocks the informer's read
-            except Exception:  # already closed  # noqa: BLE001
-                pass
+        self._streams.stop()
         for thread in self._threads:
             thread.join(10)
         self.kube.close()
@@ -294,35 +287,17 @@ class Caches:
 
     def _watch(self, api_version: str, kind: str, namespace: str | None, version: str) -> str | None:
         """Follow one watch stream; the resourceVersion to resume from, or None after 410 Gone."""
-        slot = (api_version, kind, namespace)
 
-        def opened(response: Any) -> None:
-            with self._lock:
-                self._responses[slot] = response
-            if self._stop.is_set():
-                response.shutdown()
+        def seen(kind_of_event: str, obj: Mapping[str, Any]) -> None:
+            stripped = strip({**obj, "apiVersion": api_version, "kind": kind})
+            if kind_of_event == "DELETED":
+                if self._drop(stripped):
+                    self._changed(stripped, deleted=True)
+            elif self._put(stripped):
+                self._changed(stripped)
 
-        try:
-            for event in self.kube.watch(api_version, kind, namespace, SELECTOR, version,
-                                         timeout_seconds=WATCH_SECONDS, on_response=opened):
-                kind_of_event, obj = event.get("type"), event.get("object") or {}
-                if kind_of_event == "ERROR":
-                    if obj.get("code") == 410:
-                        return None
-                    raise RuntimeError(f"watch error {obj.get('code')} {obj.get('reason')}")
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind_of_event == "BOOKMARK":
-                    continue
-                stripped = strip({**obj, "apiVersion": api_version, "kind": kind})
-                if kind_of_event == "DELETED":
-                    if self._drop(stripped):
-                        self._changed(stripped, deleted=True)
-                elif self._put(stripped):
-                    self._changed(stripped)
-        finally:
-            with self._lock:
-                self._responses.pop(slot, None)
-        return version
+        return self._streams.follow(self.kube, (api_version, kind, namespace), api_version, kind, namespace, SELECTOR,
+                                    version, seen)
 
     def _mark_synced(self, api_version: str, kind: str, namespace: str | None) -> None:
         with self._lock:

@@ -23,11 +23,11 @@ from typing import Any
 
 from ..core.kinds import OPTIONAL_KINDS, crd_name
 from ..kube.client import METADATA_LIST, METADATA_WATCH, Kube, KubeError
+from .stream import Streams
 
 logger = logging.getLogger("berth.operator.discovery")
 
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-WATCH_SECONDS = 270  # as the caches: re-opened at least every 5 minutes (field-notes §3)
 RETRY_SECONDS = 2.0
 
 Listener = Callable[[frozenset[tuple[str, str]]], None]
@@ -60,8 +60,8 @@ class Discovery:
         self._served: set[tuple[str, str]] = set()
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._response: Any = None
+        self._streams = Streams()
+        self._stop = self._streams.stopping
         self._thread: threading.Thread | None = None
         self.known = threading.Event()
 
@@ -81,13 +81,7 @@ class Discovery:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.shutdown()
-            except Exception:  # already closed  # noqa: BLE001
-                pass
+        self._streams.stop()
         if self._thread is not None:
             self._thread.join(10)
 
@@ -128,26 +122,12 @@ class Discovery:
         return version
 
     def _watch(self, version: str) -> str | None:
-        def opened(response: Any) -> None:
-            self._response = response
-            if self._stop.is_set():
-                response.shutdown()
+        def seen(kind_of_event: str, obj: Mapping[str, Any]) -> None:
+            name = (obj.get("metadata") or {}).get("name")
+            if name in self._crds:
+                self._update({name: kind_of_event != "DELETED" and self._read(name)})
 
-        try:
-            for event in self.kube.watch(*CRD, None, "", version, timeout_seconds=WATCH_SECONDS, on_response=opened,
-                                         accept=METADATA_WATCH):
-                kind_of_event, obj = event.get("type"), event.get("object") or {}
-                if kind_of_event == "ERROR":
-                    if obj.get("code") == 410:
-                        return None
-                    raise RuntimeError(f"watch error {obj.get('code')} {obj.get('reason')}")
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                name = (obj.get("metadata") or {}).get("name")
-                if kind_of_event != "BOOKMARK" and name in self._crds:
-                    self._update({name: kind_of_event != "DELETED" and self._read(name)})
-        finally:
-            self._response = None
-        return version
+        return self._streams.follow(self.kube, CRD, *CRD, None, "", version, seen, accept=METADATA_WATCH)
 
     def _read(self, name: str) -> bool:
         api_version = self._crds[name][0]

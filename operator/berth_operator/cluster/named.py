@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..builders.names import MANAGED_BY_LABEL
@@ -24,10 +24,10 @@ from ..core.kinds import NAMED_KINDS, OPTIONAL_KINDS
 from ..kube.client import METADATA_LIST, METADATA_WATCH, Kube, KubeError
 from .caches import Key
 from .discovery import Discovery
+from .stream import Streams
 
 logger = logging.getLogger("berth.operator.named")
 
-WATCH_SECONDS = 270  # as the caches: re-opened at least every 5 minutes (field-notes §3)
 RETRY_SECONDS = 2.0
 SERVED_POLL_SECONDS = 0.5  # how often a watch of a kind not served asks discovery (a set lookup, no request)
 
@@ -44,9 +44,8 @@ class NamedWatches:
         self.on_change = on_change
         self.on_resync = on_resync
         self.discovery = discovery
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._responses: dict[tuple[str, str, str | None], Any] = {}
+        self._streams = Streams()
+        self._stop = self._streams.stopping
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -58,14 +57,7 @@ class NamedWatches:
                 self._threads.append(thread)
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            responses = list(self._responses.values())
-        for response in responses:
-            try:
-                response.shutdown()  # unblocks the watch's read
-            except Exception:  # already closed  # noqa: BLE001
-                pass
+        self._streams.stop()
         for thread in self._threads:
             thread.join(10)
         self.kube.close()
@@ -103,32 +95,16 @@ class NamedWatches:
 
     def _watch(self, api_version: str, kind: str, namespace: str | None, version: str) -> str | None:
         """Follow one watch stream; the resourceVersion to resume from, or None after 410 Gone."""
-        slot = (api_version, kind, namespace)
 
-        def opened(response: Any) -> None:
-            with self._lock:
-                self._responses[slot] = response
-            if self._stop.is_set():
-                response.shutdown()
+        def seen(kind_of_event: str, obj: Mapping[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == "berth":
+                return  # the caches' business: its informer wakes its owner
+            key = (api_version, kind, meta.get("namespace") or "", meta.get("name") or "")
+            try:
+                self.on_change(key, None if kind_of_event == "DELETED" else meta.get("resourceVersion"))
+            except Exception:  # a wake must never kill the watch
+                logger.exception("waking the Registries that name %s %s failed", kind, key[3])
 
-        try:
-            for event in self.kube.watch(api_version, kind, namespace, "", version, timeout_seconds=WATCH_SECONDS,
-                                         on_response=opened, accept=METADATA_WATCH):
-                kind_of_event, obj = event.get("type"), event.get("object") or {}
-                if kind_of_event == "ERROR":
-                    if obj.get("code") == 410:
-                        return None
-                    raise RuntimeError(f"watch error {obj.get('code')} {obj.get('reason')}")
-                meta = obj.get("metadata") or {}
-                version = meta.get("resourceVersion") or version
-                if kind_of_event == "BOOKMARK" or (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == "berth":
-                    continue
-                key = (api_version, kind, meta.get("namespace") or "", meta.get("name") or "")
-                try:
-                    self.on_change(key, None if kind_of_event == "DELETED" else meta.get("resourceVersion"))
-                except Exception:  # a wake must never kill the watch
-                    logger.exception("waking the Registries that name %s %s failed", kind, key[3])
-        finally:
-            with self._lock:
-                self._responses.pop(slot, None)
-        return version
+        return self._streams.follow(self.kube, (api_version, kind, namespace), api_version, kind, namespace, "",
+                                    version, seen, accept=METADATA_WATCH)

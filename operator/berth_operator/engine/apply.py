@@ -216,19 +216,24 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
 
 def _replace(kube: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) -> Action:
     """Delete the live object (only that one: its uid) and create the wanted one at once, for a change the API
-    server refuses in place (builders.service.must_replace). The Service is gone for the two requests between."""
-    meta = wanted["metadata"]
-    kube.delete(wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"],
-                uid=live["metadata"].get("uid"))
+    server refuses in place (builders.service.must_replace). The Service is gone for the two requests between.
+    Created by server-side apply, not a POST: its fields must be the Apply entry's in managedFields, or a field a
+    later apply no longer sends would stay (a POST's fields belong to an Update entry, which no apply prunes)."""
+    api_version, kind, meta = wanted["apiVersion"], wanted["kind"], wanted["metadata"]
+    kube.delete(api_version, kind, meta.get("namespace"), meta["name"], uid=live["metadata"].get("uid"))
     try:
-        kube.create(wanted)
+        kube.apply(wanted, force=False)
     except KubeError as exc:
-        if exc.status != 409:
+        if exc.status not in (409, 422):
             raise
-        # Still there: a finalizer (a cloud's load-balancer cleanup) holds it until its controller lets go.
-        raise Conflict(f"{wanted['kind']} {meta['name']} is being deleted to be replaced; the next reconcile "
+        still = kube.get(api_version, kind, meta.get("namespace"), meta["name"], cached=False)
+        if still is None or not (still.get("metadata") or {}).get("deletionTimestamp"):
+            raise
+        # Still there: a finalizer (a cloud's load-balancer cleanup) holds it until its controller lets go, and the
+        # apply reached the old object, which refuses the change in place.
+        raise Conflict(f"{kind} {meta['name']} is being deleted to be replaced; the next reconcile "
                        "creates it") from None
-    return Action("Replaced", wanted["kind"], meta["name"])
+    return Action("Replaced", kind, meta["name"])
 
 
 def http_secret_value(kube: Cluster, reg: Registry) -> str | None:
