@@ -3,10 +3,10 @@ only its object"), on the real API server with berth-operator (deploy/'s RBAC, i
 
 After each edit has been reconciled (status.observedGeneration), the audit log holds the operator's writes since
 the edit: exactly the intended object's (a server-side apply patch, which creates an object too, or a delete and
-a create where Kubernetes refuses the change in place), besides the Registry itself (status, kopf's annotations)
-and Events. The Deployment is never
-written: its resourceVersion (no controller runs here, so nothing else writes it) and its pod template are the
-ones from before the first edit.
+an apply where Kubernetes refuses the change in place), besides the Registry itself (status, kopf's annotations)
+and Events. The Deployment is never written: its resourceVersion (no controller runs here, so nothing else
+writes it) and its pod template are the ones from before the first edit. A field removed after a replacement
+goes too (the replacement is applied, so Berth's apply entry owns its fields).
 """
 
 from __future__ import annotations
