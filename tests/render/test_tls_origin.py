@@ -91,9 +91,6 @@ def test_the_pre_flight_of_an_issued_pair_names_its_origin(tmp_path):
     assert str(caught.value) == f"{ISSUED_ORIGIN}: the private key in tls.key does not match the certificate in tls.crt"
 
 
-@pytest.mark.xfail(strict=True, reason="apply/preflight.py's check_render calls check_pair without "
-                   "where=rendered.origins.get(TLS_CERT_FILE, WHERE), so its messages still say secretName (that "
-                   "one line makes this pass: remove this marker with it)")
 def test_check_render_names_the_issuer_of_an_issued_pair(tmp_path):
     cert, key = self_signed("edge", valid_for=-datetime.timedelta(days=1))
     rendered = render(registry(ISSUED).spec, MountedInputs(tls_cert=cert, tls_key=key))
