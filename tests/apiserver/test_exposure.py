@@ -22,12 +22,10 @@ from berth_operator.builders import ClusterFacts, certificate, http_route, ingre
 from support.apiserver import (
     ApiError,
     KubeApiServer,
-    forbidden,
     install_cert_manager_crds,
     install_gateway_api_crds,
-    token_id,
 )
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver_identities import refused_requests, start_operator
 from support.operator_harness import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -138,9 +136,7 @@ def test_the_operator_shapes_the_service_makes_and_prunes_the_ingress(kube_apise
         assert template(api, ns) == before, "a Service or Ingress edit changed the pod template"
     finally:
         operator.stop()
-    mine = token_id(token)
-    refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
-               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    refused = refused_requests(api, token)
     assert refused == [], refused[:3]
 
 

@@ -18,12 +18,10 @@ from typing import Any
 from berth_operator.kube.client import FIELD_MANAGER
 from support.apiserver import (
     KubeApiServer,
-    forbidden,
     install_cert_manager_crds,
     install_gateway_api_crds,
-    token_id,
 )
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
 from support.operator_harness import REGISTRIES_PATH, reconciled, wait_for
 
 WRITES = ("create", "update", "patch", "delete")
@@ -91,9 +89,7 @@ def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: 
         raise AssertionError(f"{failure}\n{operator.log()[-3000:]}") from None
     finally:
         operator.stop()
-    mine = token_id(token)
-    refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
-               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    refused = refused_requests(api, token)
     assert refused == [], refused[:3]
     return operator.log()
 
