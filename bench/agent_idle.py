@@ -2,7 +2,7 @@
 
 Runs `berth-agent run` as the sidecar runs it (`--registry NS/NAME` against a test API server, kmock with our
 fixture: the kubernetes client, the watch, status reporting) and as examples/local runs it (`--registry-file`),
-each beside supervise.sh and the real registry, waits until the first config is applied, then samples the agent
+each beside berth-supervise and the real registry, waits until the first config is applied, then samples the agent
 process's VmRSS and its user+system CPU time over SECONDS.
 
 Targets (issue 3): RSS < 70 MiB, idle CPU < 0.5 % (of one core).

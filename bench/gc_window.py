@@ -12,7 +12,7 @@ disk are theirs.
 
 `--mode flow`: the real agent flow (docs/design.md §4.5), with 1 and then 2 replicas (`--replicas`), ROUNDS
 times each on a fresh copy of the 2.8 store: registry pods as in the end-to-end tests (support.replicas: agent
-subprocess + supervise.sh + Debian's 2.8 on 127.0.0.2, 127.0.0.3, sharing the data directory), a Registry on the
+subprocess + berth-supervise + Debian's 2.8 on 127.0.0.2, 127.0.0.3, sharing the data directory), a Registry on the
 test API server, and a run asked for as the operator asks (its own `gc_schedule.decide` on the run-now
 annotation writes status.garbageCollection.request). Measured:
 - the read-only window, twice: from the agents' own log lines (`gc writable`, logged once that pod serves
@@ -202,7 +202,6 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     held = args.flow_distribution == "3"  # 3.1.1 under berth-supervise, each pod's socket held (issue 29)
     if held:
         from support.pod import on_distribution
-        from support.supervisor import PYTHON
 
         spec = on_distribution(spec, "3")
     kept = store.kept[0]
@@ -210,7 +209,7 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     hex_digest = layer.split(":", 1)[1]
     layer_bytes = (store_dir / gc_report.BLOBS_DIR / "sha256" / hex_digest[:2] / hex_digest / "data").read_bytes()
     with KubeApi() as api, running_replicas(root, api, spec, count=replicas, leave_seconds=args.leave_seconds,
-                                            **({"binary": REGISTRY3_BINARY, "shell": PYTHON} if held else {})) as pods:
+                                            **({"binary": REGISTRY3_BINARY} if held else {})) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         # One pod: straight to it, a connection refused in a handover's few milliseconds retried (and counted),
         # as bench/agent_inflight.py does. Several: through the balancer, never retried.

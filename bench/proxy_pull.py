@@ -1,7 +1,7 @@
 """A pull-through cache (issue 20): cold pull through the cache, warm pull from it, and a direct pull from the
 upstream, in MiB/s in the same run; and a credential change until the registry serves with the new password.
 
-One pod in file mode (`berth-agent run --registry-file`, supervise.sh, the real registry) as a proxy of a token
+One pod in file mode (`berth-agent run --registry-file`, berth-supervise, the real registry) as a proxy of a token
 upstream on 127.0.0.1 (tests/support/upstream.py: a real registry behind the one-port front that serves /token
 and forwards /v2/, and labels each token with the password that got it). Each round pushes a fresh image of
 `--layers` random layers of `--layer-mib` MiB to the upstream, then GETs every layer blob: directly from the

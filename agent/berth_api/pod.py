@@ -9,12 +9,11 @@ from __future__ import annotations
 
 # Paths inside the pod's containers.
 MOUNT_ROOT = "/var/run/berth"  # one read-only directory per Secret volume below
-CONFIG_DIR = "/etc/berth"  # the agent writes config.yml, supervise.sh and the secret files; the registry reads
-STATE_DIR = "/tmp/berth"  # on the tmp volume both containers mount: supervise.sh writes, the agent reads
+CONFIG_DIR = "/etc/berth"  # the agent writes config.yml and the secret files; the registry reads
+STATE_DIR = "/tmp/berth"  # on the tmp volume both containers mount: berth-supervise writes, the agent reads
 DATA_DIR = "/var/lib/registry"  # the filesystem storage root (the PVC)
 TMP_DIR = "/tmp"
 CONFIG_NAME = "config.yml"  # in CONFIG_DIR: the registry's configuration
-SUPERVISOR_NAME = "supervise.sh"  # in CONFIG_DIR: the registry container's command
 AGENT_HEALTH_PORT = 8081  # /startupz /readyz /livez /metrics
 REGISTRY_METRICS_PORT = 8082  # the registry's own /metrics, served by the agent (stable across reloads)
 
@@ -56,6 +55,6 @@ __all__ = [
     "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
     "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",
     "SECRET_VOLUMES",
-    "STATE_DIR", "SUPERVISOR_NAME", "TLS_CERT_KEY", "TLS_KEY_KEY", "TLS_VOLUME", "TMP_DIR", "TMP_VOLUME",
+    "STATE_DIR", "TLS_CERT_KEY", "TLS_KEY_KEY", "TLS_VOLUME", "TMP_DIR", "TMP_VOLUME",
     "TOKEN_BUNDLE_VOLUME", "TOKEN_JWKS_VOLUME", "TOKEN_VOLUME", "TRUST_VOLUMES",
 ]

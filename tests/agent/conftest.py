@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from support.ports import free_port
-from support.supervisor import Supervisor, available_shells
+from support.supervisor import Supervisor
 
 
 @pytest.fixture(autouse=True)
@@ -26,21 +26,15 @@ def registry_port() -> int:
     return free_port()
 
 
-@pytest.fixture(params=available_shells())
-def shell(request) -> str:
-    """Each supervisor test runs under every POSIX shell present (dash; busybox sh as in the registry image)."""
-    return request.param
-
-
 @pytest.fixture
 def supervisor_factory(tmp_path):
-    """Start supervise.sh (config in tmp_path/config) and stop it, and whatever it started, afterwards."""
+    """Start berth-supervise (config in tmp_path/config) and stop it, and whatever it started, afterwards."""
     started: list[Supervisor] = []
 
-    def start(shell: str = "dash", config_dir=None, binary: str | None = None, env=None) -> Supervisor:
+    def start(config_dir=None, binary: str | None = None, env=None) -> Supervisor:
         directory = config_dir or tmp_path / "config"
         directory.mkdir(exist_ok=True)
-        supervisor = Supervisor(directory, shell=shell, binary=binary or "", env=env).start()
+        supervisor = Supervisor(directory, binary=binary or "", env=env).start()
         started.append(supervisor)
         return supervisor
 
@@ -110,7 +104,7 @@ def dist() -> tuple[str, str]:
 
 @pytest.fixture
 def pod(tmp_path, dist):
-    """A registry pod on this machine (agent subprocess + supervise.sh + the registry); stopped afterwards."""
+    """A registry pod on this machine (agent subprocess + berth-supervise + the registry); stopped afterwards."""
     from support.pod import RegistryPod
 
     registry_pod = RegistryPod(tmp_path / "pod", binary=dist[1])

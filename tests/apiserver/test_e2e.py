@@ -3,7 +3,7 @@ end-to-end scenarios that need no kubelet (status and Ready, Events, reload Leas
 the API, GC requests and acknowledgements).
 
 The operator (deploy/'s RBAC) makes the Registry's objects. support.workload plays the Deployment controller
-and the kubelet for its Deployment: registry pods on this machine (agent + supervise.sh + docker-registry), a
+and the kubelet for its Deployment: registry pods on this machine (agent + berth-supervise + docker-registry), a
 Pod object for each from the template (so the ServiceAccount the operator made must exist, and the operator's
 label selector finds them), the Deployment's status. Each agent runs with its own token of that ServiceAccount
 (the TokenRequest API, as the kubelet asks for a pod's projected token) and the `--api-secret` arguments of

@@ -3,10 +3,10 @@ only its object"), on the real API server with berth-operator (deploy/'s RBAC, i
 
 After each edit has been reconciled (status.observedGeneration), the audit log holds the operator's writes since
 the edit: exactly the intended object's (a server-side apply patch, which creates an object too, or a delete and
-a create where Kubernetes refuses the change in place), besides the Registry itself (status, kopf's annotations)
-and Events. The Deployment is never
-written: its resourceVersion (no controller runs here, so nothing else writes it) and its pod template are the
-ones from before the first edit.
+an apply where Kubernetes refuses the change in place), besides the Registry itself (status, kopf's annotations)
+and Events. The Deployment is never written: its resourceVersion (no controller runs here, so nothing else
+writes it) and its pod template are the ones from before the first edit. A field removed after a replacement
+goes too (the replacement is applied, so Berth's apply entry owns its fields).
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from berth_operator.kube.client import FIELD_MANAGER
-from support.apiserver import KubeApiServer, install_cert_manager_crds, install_gateway_api_crds
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver import (
+    KubeApiServer,
+    install_cert_manager_crds,
+    install_gateway_api_crds,
+)
+from support.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
 from support.operator_harness import REGISTRIES_PATH, reconciled, wait_for
 
 WRITES = ("create", "update", "patch", "delete")
@@ -75,15 +79,19 @@ def applied(resource: str) -> Write:
     return "patch", resource, NAME
 
 
-def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: Callable[[Editor], None]) -> None:
+def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: Callable[[Editor], None]) -> str:
+    """Create body, run the steps under berth-operator; its log. None of its requests was refused (RBAC)."""
     api.create(body)
-    operator, _ = start_operator(api, "berth-operator-0", tmp_path, [ns])
+    operator, token = start_operator(api, "berth-operator-0", tmp_path, [ns])
     try:
         steps(Editor(api, ns))
     except AssertionError as failure:
         raise AssertionError(f"{failure}\n{operator.log()[-3000:]}") from None
     finally:
         operator.stop()
+    refused = refused_requests(api, token)
+    assert refused == [], refused[:3]
+    return operator.log()
 
 
 def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserver_namespace, tmp_path):
@@ -120,7 +128,7 @@ def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserv
         assert again["metadata"]["uid"] != lb["metadata"]["uid"] and port(again)["nodePort"] == 30581
         reg.edit({"service": None}, SERVICES, lambda s: s["spec"]["type"] == "ClusterIP", applied("services"))
 
-    run_operator(api, ns, tmp_path, registry(ns), steps)
+    assert f"Replaced Service {NAME}" in run_operator(api, ns, tmp_path, registry(ns), steps)
 
 
 def test_a_field_removed_after_the_service_was_replaced_goes(kube_apiserver, apiserver_namespace, tmp_path):

@@ -16,13 +16,11 @@ import pytest
 
 from support.apiserver import (
     KubeApiServer,
-    forbidden,
     install_cert_manager_crds,
     install_gateway_api_crds,
     skip_reason,
-    token_id,
 )
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver_identities import refused_requests, start_operator
 from support.certs import self_signed
 from support.operator_harness import wait_for
 
@@ -102,7 +100,5 @@ def test_missing_gateway_api_and_cert_manager_are_named_and_recovered_without_a_
     wait_for(lambda: api.get("cert-manager.io/v1/certificates", NS, f"{NAME}-tls") is None, "the Certificate pruned",
              60)
     assert api.get("v1/secrets", NS, f"{NAME}-tls") is not None  # cert-manager's Secret is cert-manager's to keep
-    mine = token_id(token)
-    refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
-               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    refused = refused_requests(api, token)
     assert refused == [], refused[:3]

@@ -17,8 +17,8 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, service_monitor
-from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, install_monitoring_crds, token_id
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver import REPO, ApiError, KubeApiServer, install_monitoring_crds
+from support.apiserver_identities import refused_requests, start_operator
 from support.operator_harness import reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -89,7 +89,5 @@ def test_the_operator_creates_and_prunes_the_service_monitor(kube_apiserver, api
         wait_for(lambda: api.get(SERVICE_MONITORS, ns, "watched") is None, "the ServiceMonitor pruned", 60)
     finally:
         operator.stop()
-    mine = token_id(token)
-    refused = [e for e in api.audit(OPERATOR_USER) if forbidden(e)
-               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    refused = refused_requests(api, token)
     assert refused == [], refused[:3]

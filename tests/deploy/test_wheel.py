@@ -1,12 +1,14 @@
 """The package as it is installed, not the source tree: a wheel built from the checkout, installed into a target
-dir of its own, imports, runs both entry points and finds supervise.sh where the agent looks for it (package data
-of berth_agent.supervisor)."""
+dir of its own, imports, runs its entry points, and its berth-supervise (the registry container's command) runs from
+the installed copy."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,17 +33,24 @@ def _run(installed: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=installed.parent, env=env)
 
 
-def test_the_installed_wheel_finds_supervise_sh_as_the_agent_does(installed):
-    code = ("import berth_agent, sys\n"
-            "from berth_agent.supervisor.script import supervisor_script\n"
-            "print(berth_agent.__file__)\n"
-            "sys.stdout.flush()\n"
-            "sys.stdout.buffer.write(supervisor_script())\n")
-    result = _run(installed, sys.executable, "-c", code)
-    assert result.returncode == 0, result.stderr
-    where, _, script = result.stdout.partition("\n")
-    assert Path(where).is_relative_to(installed), where
-    assert script.encode() == (REPO / "agent/berth_agent/supervisor/supervise.sh").read_bytes()
+def test_the_installed_supervisor_runs_from_the_installed_copy(installed, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(installed), "BERTH_CONFIG": str(tmp_path / "config.yml"),
+           "BERTH_REGISTRY_BIN": "/usr/bin/docker-registry"}
+    code = "import berth_agent.supervisor.supervise.main as m; print(m.__file__)"
+    where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           cwd=installed.parent, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(installed), where
+    supervisor = subprocess.Popen([str(installed / "bin" / "berth-supervise")], stderr=subprocess.PIPE,
+                                  cwd=installed.parent, env=env)
+    try:
+        line = supervisor.stderr.readline()
+        assert b"waiting for" in line and str(tmp_path / "config.yml").encode() in line, line
+        time.sleep(0.2)
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(10) == 143
+    finally:
+        supervisor.kill()
+        supervisor.wait(10)
 
 
 @pytest.mark.parametrize("command", ["berth-agent", "berth-operator", "berth-crd"])

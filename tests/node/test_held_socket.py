@@ -1,15 +1,22 @@
 """One replica of Distribution 3 on a real node (issue 29 acceptance): berth-supervise holds the registry's
-listening socket, so 10 reloads under a pull load through the Service refuse no connection at all (no retry)."""
+listening socket, so 10 reloads under a pull load through the Service refuse no connection at all (no retry).
+Each reload is a CR edit applied in place, checked as test_edits.py checks 2.8's: the same pod, template and
+restart counts, new registry processes, the first one gone, and the registry's metrics through `reg-metrics`
+from the new process."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
+from berth_api.pod import REGISTRY_METRICS_PORT
 from support.new_connections import NewConnectionLoop
 from support.node import Node
 from support.node_berth import (
     applied_generation,
+    base_gets,
     create_registry,
+    get_text,
     json_patch_spec,
     registry_pids,
     registry_pods,
@@ -27,7 +34,13 @@ def test_ten_reloads_of_one_replica_refuse_nothing_through_the_service(kube_node
     create_registry(kube_node, node_namespace, "held", spec)
     (pod,) = registry_pods(kube_node, node_namespace, "held")
     counts = restart_counts(pod)
+    assert set(counts.values()) == {0}, counts
     name = pod["metadata"]["name"]
+    (first,) = wait_for(lambda: registry_pids(kube_node, pod), "the registry process", 30)
+    metrics_url = f"http://{pod['status']['podIP']}:{REGISTRY_METRICS_PORT}/metrics"
+    assert get_text(f"{service_url(kube_node, node_namespace, 'held')}/v2/")[0] == 200
+    status, text = get_text(metrics_url)
+    assert status == 200 and base_gets(text) >= 1, text[-2000:]
     url = urllib.parse.urlsplit(service_url(kube_node, node_namespace, "held"))
     loops = [NewConnectionLoop(url.hostname, url.port).start() for _ in range(3)]
     pids = set()
@@ -49,7 +62,15 @@ def test_ten_reloads_of_one_replica_refuse_nothing_through_the_service(kube_node
     assert total.answered > RELOADS * 10, total
     (after,) = registry_pods(kube_node, node_namespace, "held")
     assert after["metadata"]["uid"] == pod["metadata"]["uid"] and restart_counts(after) == counts
-    assert len(pids) > RELOADS // 2, pids  # new registry processes, one per reload (sampled after each)
+    # The edits rolled nothing: the Deployment's template is the same.
+    assert after["metadata"]["labels"]["pod-template-hash"] == pod["metadata"]["labels"]["pod-template-hash"]
+    assert len(pids - {first}) > RELOADS // 2, pids  # new registry processes, one per reload (sampled after each)
+    assert first not in registry_pids(kube_node, after)  # the first drained and left
+    # The stable metrics port answers for the newest process: its counters start again from its own requests.
+    assert get_text(f"{service_url(kube_node, node_namespace, 'held')}/v2/")[0] == 200
+    status, text = get_text(metrics_url)
+    assert status == 200 and re.search(r"^registry_http_requests_total\{", text, re.M), text[-2000:]
+    assert base_gets(text) >= 1
 
 
 def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_again(

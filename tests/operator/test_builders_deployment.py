@@ -100,7 +100,7 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["args"][:17] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
-        "--state-dir", "/tmp/berth",  # supervise.sh's files (issue 9): the config volume is read-only there
+        "--state-dir", "/tmp/berth",  # berth-supervise's files (issue 9): the config volume is read-only there
         "--registry-metrics-addr", "0.0.0.0:8082",  # the registry's own metrics, stable across reloads (issue 21)
     ]
     # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).

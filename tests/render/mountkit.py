@@ -119,7 +119,7 @@ def write_mounts_for(spec: RegistrySpec, root: Path, *, s3: S3Target | None = No
         values = {key: f"Bearer {secrets.token_urlsafe(18)}" for key in notifications.secret_keys()}
         write_secret_dir(root / "notifications", values)
         # Not in secret_values: the registry itself prints each endpoint's headers at start, and these tests run
-        # it without supervise.sh, which cuts that line (tests/agent/e2e/test_e2e_notifications.py checks it).
+        # it without berth-supervise, which cuts that line (tests/agent/e2e/test_e2e_notifications.py checks it).
     if storage.azure is not None and storage.azure.credentials.secret is not None:
         key = base64.b64encode(secrets.token_bytes(64)).decode()
         write_secret_dir(root / "azure", {storage.azure.credentials.secret.field: key})

@@ -9,6 +9,7 @@ import datetime
 
 import pytest
 
+from berth_agent.apply.preflight import check_render
 from berth_agent.apply.preflight_tls import check_pair
 from berth_agent.core.errors import InputError, PreflightError
 from berth_agent.inputs.mounts import MountedInputs, read_inputs
@@ -88,3 +89,11 @@ def test_the_pre_flight_of_an_issued_pair_names_its_origin(tmp_path):
     with pytest.raises(PreflightError) as caught:
         check_pair(cert, other, scratch_dir=tmp_path, where=rendered.origins[TLS_CERT_FILE])
     assert str(caught.value) == f"{ISSUED_ORIGIN}: the private key in tls.key does not match the certificate in tls.crt"
+
+
+def test_check_render_names_the_issuer_of_an_issued_pair(tmp_path):
+    cert, key = self_signed("edge", valid_for=-datetime.timedelta(days=1))
+    rendered = render(registry(ISSUED).spec, MountedInputs(tls_cert=cert, tls_key=key))
+    with pytest.raises(PreflightError) as caught:
+        check_render(rendered, None, scratch_dir=tmp_path)
+    assert str(caught.value).startswith(f"{ISSUED_ORIGIN}: the certificate in tls.crt expired at")

@@ -15,7 +15,7 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, lease, names, role, role_binding, service_account
-from support.apiserver import REPO, ApiError, KubeApiServer, service_account_user
+from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, service_account_user, token_id
 from support.operator_harness import AGENT_IMAGE, OperatorProcess
 
 OPERATOR_NAMESPACE = "berth-system"
@@ -73,6 +73,14 @@ def start_operator(server: KubeApiServer, name: str, log_dir: Any, namespaces: l
     process = OperatorProcess(server, name, log_dir, namespaces=namespaces, lease=lease,
                               kubeconfig=server.kubeconfig_for(token))
     return process.start(), token
+
+
+def refused_requests(server: KubeApiServer, token: str) -> list[dict[str, Any]]:
+    """The audit log's requests RBAC refused to the operator holding `token` (start_operator's), not to another
+    operator of the same ServiceAccount on this server."""
+    mine = token_id(token)
+    return [e for e in server.audit(OPERATOR_USER) if forbidden(e)
+            and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
 
 
 def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:

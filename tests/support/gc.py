@@ -12,7 +12,7 @@ Registry as stored, the run-now annotation a user sets with kubectl, and the tim
 requestedAt, flags, readOnlyTimeout and deadline the operator writes, without running kopf (whose other
 reconcile work, pruning status.agents of pods it cannot see, would fight the test's local pods).
 
-`GatedRegistry` is a registry binary for the pods (supervise.sh runs it as BERTH_REGISTRY_BIN): `serve` is the
+`GatedRegistry` is a registry binary for the pods (berth-supervise runs it as BERTH_REGISTRY_BIN): `serve` is the
 real binary at once (exec), `garbage-collect` records its start and waits while a hold file exists, then is the
 real command (exec). A GC that is slow exactly as long as the test needs, without a timing guess: the agent
 and the supervisor see a real command running (its pid in gc.pid) that has not finished.

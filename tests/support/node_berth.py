@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -229,3 +230,28 @@ def get_status(url: str, *, auth: tuple[str, str] | None = None, method: str = "
             if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+# ------------------------------------------------------------------- the registry's own metrics
+
+def get_text(url: str) -> tuple[int, str]:
+    """GET, retrying a refused connection for up to 10 s (one replica's listener changing hands, as every
+    one-replica test retries); any answer counts."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.URLError as error:
+            if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def base_gets(metrics: str) -> float:
+    """registry_http_requests_total of the /v2/ base handler, summed over its labels."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("registry_http_requests_total{") and 'handler="base"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total

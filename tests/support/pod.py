@@ -1,5 +1,5 @@
 """A registry pod on this machine for end-to-end tests and benchmarks: `berth-agent run` as a subprocess (what
-users run), the real supervise.sh and the real docker-registry, sharing a config dir as the pod's containers
+users run), the real berth-supervise and the real registry, sharing a config dir as the pod's containers
 share the `config` volume, with a mount root of AtomicWriter Secret dirs (support.secretdir).
 
     pod = RegistryPod(tmp_path)
@@ -29,7 +29,7 @@ import yaml
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
 from support.ports import free_port
-from support.supervisor import PYTHON, REGISTRY_BIN, Supervisor, registry_env, wait_for
+from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
 
 
 def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
@@ -69,7 +69,7 @@ def config_identity(config_dir: Path) -> str:
 
 
 class RegistryPod:
-    def __init__(self, root: Path, *, port: int | None = None, shell: str = "dash", config_dir: Path | None = None,
+    def __init__(self, root: Path, *, port: int | None = None, config_dir: Path | None = None,
                  binary: str = REGISTRY_BIN, host: str = "127.0.0.1", data_dir: Path | None = None):
         self.root = Path(root)
         # In a pod the config volume is an emptyDir in memory (docs/design.md §3): pass a tmpfs dir to match.
@@ -83,8 +83,7 @@ class RegistryPod:
         self.registry_file = self.root / "registry" / "registry.yaml"
         self.registry_file.parent.mkdir(parents=True, exist_ok=True)
         self.agent_log = self.root / "agent.log"
-        self.shell = shell
-        self.binary = binary or REGISTRY_BIN  # what supervise.sh runs; specs must render for its major
+        self.binary = binary or REGISTRY_BIN  # what berth-supervise runs; specs must render for its major
         self.listen_host = host  # another loopback address (127.0.0.2, ...) puts two pods on one port
         self.tls = False  # set when the Registry serves HTTPS
         self.agent: subprocess.Popen | None = None
@@ -115,7 +114,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
-                "--registry-bin", self.binary, *extra]
+                *extra]
         if registry is not None:
             args += ["--registry", registry, *(["--kubeconfig", str(kubeconfig)] if kubeconfig
                                                else ["--kube-host", kube_host or ""])]
@@ -127,19 +126,12 @@ class RegistryPod:
                                       stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self.agent
 
-    def start_supervisor(self, *, packaged: bool = False, env: dict[str, str] | None = None) -> Supervisor:
-        """The registry container: supervise.sh as the agent wrote it (or the packaged copy, to start first); with
-        shell "python", berth-supervise holding the pod's socket as in the pod template (for a 3.x binary)."""
-        if self.shell == PYTHON:
-            env = {"BERTH_LISTEN_ADDR": f"{self.listen_host}:{self.port}", **(env or {})}
-            self.supervisor = Supervisor(self.config_dir, shell=PYTHON, log_path=self.root / "registry.log",
-                                         binary=self.binary, env=env).start()
-            return self.supervisor
-        script = None if packaged else wait_for(
-            lambda: (self.config_dir / "supervise.sh").exists() and self.config_dir / "supervise.sh",
-            what="the agent to write supervise.sh")
-        self.supervisor = Supervisor(self.config_dir, shell=self.shell, script=script,
-                                     log_path=self.root / "registry.log", binary=self.binary, env=env).start()
+    def start_supervisor(self, *, env: dict[str, str] | None = None) -> Supervisor:
+        """The registry container: berth-supervise as the pod template runs it, BERTH_LISTEN_ADDR set to the pod's
+        address (it holds the socket for a 3.x binary; a 2.8 one binds its own)."""
+        env = {"BERTH_LISTEN_ADDR": f"{self.listen_host}:{self.port}", **(env or {})}
+        self.supervisor = Supervisor(self.config_dir, log_path=self.root / "registry.log", binary=self.binary,
+                                     env=env).start()
         return self.supervisor
 
     # ---- observations ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Two (or more) registry pods of one Registry on this machine, taking turns through its reload Lease.
 
-Each pod (support.pod.RegistryPod: agent subprocess + supervise.sh + registry) listens on its own loopback
+Each pod (support.pod.RegistryPod: agent subprocess + berth-supervise + registry) listens on its own loopback
 address (127.0.0.2, 127.0.0.3, ...: no setup needed) on the same port, as pods on their own IPs do; they share
 the data directory (a ReadWriteMany claim) and the http secret (the operator's generated Secret) and watch
 one Registry (replicas: N) on the test API server. The reload and GC Leases come from the operator's own
@@ -41,17 +41,16 @@ def create_registry(kube_api: Any, spec: dict[str, Any], *, count: int = 1, name
 @contextlib.contextmanager
 def running_replicas(root: Path, kube_api: Any, spec: dict[str, Any], *, count: int = 2,
                      leave_seconds: float = 0.3, extra: list[str] = (), binary: str | None = None,
-                     mounts: Mapping[str, Mapping[str, str]] = {},
-                     shell: str | None = None) -> Iterator[dict[str, RegistryPod]]:
+                     mounts: Mapping[str, Mapping[str, str]] = {}) -> Iterator[dict[str, RegistryPod]]:
     """`count` pods "pod-a", "pod-b", ... on 127.0.0.2, 127.0.0.3, ...; `binary`: the pods' registry binary
-    (default the real one), `mounts`: more Secret volumes each pod gets (e.g. a COSI `cosi/` dir), `shell`: the
-    supervisor ("python": berth-supervise, holding each pod's socket for a 3.x binary)."""
+    (default the real one; each pod's berth-supervise holds its socket for a 3.x binary), `mounts`: more Secret
+    volumes each pod gets (e.g. a COSI `cosi/` dir)."""
     port = int(str(spec["http"]["addr"]).rpartition(":")[2])
     create_registry(kube_api, spec, count=count)
     pods: dict[str, RegistryPod] = {}
     for index in range(count):
         pod = RegistryPod(Path(root) / f"pod-{index}", port=port, host=HOSTS[index], data_dir=Path(root) / "data",
-                          **({"binary": binary} if binary else {}), **({"shell": shell} if shell else {}))
+                          **({"binary": binary} if binary else {}))
         write_secret_dir(pod.mounts / "http-secret", {"secret": "generated-by-the-operator"})
         for directory, data in mounts.items():
             write_secret_dir(pod.mounts / directory, dict(data))

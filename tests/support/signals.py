@@ -1,8 +1,9 @@
 """Every process a test starts begins with default signal dispositions, as a container's command does.
 
 A signal ignored (SIG_IGN) is inherited through fork and exec, and a POSIX shell cannot trap a signal that was
-ignored when it started: supervise.sh's `trap 'stop INT' INT` then does nothing, and a SIGINT test waits out its
-timeout (issue 26: test_sigint_stops_the_registry_gracefully[dash] and [busybox], TimeoutExpired after 15 s).
+ignored when it started: the shell supervisor's `trap 'stop INT' INT` did nothing, and a SIGINT test waited out
+its timeout (issue 26: test_sigint_stops_the_registry_gracefully[dash] and [busybox], TimeoutExpired after 15 s).
+berth-supervise sets its handlers over SIG_IGN, but the registry and any shell a test starts inherit it.
 pytest inherits SIGINT and SIGQUIT ignored whenever it is started in the background by a non-interactive shell
 (`.ci/run &`, a job runner; POSIX gives an asynchronous list SIG_IGN for both), and Python then leaves them so.
 So each test process (each xdist worker) puts them back at its start, and a test that leaves one ignored errors,

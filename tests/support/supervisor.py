@@ -1,34 +1,32 @@
-"""The real supervise.sh running the real docker-registry, for the agent's tests and benchmarks.
+"""berth-supervise, the registry container's command, running the real registry, for the agent's tests and benchmarks.
 
-`Supervisor` starts `sh supervise.sh` (dash or busybox sh) with BERTH_CONFIG / BERTH_REGISTRY_BIN (the 2.8
-binary unless `binary` names another, e.g. the 3.x one of support.registry.registry_binaries()), and
-finds the registry children it starts by their /proc entries. `stop()` ends it and anything it started.
+`Supervisor` starts berth-supervise (`python -m berth_agent.supervisor.supervise`, the installed agent's module)
+with BERTH_CONFIG / BERTH_REGISTRY_BIN (the 2.8 binary unless `binary` names another, e.g. the 3.x one of
+support.registry.registry_binaries()), and finds the registry children it starts by their /proc entries.
+
+It behaves as a container does: when the supervisor (the container's main process) ends, however it ends,
+whatever it started is killed at once, as the container runtime kills the rest of a container whose main process
+died (docs/design.md §4.2, "kill -9 of the supervisor"); starting a new Supervisor on the same dirs is the
+kubelet's restart. `stop()` ends it and anything it started.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from berth_agent.supervisor.procfs import RegistryProcess, find_registry_processes
-from berth_agent.supervisor.script import supervisor_script
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
-SHELLS = {"dash": ["dash"], "busybox": ["busybox", "sh"]}
-# berth-supervise, the Python supervisor (issue 29): the same protocol, run as a module of the installed agent.
-PYTHON = "python"
-PYTHON_ARGV = [sys.executable, "-m", "berth_agent.supervisor.supervise"]
-
-
-def available_shells() -> list[str]:
-    return [name for name, argv in SHELLS.items() if shutil.which(argv[0])] + [PYTHON]
+# The console script berth-supervise runs the same main(); the module needs no PATH.
+SUPERVISE_ARGV = [sys.executable, "-m", "berth_agent.supervisor.supervise"]
 
 
 def registry_env() -> dict[str, str]:
@@ -78,36 +76,40 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str
 
 
 class Supervisor:
-    def __init__(self, config_dir: Path, *, shell: str = "dash", log_path: Path | None = None,
-                 script: Path | None = None, binary: str = REGISTRY_BIN, env: dict[str, str] | None = None):
+    def __init__(self, config_dir: Path, *, log_path: Path | None = None, argv: list[str] | None = None,
+                 binary: str = REGISTRY_BIN, env: dict[str, str] | None = None):
         self.config_dir = Path(config_dir)
         self.config_path = self.config_dir / "config.yml"
-        self.shell = shell
-        self.log_path = log_path or self.config_dir.parent / f"supervise-{shell}.log"
-        self.script = script
+        self.log_path = log_path or self.config_dir.parent / "supervise.log"
+        self.argv = argv or SUPERVISE_ARGV  # another supervisor (an older one's stand-in) where a test needs it
         self.binary = binary or REGISTRY_BIN  # 2.8 by default; support.registry.registry_binaries() gives 3.x too
-        self.env = dict(env or {})  # more environment for the script (BERTH_DEBUG_PORTS, ...)
+        self.env = dict(env or {})  # more environment for the supervisor (BERTH_DEBUG_PORTS, BERTH_LISTEN_ADDR...)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Supervisor:
-        script = self.script
-        if self.shell == PYTHON:
-            argv = PYTHON_ARGV
-        else:
-            if script is None:
-                script = self.config_dir.parent / "supervise.sh"
-                script.write_bytes(supervisor_script())
-            argv = [*SHELLS[self.shell], str(script)]
         env = registry_env()
         env["BERTH_CONFIG"] = str(self.config_path)
         env["BERTH_REGISTRY_BIN"] = self.binary
         env.update(self.env)
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL,
+            self.argv, env=env, stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
+        threading.Thread(target=self._end_container, args=(self.process,), daemon=True,
+                         name=f"container-of-{self.process.pid}").start()
         return self
+
+    @staticmethod
+    def _end_container(process: subprocess.Popen) -> None:
+        """The runtime's part: once the main process has ended, the rest of its container (its session) is killed.
+        A supervisor that stops cleanly has ended every child first; after kill -9 its registries would serve on,
+        orphaned, until their next log line met the closed pipe (SIGPIPE), which no pod shows."""
+        process.wait()
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     @property
     def pid(self) -> int:

@@ -2,7 +2,7 @@
 
 The test API server runs no controllers: a Deployment the operator writes makes no pods. `RegistryWorkload`
 does what the cluster would do with it, close enough for what the operator reads back:
-- it runs `spec.replicas` registry pods (support.pod.RegistryPod: the real agent, supervise.sh and registry,
+- it runs `spec.replicas` registry pods (support.pod.RegistryPod: the real agent, berth-supervise and registry,
   each on its own loopback address and the same port, sharing one data directory: a ReadWriteMany claim),
   and a Pod object for each in the API, named as its agent reports itself, with the template's labels;
 - a changed pod template rolls the pods as a RollingUpdate with maxSurge 1 and maxUnavailable 0 does: one new

@@ -1,5 +1,6 @@
 """Putting a rendered config into service (docs/design.md §4.2): the applier writes it and restarts the
-registry (applier), after pre-flight checks (preflight, preflight_net, preflight_tls, redis_wire), keeps the
+registry (applier), after pre-flight checks (preflight, preflight_net, preflight_tls, preflight_token,
+preflight_proxy, preflight_azure, preflight_gcs, their one HTTP request in preflight_http, redis_wire), keeps the
 last config that served (last_good), takes its turn among replicas (turns), and watches the registry it
 started (registry_watch).
 """

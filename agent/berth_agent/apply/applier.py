@@ -91,7 +91,7 @@ class Applier:
                  on_written: Callable[[], None] | None = None, state_dir: Path | None = None,
                  restarter: Restarter | None = None):
         self.config_dir = Path(config_dir)
-        # Where supervise.sh keeps its pid, the last exit and the registry's output (BERTH_STATE_DIR): the
+        # Where berth-supervise keeps its pid, the last exit and the registry's output (BERTH_STATE_DIR): the
         # config dir outside Kubernetes; in a pod the registry container mounts the config volume read-only.
         self.state_dir = Path(state_dir) if state_dir else self.config_dir
         self.config_path = self.config_dir / CONFIG_NAME
@@ -124,9 +124,9 @@ class Applier:
         return Rendered(config=config, files=files)
 
     def supervisor_gone(self) -> str | None:
-        """Why no restart can work now (supervise.sh started once and is gone), or None."""
+        """Why no restart can work now (berth-supervise started once and is gone), or None."""
         if supervisor_gone(self.state_dir):
-            return ("the supervisor (supervise.sh, the registry container's command) is not running: nothing "
+            return ("the supervisor (berth-supervise, the registry container's command) is not running: nothing "
                     "would start a registry, so nothing is restarted until it is back")
         return None
 

@@ -37,6 +37,7 @@ from .preflight_gcs import check_bucket as check_gcs_bucket
 from .preflight_gcs import gcs_target
 from .preflight_net import REDIS_TIMEOUT_SECONDS, check_bindable, check_redis
 from .preflight_proxy import UpstreamRefused, check_upstream, distribution_of, publish
+from .preflight_tls import WHERE as TLS_WHERE
 from .preflight_tls import check_pair
 from .preflight_token import check_bundle, check_jwks
 
@@ -70,7 +71,8 @@ def check_render(rendered: Rendered, previous: Rendered | None, *, scratch_dir: 
         old_pair = (previous.files.get(TLS_CERT_FILE), previous.files.get(TLS_KEY_FILE)) if previous else None
         if previous is None or not previous.serves_tls or pair != old_pair:
             warnings += [PreflightWarning("CertificateExpiresSoon", text)
-                         for text in check_pair(*pair, scratch_dir=scratch_dir, now=now)]
+                         for text in check_pair(*pair, scratch_dir=scratch_dir, now=now,
+                                                where=rendered.origins.get(TLS_CERT_FILE, TLS_WHERE))]
     warnings += _check_token(rendered, previous, now)
     warnings += _check_proxy(rendered, previous)
     _check_cloud_storage(rendered, previous)

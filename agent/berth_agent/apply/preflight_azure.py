@@ -18,16 +18,15 @@ import base64
 import email.utils
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import re
-import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from ..core.errors import PreflightError
+from . import preflight_http
 
 TIMEOUT_SECONDS = 5.0
 WHERE = "spec.config.storage.azure"
@@ -85,7 +84,8 @@ def check_container(target: AzureTarget, *, timeout: float = TIMEOUT_SECONDS) ->
         headers["Authorization"] = "Bearer " + _token(target, timeout=timeout)
     else:
         raise PreflightError(f"{WHERE}.credentials.type: {target.credentials_type!r} is not one the driver knows")
-    status, answer_headers, body = _request("GET", url, headers, None, timeout=timeout, what="the Blob service")
+    answer = preflight_http.request("GET", url, headers, None, timeout=timeout, where=WHERE, what="the Blob service")
+    status, answer_headers, body = answer.status, answer.headers, answer.body
     if status == 200:
         return
     code = answer_headers.get("x-ms-error-code", "") or _xml_code(body)
@@ -124,8 +124,9 @@ def _token(target: AzureTarget, *, timeout: float) -> str:
     url = f"{authority}/{quote(str(target.tenant_id), safe='')}/oauth2/v2.0/token"
     form = urlencode({"grant_type": "client_credentials", "client_id": target.client_id,
                       "client_secret": target.client_secret or "", "scope": STORAGE_SCOPE}).encode()
-    status, _, body = _request("POST", url, {"Content-Type": "application/x-www-form-urlencoded"}, form,
-                               timeout=timeout, what="Microsoft Entra ID")
+    reply = preflight_http.request("POST", url, {"Content-Type": "application/x-www-form-urlencoded"}, form,
+                                   timeout=timeout, where=WHERE, what="Microsoft Entra ID")
+    status, body = reply.status, reply.body
     try:
         answer = json.loads(body)
     except ValueError:
@@ -139,28 +140,6 @@ def _token(target: AzureTarget, *, timeout: float) -> str:
     raise PreflightError(f"{WHERE}.credentials: Microsoft Entra ID refused the client secret for tenant "
                          f"{target.tenant_id} (HTTP {status}{', ' + detail if detail else ''}); keeping the running "
                          "config")
-
-
-def _request(method: str, url: str, headers: dict[str, str], body: bytes | None, *, timeout: float,
-             what: str) -> tuple[int, dict[str, str], bytes]:
-    parts = urlsplit(url)
-    kwargs: dict[str, Any] = {"timeout": timeout}
-    if parts.scheme == "https":
-        kwargs["context"] = ssl.create_default_context()
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, **kwargs)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, **kwargs)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    try:
-        connection.request(method, target, body=body, headers=headers)
-        response = connection.getresponse()
-        data = response.read(65536)
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-    except (OSError, http.client.HTTPException) as exc:
-        raise PreflightError(f"{WHERE}: cannot reach {what} at {parts.scheme}://{parts.netloc}: "
-                             f"{type(exc).__name__}") from None
-    finally:
-        connection.close()
 
 
 def _xml_code(body: bytes) -> str:

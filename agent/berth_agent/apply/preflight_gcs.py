@@ -15,18 +15,17 @@ identity, not from the config, and are not checked here.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import re
-import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 from ..core.errors import PreflightError
 from ..render.paths import GCS_KEY_FILE
+from . import preflight_http
 
 TIMEOUT_SECONDS = 5.0
 WHERE = "spec.config.storage.gcs"
@@ -67,8 +66,9 @@ def check_bucket(target: GcsTarget, *, timeout: float = TIMEOUT_SECONDS) -> None
     if "://" not in base:
         base = f"http://{base}"
     url = f"{base.rstrip('/')}/storage/v1/b/{quote(target.bucket, safe='')}/o?maxResults=1&fields=kind"
-    status, body = _request("GET", url, {"Authorization": f"Bearer {token}"}, None, timeout=timeout,
-                            what="Cloud Storage")
+    answer = preflight_http.request("GET", url, {"Authorization": f"Bearer {token}"}, None, timeout=timeout,
+                                    where=WHERE, what="Cloud Storage")
+    status, body = answer.status, answer.body
     if status == 200:
         return
     raise PreflightError(f"{WHERE}: the bucket {target.bucket!r} refused the new key "
@@ -83,8 +83,9 @@ def _token(key: dict[str, Any], *, timeout: float) -> str:
     signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
     assertion = f"{signing_input}.{_b64(_sign(str(key.get('private_key', '')), signing_input.encode()))}"
     form = urlencode({"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).encode()
-    status, body = _request("POST", token_uri, {"Content-Type": "application/x-www-form-urlencoded"}, form,
-                            timeout=timeout, what="the key's token_uri")
+    reply = preflight_http.request("POST", token_uri, {"Content-Type": "application/x-www-form-urlencoded"}, form,
+                                   timeout=timeout, where=WHERE, what="the key's token_uri")
+    status, body = reply.status, reply.body
     try:
         answer = json.loads(body)
     except ValueError:
@@ -122,26 +123,3 @@ def _error_code(body: bytes) -> str:
     except (ValueError, AttributeError, IndexError, TypeError):
         return ""
     return f", {reason}" if _CODE.match(reason) else ""
-
-
-def _request(method: str, url: str, headers: dict[str, str], body: bytes | None, *, timeout: float,
-             what: str) -> tuple[int, bytes]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise PreflightError(f"{WHERE}: {what} is not an http(s) URL")
-    kwargs: dict[str, Any] = {"timeout": timeout}
-    if parts.scheme == "https":
-        kwargs["context"] = ssl.create_default_context()
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, **kwargs)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, **kwargs)
-    try:
-        connection.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
-                           headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read(65536)
-    except (OSError, http.client.HTTPException) as exc:
-        raise PreflightError(f"{WHERE}: cannot reach {what} at {parts.scheme}://{parts.netloc}: "
-                             f"{type(exc).__name__}") from None
-    finally:
-        connection.close()

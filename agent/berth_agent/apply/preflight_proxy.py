@@ -28,13 +28,13 @@ import ipaddress
 import json
 import re
 import socket
-import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
 from ..core.errors import PreflightError
+from . import preflight_http
 
 TIMEOUT_SECONDS = 5.0
 WHERE = "spec.config.proxy"
@@ -112,26 +112,12 @@ def _request(url: str, *, authorization: str | None, timeout: float,
              secrets: tuple[str, ...]) -> tuple[Answer, bytes]:
     """One GET, no redirects followed (a redirect would carry the credentials elsewhere). OSError and
     HTTPException pass up to the caller."""
-    parts = urlsplit(url)
-    kwargs: dict = {"timeout": timeout}
-    if parts.scheme == "https":
-        kwargs["context"] = ssl.create_default_context()
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, **kwargs)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, **kwargs)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {"User-Agent": "berth-agent preflight", "Accept": "application/json"}
     if authorization:
         headers["Authorization"] = authorization
-    try:
-        connection.request("GET", path, headers=headers)
-        response = connection.getresponse()
-        body = response.read(65536)
-        answer = Answer(response.status, response.getheader("WWW-Authenticate") or "",
-                        _reason(response.status, response.reason, body, secrets))
-        return answer, body
-    finally:
-        connection.close()
+    reply = preflight_http.exchange("GET", url, headers, timeout=timeout)
+    return Answer(reply.status, reply.headers.get("www-authenticate", ""),
+                  _reason(reply.status, reply.reason, reply.body, secrets)), reply.body
 
 
 def realm_allowed(remote_url: str, realm: str) -> bool:

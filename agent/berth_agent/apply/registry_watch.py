@@ -2,11 +2,11 @@
 
 - Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
   disk) answers on its address. That is /readyz (core/health.py) and berth_agent_registry_serving.
-- Unexpected exits: supervise.sh writes "pid status seconds" to registry-exit each time a registry exits on
+- Unexpected exits: berth-supervise writes "pid status seconds" to registry-exit each time a registry exits on
   its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
 - A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
-- A missing supervisor: supervise.sh wrote its pid in supervisor.pid and that process is gone.
+- A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone.
 
 Problems go to status, an Event and the log through the pipeline (`Pipeline.watch_problem`), cleared when
 they end. When the supervisor comes back, or the registry stops serving, the watch emits
@@ -43,7 +43,7 @@ CRASH_LOOP_SECONDS = 30.0
 class Finding:
     serving: bool
     serving_reason: str
-    supervisor: bool  # supervise.sh runs (or has never been seen: it has not written its pid yet)
+    supervisor: bool  # berth-supervise runs (or has never been seen: it has not written its pid yet)
     exit_line: str  # the last line of registry-exit ("" when none)
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
 
@@ -66,7 +66,7 @@ class RegistryWatch:
         self.applier = applier
         self.health = health
         self.interval = interval
-        self.state_dir = applier.state_dir  # supervise.sh's files
+        self.state_dir = applier.state_dir  # berth-supervise's files
         self.report: Callable[[str, str | None], Awaitable[None]] | None = None  # (reason, problem or None)
         self._exits: deque[float] = deque(maxlen=16)
         self._last_exit_line: str | None = None
@@ -125,7 +125,7 @@ class RegistryWatch:
         recent = [t for t in self._exits if now - t <= CRASH_LOOP_SECONDS]
         problem, reason = None, ""
         if not finding.supervisor:
-            problem, reason = ("the supervisor (supervise.sh, the registry container's command) is not running: "
+            problem, reason = ("the supervisor (berth-supervise, the registry container's command) is not running: "
                                "nothing restarts the registry; changes wait until it is back"), "SupervisorMissing"
         elif len(recent) >= CRASH_LOOP_EXITS and not finding.serving:
             problem = f"the registry is crash-looping: it exited {len(recent)} times in {CRASH_LOOP_SECONDS:g}s"

@@ -1,8 +1,8 @@
 """`berth-agent run`: the sidecar in every registry pod (docs/design.md §4.2), or a local agent beside a registry.
 
-It writes supervise.sh into the config dir, watches the Registry (API or file) and the mounted Secrets,
-renders and writes config.yml, restarts the registry process in place when the config changes, and serves
-/startupz /readyz /livez /metrics. Stops on SIGTERM or SIGINT (exit 0).
+It watches the Registry (API or file) and the mounted Secrets, renders and writes config.yml, has the
+registry process restarted in place by berth-supervise (the registry container's command) when the config
+changes, and serves /startupz /readyz /livez /metrics. Stops on SIGTERM or SIGINT (exit 0).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import signal
 import socket
 from pathlib import Path
@@ -19,15 +18,12 @@ from typing import Any
 
 from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, INPUT_VOLUMES, MOUNT_ROOT, TRUST_VOLUMES
 
-from ..supervisor.files import SUPERVISOR_NAME
-
 log = logging.getLogger("berth_agent.run")
 
 # The pod's layout (berth_api.pod): the operator's pod runs the agent with these paths.
 DEFAULT_CONFIG_DIR = Path(CONFIG_DIR)
 DEFAULT_MOUNTS = Path(MOUNT_ROOT)
 DEFAULT_DATA_DIR = Path(DATA_DIR)
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")  # what may be spliced into supervise.sh as a default
 
 
 def add_parser(subparsers: Any) -> None:
@@ -43,10 +39,10 @@ def add_parser(subparsers: Any) -> None:
                         help=f"mount root holding {', '.join(v + '/' for v in INPUT_VOLUMES)} "
                              f"(default {DEFAULT_MOUNTS})")
     parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, metavar="DIR",
-                        help=f"where config.yml, htpasswd, tls/ and supervise.sh are written "
+                        help=f"where config.yml, htpasswd and tls/ are written "
                              f"(default {DEFAULT_CONFIG_DIR})")
     parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR",
-                        help="where supervise.sh keeps its pid, the last registry exit and the registry's output "
+                        help="where berth-supervise keeps its pid, the last registry exit and the registry's output "
                              "(its BERTH_STATE_DIR; default: the config dir)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, metavar="DIR",
                         help=f"filesystem storage root, the PVC mount (default {DEFAULT_DATA_DIR})")
@@ -57,13 +53,10 @@ def add_parser(subparsers: Any) -> None:
                              "served (default 0.0.0.0:8081)")
     parser.add_argument("--registry-metrics-addr", default=None, metavar="HOST:PORT",
                         help="serve the registry's own Prometheus /metrics here, proxied to the debug port of "
-                             "whichever registry process is current (supervise.sh names it in the state dir; its "
+                             "whichever registry process is current (berth-supervise names it in the state dir; its "
                              "BERTH_DEBUG_PORTS turns them on); default: not served")
     parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
-    parser.add_argument("--registry-bin", default="registry", metavar="NAME",
-                        help="registry binary that supervise.sh starts unless BERTH_REGISTRY_BIN is set "
-                             "(default registry)")
     parser.add_argument("--debounce", type=float, default=0.03, metavar="SECONDS",
                         help="quiet time that ends a burst of changes before rendering (default 0.03)")
     parser.add_argument("--max-wait", type=float, default=2.0, metavar="SECONDS",
@@ -106,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
                                  if args.registry_metrics_addr else None)
         if args.registry is not None and args.registry.count("/") != 1:
             raise ValueError("--registry must be NAMESPACE/NAME")
-        if not _SAFE_WORD.match(args.registry_bin) or not _SAFE_WORD.match(str(args.config_dir)):
-            raise ValueError("--registry-bin and --config-dir may only hold letters, digits and ./_+-")
         args.api_secrets = _api_secrets(args.api_secret)
         args.api_config_maps = _api_secrets(args.api_configmap, TRUST_VOLUMES, "--api-configmap", "CONFIGMAP")
         if set(args.api_secrets) & set(args.api_config_maps):
@@ -148,22 +139,10 @@ def _api_secrets(values: list[str], volumes: tuple[str, ...] = INPUT_VOLUMES, fl
     return result
 
 
-def supervisor_for(registry_bin: str, config_dir: Path) -> bytes:
-    """supervise.sh with its defaults set to this agent's registry binary and config path."""
-    from ..supervisor.script import supervisor_script
-
-    script = supervisor_script().decode()
-    script = script.replace("${BERTH_REGISTRY_BIN:-registry}", f"${{BERTH_REGISTRY_BIN:-{registry_bin}}}")
-    script = script.replace(f"${{BERTH_CONFIG:-{CONFIG_DIR}/{CONFIG_NAME}}}",
-                            f"${{BERTH_CONFIG:-{config_dir / CONFIG_NAME}}}")
-    return script.encode()
-
-
 async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..apply.registry_watch import RegistryWatch
     from ..apply.upstream_watch import UpstreamWatch
     from ..core.health import Health, start_health_server
-    from ..core.write import write_atomic
     from ..pipeline.coordinator import Pipeline, PipelineSettings
     from ..sources import Change, queue_emitter
     from ..sources.mount_watch import MountWatcher
@@ -190,10 +169,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     upstream = UpstreamWatch(pipeline.applier, interval=args.upstream_interval)  # spec.config.proxy only
     upstream.on_record = wiring.reporter.upstream  # status.agents.<pod>.upstream
     sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch, upstream]
-    # supervise.sh first: the registry container runs it, and it waits for config.yml on its own.
-    args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    await asyncio.to_thread(write_atomic, args.config_dir / SUPERVISOR_NAME,
-                            supervisor_for(args.registry_bin, args.config_dir), mode=0o644)
+    args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # berth-supervise waits for config.yml in it
     server = await start_health_server(health, host, port)
     servers = [server]
     if args.registry_metrics is not None:

@@ -38,10 +38,10 @@ config_info = Gauge(_P + "config_info", "1 for the identity of the config the re
                     "config.yml and the files beside it: TLS, token trust, htpasswd).", ["hash"])
 # The registry watch (apply/registry_watch.py): registry exits the agent did not ask for, by reason ("crash": it ran
 # a while; "signal": killed by a signal, e.g. kill -9 or the OOM killer; "start-failure": within 2 s of its
-# start, a config or a port it refuses), and whether supervise.sh runs.
+# start, a config or a port it refuses), and whether berth-supervise runs.
 registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent did not ask for, by reason.",
                                ["reason"])
-supervisor_up = Gauge(_P + "supervisor_up", "1 while supervise.sh (the registry container's command) runs, else 0.")
+supervisor_up = Gauge(_P + "supervisor_up", "1 while berth-supervise (the registry container's command) runs, else 0.")
 registry_serving = Gauge(_P + "registry_serving",
                          "1 while a registry started on the config the agent believes runs answers, else 0.")
 renders_total = Counter(_P + "renders", "Config renders attempted.")

@@ -1,5 +1,5 @@
 """Garbage collection (docs/design.md §4.5): when a Registry is read-only for it (mode), what to do next
-(decide, pure), running the command through supervise.sh (command) and reading its output (report),
+(decide, pure), running the command through berth-supervise (command) and reading its output (report),
 every replica's acknowledgement (ack), the blob descriptor cache (cache), status and the GC Lease (api),
 and the runner that ties them together (run).
 """

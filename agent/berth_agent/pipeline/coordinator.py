@@ -74,7 +74,7 @@ class PipelineSettings:
     retry_seconds: float = RETRY_SECONDS
     preflight: bool = True
     render_timeout: float = RENDER_TIMEOUT_SECONDS
-    state_dir: Path | None = None  # supervise.sh's BERTH_STATE_DIR (default: the config dir)
+    state_dir: Path | None = None  # berth-supervise's BERTH_STATE_DIR (default: the config dir)
     resync_seconds: float = 60.0  # the mount watcher's resync: the pipeline hears from it at least this often
     listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 

@@ -5,7 +5,7 @@ the agent), the one door the Applier takes (restarter: `Restarter`), the restart
 holds (held) and the overlapped one (restart), the supervisor's state files (state) and the names both spell
 (files), the registry processes as /proc shows them (procfs), where the registry listens (endpoint), whether a
 new one serves (probe), the handover file (handover), the registry's own words from its output (output), its
-metrics on a stable port (metrics), and the older shell supervisor as package data (supervise.sh, script).
+metrics on a stable port (metrics).
 Open this folder to change how the registry is restarted.
 """
 
@@ -22,17 +22,14 @@ _EXPORTS = {
     "RestartResult": ".restart",
     "Restarter": ".restarter",
     "SupervisorRestarter": ".restarter",
-    "SUPERVISOR_NAME": ".files",
     "SUPERVISOR_PID_NAME": ".files",
     "answers": ".probe",
     "find_registry_processes": ".procfs",
     "first_error": ".output",
     "hand_over": ".handover",
-    "install_supervisor": ".script",
     "restart_registry": ".restart",
     "scrub": ".output",
     "supervisor_pid": ".output",
-    "supervisor_script": ".script",
     "wait_until_serving": ".probe",
     "with_registry_error": ".output",
 }

@@ -101,21 +101,17 @@ class GcProcess:
             process = RegistryProcess(pid, start_ticks(pid))
         except (OSError, ValueError, IndexError):
             return Running(None, found_id) if run_id is not None else None
-        if not process.alive() or (b"garbage-collect" not in cmdline and not self._forked_by_wrapper(process)):
+        if not process.alive() or (b"garbage-collect" not in cmdline and not self._started_by_supervisor(process)):
             return Running(None, found_id) if run_id is not None else None  # ended (its pid may be reused)
         return Running(process, found_id)
 
-    def _forked_by_wrapper(self, process: RegistryProcess) -> bool:
-        """supervise.sh's wrapper writes gc.pid right after its fork, so the command can still be the forked
-        shell, before its exec (a busy node stretches that to many ms): its parent is the wrapper, the
-        supervisor's child. Taken for ended, the run would end while the command goes on, the registry writable
-        again. The start ticks stay the same across the exec, so liveness and signals follow it. berth-supervise
-        is the command's parent itself and writes gc.pid after the exec, but the program exec'd may be a
-        wrapper of its own that execs garbage-collect later."""
-        wrapper = parent_pid(process)
-        supervisor = supervisor_pid(self.state_dir)
-        return wrapper is not None and supervisor is not None and \
-            (wrapper == supervisor or parent_pid(RegistryProcess(wrapper, 0)) == supervisor)
+    def _started_by_supervisor(self, process: RegistryProcess) -> bool:
+        """berth-supervise writes gc.pid once the command has exec'd, but the program exec'd may be a wrapper in
+        the binary's place that execs garbage-collect later (a busy node stretches that to many ms). Taken for
+        ended, the run would end while the command goes on, the registry writable again. The start ticks stay
+        the same across the exec, so liveness and signals follow it; the supervisor is its parent."""
+        parent = parent_pid(process)
+        return parent is not None and parent == supervisor_pid(self.state_dir)
 
     def result(self, run_id: str) -> tuple[int, bool] | None:
         """(exit status, refused) from gc-result when it answers `run_id`."""

@@ -1,7 +1,7 @@
-"""The handover protocol with supervise.sh: the agent names the registries that may be replaced while they
+"""The handover protocol with berth-supervise: the agent names the registries that may be replaced while they
 drain (the handover file beside config.yml) and sends their supervisor SIGUSR1, which starts the successor.
 
-A supervisor without the handover marker in its registry's environment (an older supervise.sh) is never sent
+A supervisor without the handover marker in its registry's environment (an older supervisor) is never sent
 SIGUSR1 (it would die of it): it starts the new registry when the old one exits, as before.
 """
 
@@ -47,8 +47,8 @@ def write_handover(config_path: Path, processes: set[RegistryProcess]) -> None:
 
 
 def signal_handover(processes: list[RegistryProcess], *, proc: Path = PROC) -> Callable[[], None]:
-    """SIGUSR1 to the supervisor of each process; returns the function that repeats it (supervise.sh ignores
-    a repeat once the successor runs, and a signal can land while the script is between two waits)."""
+    """SIGUSR1 to the supervisor of each process; returns the function that repeats it (the supervisor ignores
+    a repeat once the successor runs; a supervisor that is not yet handling signals may have missed the first)."""
     supervisors = {parent_pid(p, proc) for p in processes if takes_handover(p, proc)} - {None}
 
     def nudge() -> None:

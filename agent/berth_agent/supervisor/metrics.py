@@ -1,6 +1,6 @@
 """The registry's own Prometheus metrics on one stable port, whichever registry process serves now.
 
-supervise.sh starts each registry with its debug listener on a loopback port no draining registry holds (the
+berth-supervise starts each registry with its debug listener on a loopback port no draining registry holds (the
 other of two, alternating) and names it in the state dir (files.METRICS_NAME: "PID PORT", or "PID -" for a
 registry started without one). This module serves GET /metrics on the agent's stable reg-metrics port by
 proxying to that port: the registry's text passes through unchanged (registry_http_*, registry_storage_*,
@@ -38,7 +38,7 @@ class MetricsTarget:
 
 
 def read_target(state_dir: Path) -> MetricsTarget | None:
-    """The current registry's metrics port from supervise.sh's file; None while there is none (or it is unreadable)."""
+    """The current registry's metrics port from the supervisor's file; None while there is none (or unreadable)."""
     try:
         words = (Path(state_dir) / METRICS_NAME).read_text().split()
     except OSError:
@@ -57,7 +57,7 @@ class RegistryMetricsProxy:
     def __init__(self, state_dir: Path, *, host: str = "127.0.0.1", wait_seconds: float = 3.0,
                  timeout_seconds: float = 10.0) -> None:
         self.state_dir = Path(state_dir)
-        self.host = host  # where supervise.sh's registries listen (BERTH_DEBUG_HOST)
+        self.host = host  # where the supervisor's registries listen (BERTH_DEBUG_HOST)
         self.wait_seconds = wait_seconds
         self.timeout_seconds = timeout_seconds
         self._session: aiohttp.ClientSession | None = None

@@ -1,7 +1,7 @@
-"""The registry's own words: the last lines it printed, kept by supervise.sh on the config volume.
+"""The registry's own words: the last lines it printed, kept by berth-supervise in the state dir.
 
-supervise.sh sends the registry's stdout and stderr through one `tee` into `registry-output` (and on to the
-container log, unchanged); when a registry exits it copies that file to `registry-output.1` and empties it
+berth-supervise copies the registry's stdout and stderr, whole lines, redacted, into `registry-output` (and to the
+container log); when a registry exits it copies that file to `registry-output.1` and empties it
 for the next start. So `.1` holds what the last registry to exit said, `registry-output` what the current one
 says. The agent quotes the first error line in its failure message, scrubbed of whatever could be a secret,
 and keeps the file bounded (the supervisor empties it only on an exit).
@@ -68,7 +68,8 @@ def keep_bounded(config_dir: Path, limit: int = MAX_BYTES) -> None:
 
 
 def supervisor_pid(config_dir: Path) -> int | None:
-    """The pid supervise.sh wrote at its start, if that process still runs supervise.sh."""
+    """The pid the supervisor wrote at its start, if that process still runs a supervisor ("supervise" in its
+    command line: berth-supervise, or `python -m berth_agent.supervisor.supervise`)."""
     try:
         pid = int((Path(config_dir) / SUPERVISOR_PID_NAME).read_text().split()[0])
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -20,7 +20,7 @@ POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-not
 LISTENER_POLL_SECONDS = 0.001  # the old process's fd list, or a GET / refused at once: cheap to repeat
 SCAN_SECONDS = 0.1  # a /proc scan costs milliseconds: not on every GET / try after a handover
 NUDGE_SECONDS = 0.05  # SIGUSR1 again if no successor appeared (a signal can land while the script is busy)
-# supervise.sh retries a start that lost the bind race up to 5 times within milliseconds; two more deaths
+# berth-supervise retries a start that lost the bind race up to 5 times within milliseconds; two more deaths
 # after that are a config the registry refuses.
 CRASHES_BEFORE_GIVING_UP = 2
 CRASHES_AFTER_HANDOVER = 7

@@ -155,7 +155,7 @@ def runs_gc(process: RegistryProcess, proc: Path = PROC) -> bool:
 
 
 def supervised_with(process: RegistryProcess, marker: bytes, proc: Path = PROC) -> bool:
-    """Whether the registry's environment carries `marker` and its parent still is supervise.sh."""
+    """Whether the registry's environment carries `marker` and its parent still is the supervisor."""
     try:
         environ = (proc / str(process.pid) / "environ").read_bytes().split(b"\0")
         parent = parent_pid(process, proc)

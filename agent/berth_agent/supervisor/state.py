@@ -1,6 +1,6 @@
 """The supervisor's state files, read in one place (the agent's side of supervise/names.py).
 
-The supervisor (berth-supervise, or the older supervise.sh) keeps its pid, the last registry exit and the current
+The supervisor (berth-supervise) keeps its pid, the last registry exit and the current
 registry in the state dir (BERTH_STATE_DIR); the Applier, the registry watch and the held-socket restart read
 them through here, and the registry's own output through output.py.
 """

@@ -61,7 +61,7 @@ TOKEN_EXPIRATION_SECONDS = 3607
 SECRET_MODE = 0o440
 # The registry's own metrics (docs/design.md §4.2, "The registry's metrics across reloads"): the agent serves the
 # current registry process's /metrics on this stable port (container port REGISTRY_METRICS_PORT_NAME), proxied to
-# the loopback debug port supervise.sh gave that process, one of DEBUG_PORTS (alternating, so a successor never
+# the loopback debug port berth-supervise gave that process, one of DEBUG_PORTS (alternating, so a successor never
 # binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
 # field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
 REGISTRY_METRICS_PORT_NAME = "reg-metrics"  # a port name has at most 15 characters

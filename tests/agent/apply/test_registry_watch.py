@@ -1,4 +1,4 @@
-"""The registry watch on its own: what it reads from supervise.sh's files and what it reports."""
+"""The registry watch on its own: what it reads from berth-supervise's files and what it reports."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_a_supervisor_pid_that_is_gone_and_the_last_exit_are_read(tmp_path):
 
 
 def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
-    (tmp_path / SUPERVISOR_PID_NAME).write_text(f"{os.getpid()}\n")  # a live process, but not supervise.sh
+    (tmp_path / SUPERVISOR_PID_NAME).write_text(f"{os.getpid()}\n")  # a live process, but not a supervisor
     assert _watch(tmp_path).check().supervisor is False
 
 
@@ -82,6 +82,6 @@ def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_pa
     watch, reports = _reporting(_watch(tmp_path))
     _act(watch, _finding(supervisor=True, serving=True))
     assert _act(watch, _finding(supervisor=False, serving=True)) == []
-    assert reports[-1][0] == "SupervisorMissing" and "supervise.sh" in reports[-1][1]
+    assert reports[-1][0] == "SupervisorMissing" and "berth-supervise" in reports[-1][1]
     assert _act(watch, _finding(supervisor=True, serving=True)) == ["registry-watch"]
     assert reports[-1] == ("", None)

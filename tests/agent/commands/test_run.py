@@ -7,8 +7,6 @@ import socket
 import subprocess
 import sys
 
-from berth_agent.commands.run import supervisor_for
-
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "berth_agent.cli", "run", *args], capture_output=True, text=True,
@@ -37,14 +35,6 @@ def test_a_taken_health_port_exits_1_without_a_traceback(tmp_path):
     assert result.returncode == 1
     assert json.loads(result.stderr.splitlines()[-1])["msg"] == "cannot start"
     assert "Traceback" not in result.stderr
-    # supervise.sh is written before anything can fail: the registry container can wait on it.
-    assert (tmp_path / "config" / "supervise.sh").exists()
-
-
-def test_the_written_supervisor_defaults_to_this_agents_binary_and_config(tmp_path):
-    script = supervisor_for("/usr/bin/docker-registry", tmp_path / "cfg").decode()
-    assert '${BERTH_REGISTRY_BIN:-/usr/bin/docker-registry}' in script
-    assert f'${{BERTH_CONFIG:-{tmp_path / "cfg" / "config.yml"}}}' in script
 
 
 def test_help_names_the_endpoints_and_every_default():
@@ -53,7 +43,7 @@ def test_help_names_the_endpoints_and_every_default():
     text = " ".join(result.stdout.split())  # argparse wraps lines
     for endpoint in ("/startupz", "/readyz", "/livez", "/metrics"):
         assert endpoint in text
-    for option in ("--mounts", "--config-dir", "--data-dir", "--health-addr", "--registry-bin", "--debounce",
+    for option in ("--mounts", "--config-dir", "--data-dir", "--health-addr", "--debounce",
                    "--max-wait", "--resync", "--log-level"):
         described = text.split(f"{option} ", 2)[-1].split(" --", 1)[0]  # the option's entry in the list
         assert "default" in described, option

@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from berth_agent.core.write import remove_stale, safe_join, write_atomic, write_tree
-from berth_agent.supervisor.script import install_supervisor
 
 
 def test_writes_with_mode_0600_and_leaves_no_temp_file(tmp_path):
@@ -80,13 +79,6 @@ def test_remove_stale_deletes_only_managed_files_no_longer_rendered(tmp_path):
 def test_paths_outside_the_config_dir_are_refused(tmp_path, bad):
     with pytest.raises(ValueError, match="outside the config directory"):
         safe_join(tmp_path, bad)
-
-
-def test_install_supervisor_writes_the_packaged_script(tmp_path):
-    path = install_supervisor(tmp_path)
-    text = path.read_text()
-    assert text.startswith("#!/bin/sh") and "serve" in text
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
 def test_a_full_volume_is_reported_with_the_errno_and_the_target_path(tmp_path):

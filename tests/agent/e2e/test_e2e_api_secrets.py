@@ -1,7 +1,7 @@
 """Rotated credentials applied from the API, not at the kubelet's pace (issue 11, acceptance).
 
 `berth-agent run --registry default/reg --api-secret cosi=registry-creds` as a subprocess against the kmock API
-server (support.kube), with the real supervise.sh and docker-registry on S3 (moto, IAM enforced), and the COSI
+server (support.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and the COSI
 Secret both in the API and mounted as a kubelet AtomicWriter volume (support.secretdir). The Secret is updated
 through the API only; the mount follows (or not) later, as the kubelet's 60-90 s sync would (field-notes §3, §7).
 """

@@ -1,6 +1,6 @@
 """Garbage collection end to end in one pod (issue 12, acceptance "End to end, real registry").
 
-`berth-agent run --registry default/reg` against the test API server, the real supervise.sh and the real
+`berth-agent run --registry default/reg` against the test API server, the real berth-supervise and the real
 registry (Distribution 2.8, and 3.1.1 with BERTH_REGISTRY3_BIN), on filesystem storage and on S3 (moto, IAM
 enforced, through a COSI Secret). Images A and B share a layer; B's manifest is deleted over the registry API.
 A run is asked for as a user and the operator do it (support.gc.request_gc: spec, annotation, the operator's

@@ -1,7 +1,7 @@
 """Garbage collection with two replicas coordinating through the test API server (issue 12, acceptance "Safety"
 and "Fault").
 
-Two registry pods (agent subprocess + supervise.sh + docker-registry 2.8 each; the safety test also on 3.1.1) on
+Two registry pods (agent subprocess + berth-supervise + docker-registry 2.8 each; the safety test also on 3.1.1) on
 127.0.0.2 and 127.0.0.3, one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its reload
 and gc Leases, behind support.balancer (new connections only to pods whose /readyz is 200). A run is asked for as
 the operator does (support.gc.request_gc). The pods' registry binary is support.gc.GatedRegistry: the real one,

@@ -1,5 +1,5 @@
 """Garbage collection end to end in one pod (issue 12, the agent's half): the real agent (API mode, the test API
-server), the real supervise.sh and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
+server), the real berth-supervise and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
 
 The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would (the Leases come
 from the operator's own builders, support.replicas.create_registry). While the test itself holds the

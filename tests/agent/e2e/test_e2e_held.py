@@ -12,7 +12,7 @@ from support.new_connections import NewConnectionLoop
 from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registry import REGISTRY3_BINARY, requires_registry3
 from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import PYTHON, wait_for
+from support.supervisor import wait_for
 from support.upload import SlowUpload
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
@@ -32,7 +32,7 @@ def _spec(pod: RegistryPod, level: str) -> dict:
 
 
 def test_twenty_reloads_under_pulls_and_an_upload_refuse_and_fail_nothing(tmp_path):
-    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY, shell=PYTHON)
+    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
     try:
         write_secret_dir(pod.mounts / "notifications", {"token": "Bearer token-0\n"})
         pod.write_registry_file(_spec(pod, "info"))

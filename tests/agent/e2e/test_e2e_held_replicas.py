@@ -18,7 +18,7 @@ from support.pod import filesystem_spec, on_distribution
 from support.ports import free_port
 from support.registry import REGISTRY3_BINARY, requires_registry3
 from support.replicas import running_replicas
-from support.supervisor import PYTHON, wait_for
+from support.supervisor import wait_for
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
 
@@ -68,7 +68,7 @@ def test_an_edit_is_ready_at_its_generation_on_three_replicas_within_five_second
     spec = on_distribution(filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"}), "3")
     spec["config"]["log"]["level"] = "info"
     with running_replicas(tmp_path / "pods", kube_api, spec, count=3, leave_seconds=POD_LEAVE_SECONDS,
-                          binary=REGISTRY3_BINARY, shell=PYTHON) as pods:
+                          binary=REGISTRY3_BINARY) as pods:
         for pod in pods.values():
             assert "holding the registry's listening socket" in pod.supervisor.log()
         watcher = Unready(pods)

@@ -1,5 +1,5 @@
 """The registry's own metrics across reloads (issue 21), on 2.8 and 3.1.1: `berth-agent run` with its stable
-registry-metrics endpoint, the real supervise.sh alternating two loopback debug ports, the real registry, and a
+registry-metrics endpoint, the real berth-supervise alternating two loopback debug ports, the real registry, and a
 real Prometheus (Debian's 2.42) scraping through the agent.
 
 - 20 reloads with metrics on under a pull load: 0 rollbacks, every successor serves its metrics.
@@ -90,9 +90,15 @@ def test_20_reloads_with_metrics_on_under_a_pull_load_never_roll_back(metrics_po
                               what=f"the metrics file to name registry {pid}\n{pod.supervisor.log()[-2000:]}")
             assert target.port in pod.debug_ports, pod.supervisor.log()[-2000:]
             ports_used.append(target.port)
-            status, text = wait_for(lambda: (s := _scrape(pod.metrics_port))[0] == 200 and s,
-                                    what="the registry's metrics through the agent")
-            assert "registry_http_requests_total" in text
+            # Its request counter appears with its first request: on 2.8 the agent's GET / was one, on the held
+            # socket (3.x) the old process may have answered that, and the pull loop's next pulls reach the new one.
+            status, text = wait_for(
+                lambda: (s := _scrape(pod.metrics_port))[0] == 200 and "registry_http_requests_total" in s[1] and s,
+                what="the registry's metrics, its requests counted, through the agent")
+            # The next reload once this one's predecessor has drained: with two registries still holding both
+            # ports, a successor on the held socket (3.x) takes a free third port, as it should.
+            wait_for(lambda pid=pid: [p.pid for p in pod.supervisor.registries()] == [pid],
+                     what=f"the old registry to have drained\n{pod.supervisor.log()[-2000:]}")
     finally:
         stats = loop.stop()
     assert not pod.actions("rolled back"), [line for line in pod.agent_lines() if line.get("msg") == "rolled back"]
@@ -118,6 +124,11 @@ def test_prometheus_scrapes_the_registry_through_the_agent_across_10_reloads(met
             pid = pod.registry_pid()
             wait_for(lambda pid=pid: (t := read_target(pod.config_dir)) is not None and t.pid == pid,
                      what="the metrics file to name the new registry")
+            # On the held socket (3.x) the old process accepts from the same queue until its SIGTERM is handled,
+            # which can be after the agent saw the new one answer: a pull it takes counts on the old process. So
+            # the old one is gone first (nothing in flight: it stops at once).
+            wait_for(lambda pid=pid: [p.pid for p in pod.supervisor.registries()] == [pid],
+                     what=f"the old registry to have exited\n{pod.supervisor.log()[-2000:]}")
             # Pulls made on the new process only, then Prometheus must show exactly them: the counter of the
             # new process (it started from zero), scraped through the agent's stable endpoint. One fewer each
             # time, so no other process's count can pass for it, and each reload shows as a counter reset.

@@ -1,4 +1,4 @@
-"""Webhook notifications (issue 21) with the real agent, supervise.sh and registry (2.8 and 3.1.1): a receiver on
+"""Webhook notifications (issue 21) with the real agent, berth-supervise and registry (2.8 and 3.1.1): a receiver on
 127.0.0.1 gets the push and pull events of a real skopeo push and pull, with an Authorization header read from the
 mounted notifications Secret; rotating the Secret restarts the registry hitlessly and later events carry the new
 value; the value never appears in the agent's log or metrics. And what a reload costs in events: N pushes around a
@@ -78,7 +78,7 @@ def test_push_and_pull_events_reach_the_receiver_with_a_header_from_the_secret_r
             text = pod.agent_log_text() + pod.metrics_text()
             assert "n0tif1cation" not in text  # neither token in the log or the metrics
             # Nor in the registry container's log: the registry prints each endpoint's headers at start, and
-            # supervise.sh cuts that line (both versions do it).
+            # berth-supervise cuts that line (both versions do it).
             registry_log = (tmp_path / "pod" / "registry.log").read_text(errors="replace")
             assert "configuring endpoint scanner" in registry_log and "headers=<redacted>" in registry_log
             assert "n0tif1cation" not in registry_log + (pod.config_dir / "registry-output").read_text()

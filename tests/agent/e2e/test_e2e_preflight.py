@@ -1,6 +1,6 @@
 """Configs the registry would refuse at start, or could not use, are refused before any restart (issue 9.5, 9.7).
 
-Each case runs what users run outside Kubernetes: `berth-agent run --registry-file`, the real supervise.sh and
+Each case runs what users run outside Kubernetes: `berth-agent run --registry-file`, the real berth-supervise and
 Debian's registry, with a real redis-server where redis is involved. While the bad input is in place a client
 keeps asking `GET /v2/` and counts every request that fails (a refused connection included). After it: the
 registry pid and the supervisor's start count are unchanged, config.yml on disk is still the last good one,

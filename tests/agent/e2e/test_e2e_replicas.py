@@ -1,6 +1,6 @@
 """Two replicas reload one at a time, each out of the Service first (issue 8, acceptance "Two replicas").
 
-Two registry pods on this machine (agent subprocess + supervise.sh + docker-registry each), on their own
+Two registry pods on this machine (agent subprocess + berth-supervise + docker-registry each), on their own
 loopback addresses (127.0.0.2 and 127.0.0.3, same port), sharing the data directory (a ReadWriteMany claim)
 and the http secret (the operator's generated Secret), watching one Registry (replicas: 2) on the test API
 server and taking turns through its reload Lease (made by the operator's own builder): support.replicas. Clients go

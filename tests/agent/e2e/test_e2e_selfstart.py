@@ -23,7 +23,7 @@ def test_registry_starts_only_after_the_agent_wrote_its_config(pod):
     assert list(pod.config_dir.iterdir()) == []
 
     # The registry container starts first (as it may, if nothing held it back) and waits.
-    supervisor = pod.start_supervisor(packaged=True)
+    supervisor = pod.start_supervisor()
     wait_for(lambda: "waiting for" in supervisor.log(), what="the supervisor to wait for the config")
 
     # The agent starts with no Registry to render yet: startup stays 503, nothing is written.
@@ -42,7 +42,6 @@ def test_registry_starts_only_after_the_agent_wrote_its_config(pod):
     pod.wait_serving()
     config = pod.config_dir / "config.yml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
-    assert (pod.config_dir / "supervise.sh").exists()
     # The htpasswd file is the Secret's, not one the registry made up (with user "docker") for a missing path.
     assert (pod.config_dir / "htpasswd").read_bytes() == htpasswd
     assert http_get(pod.url + "/v2/", auth=("alice", "wonderland")).status == 200

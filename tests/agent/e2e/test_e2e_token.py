@@ -1,6 +1,6 @@
 """Token auth with its trust rotated hot (issue 19, acceptance).
 
-Real agents (`berth-agent run --registry default/reg --api-configmap token-bundle=issuer-trust`), supervise.sh and
+Real agents (`berth-agent run --registry default/reg --api-configmap token-bundle=issuer-trust`), berth-supervise and
 registries, 2.8 and 3.1.1, behind the test balancer (support.replicas, support.balancer) with the test API server;
 the issuer is support.token_issuer on 127.0.0.1, its trust a ConfigMap in the API and (as the kubelet would
 write it, and never updates it within the test: the API copy is the fast path) a mounted volume. Clients fetch a
@@ -196,7 +196,8 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
         assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
-        assert balancer_stats.min_ready == 1, balancer_stats  # one pod out at a time, never both
+        # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload (issue 29).
+        assert balancer_stats.min_ready == (2 if dist[0] == "3" else 1), balancer_stats
         for pod in pods.values():
             assert len(pod.actions("restarted")) == 2  # one per trust change, from the API copy
             assert pod.metric("secret_changes_applied_total", 'path="api"') == 2
@@ -209,8 +210,9 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
 
 @pytest.mark.parametrize("dist", [FLOWS[0], FLOWS[2]])
 def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
-    """One replica: the overlapped restart. Refused connections (the few ms between the old listener closing
-    and the new one) are retried by the client, counted and shown, as the hitless benchmarks do."""
+    """One replica. 2.8, the overlapped restart: refused connections (the few ms between the old listener closing
+    and the new one) are retried by the client, counted and shown, as the hitless benchmarks do. 3.x, the socket
+    berth-supervise holds: none is refused."""
     trust, issuer, replicas = start(tmp_path, kube_api, dist, count=1)
     loops: list[PullLoop] = []
     with issuer, replicas as pods:
@@ -236,6 +238,8 @@ def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
                           "refused_retried": stats.refused_retries, "reset_retried": stats.reset_retries}))
         assert stats.failures == [], stats.failures[:5]
         assert stats.successes > 0 and len(pod.actions("restarted")) == 2
+        if dist[0] == "3":
+            assert stats.refused_retries == 0, stats
 
 
 @pytest.mark.parametrize("dist", [FLOWS[0], FLOWS[2]])

@@ -1,4 +1,4 @@
-"""GcCommand driving the real supervise.sh (dash and busybox) and the real `registry garbage-collect` (2.8, 3.1.1).
+"""GcCommand driving the real berth-supervise and the real `registry garbage-collect` (2.8, 3.1.1).
 
 A run while the registry serves (it keeps serving, same pid, no registry exit recorded), dry run then real
 run on images A and B (B's manifest deleted), a refused request, the time bound and the stop event killing
@@ -28,10 +28,9 @@ from berth_agent.gc.command import GcCommand, GcCommandError
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.files import GC_REQUEST_NAME
 from berth_agent.supervisor.probe import answers
-from berth_agent.supervisor.script import supervisor_script
 from support.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
 from support.stuck_store import make_stuck_store
-from support.supervisor import PYTHON, Supervisor, children_of, wait_for
+from support.supervisor import Supervisor, children_of, wait_for
 
 BLOBS = Path("docker/registry/v2/blobs/sha256")
 
@@ -52,11 +51,11 @@ def _serving(supervisor: Supervisor, root: Path, port: int):
     return registry
 
 
-def _serving_a_stuck_store(supervisor_factory, shell: str, port: int, tmp_path: Path, binary: str | None = None):
+def _serving_a_stuck_store(supervisor_factory, port: int, tmp_path: Path, binary: str | None = None):
     """A supervisor serving a store on which garbage-collect blocks for ever (support.stuck_store)."""
     root = tmp_path / "data"
     make_stuck_store(root)
-    supervisor = supervisor_factory(shell, **({"binary": binary} if binary else {}))
+    supervisor = supervisor_factory(**({"binary": binary} if binary else {}))
     return supervisor, _serving(supervisor, root, port)
 
 
@@ -71,7 +70,7 @@ def _blob(root: Path, digest: str) -> Path:
 
 
 def _gc_processes(supervisor: Supervisor) -> list[int]:
-    """garbage-collect processes among the supervisor's descendants (its wrapper subshell's children)."""
+    """garbage-collect processes among the supervisor's children and theirs (a wrapper binary's)."""
     found = []
     for child in children_of(supervisor.pid):
         for pid in [child, *children_of(child)]:
@@ -104,10 +103,10 @@ def _no_registry_exit(supervisor: Supervisor, registry) -> None:
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
-def test_dry_run_then_run_while_the_registry_serves(supervisor_factory, shell, registry_port, tmp_path, dist):
+def test_dry_run_then_run_while_the_registry_serves(supervisor_factory, registry_port, tmp_path, dist):
     _major, binary = dist
     root = tmp_path / "data"
-    supervisor = supervisor_factory(shell, binary=binary)
+    supervisor = supervisor_factory(binary=binary)
     registry = _serving(supervisor, root, registry_port)
     host = f"127.0.0.1:{registry_port}"
     shared = {"shared.bin": os.urandom(64 * 1024)}
@@ -143,9 +142,9 @@ def test_dry_run_then_run_while_the_registry_serves(supervisor_factory, shell, r
     assert "started garbage-collect --dry-run" in log and "request r2) exited with status 0" in log
 
 
-def test_a_failing_run_reports_its_status_and_the_registrys_words(supervisor_factory, shell, registry_port,
+def test_a_failing_run_reports_its_status_and_the_registrys_words(supervisor_factory, registry_port,
                                                                   tmp_path):
-    supervisor = supervisor_factory(shell)
+    supervisor = supervisor_factory()
     registry = _serving(supervisor, tmp_path / "empty", registry_port)  # nothing pushed: no repositories dir
     outcome = GcCommand(supervisor.config_dir, supervisor.config_dir).run(
         "r1", dry_run=False, delete_untagged=True, stop=threading.Event(), timeout_seconds=60)
@@ -164,9 +163,9 @@ def test_a_failing_run_reports_its_status_and_the_registrys_words(supervisor_fac
     _no_registry_exit(supervisor, registry)
 
 
-# A command whose process keeps a command line without "garbage-collect" for 3 s, as the wrapper's forked shell
-# does until its exec (milliseconds; more on a loaded node: seen in a full run), then becomes the real one. 3 s
-# is longer than the 2 s the agent waits for a result once it believes the command gone.
+# A command whose process keeps a command line without "garbage-collect" for 3 s (a wrapper script in the binary's
+# place; the shell supervisor's forked subshell was one until its exec, seen in a full run), then becomes the real
+# one. 3 s is longer than the 2 s the agent waits for a result once it believes the command gone.
 SLOW_EXEC_BINARY = """#!/bin/sh
 if [ "$1" = serve ]; then
     exec /usr/bin/docker-registry "$@"
@@ -177,11 +176,11 @@ os.execv("/usr/bin/docker-registry", ["/usr/bin/docker-registry", *os.environ["B
 """
 
 
-def test_a_command_not_yet_execd_is_followed_to_its_own_result(supervisor_factory, shell, registry_port, tmp_path):
+def test_a_command_not_yet_execd_is_followed_to_its_own_result(supervisor_factory, registry_port, tmp_path):
     binary = tmp_path / "registry-slow-exec"
     binary.write_text(SLOW_EXEC_BINARY.replace("{python}", sys.executable))
     binary.chmod(0o755)
-    supervisor = supervisor_factory(shell, binary=str(binary))
+    supervisor = supervisor_factory(binary=str(binary))
     registry = _serving(supervisor, tmp_path / "empty", registry_port)  # nothing pushed: exit 1
     state = supervisor.config_dir
     outcome = GcCommand(state, state).run("slow", dry_run=True, delete_untagged=False, stop=threading.Event(),
@@ -208,9 +207,9 @@ BAD_REQUESTS = [
 ]
 
 
-def test_a_bad_request_is_refused_and_nothing_in_it_runs(supervisor_factory, shell, registry_port, tmp_path,
+def test_a_bad_request_is_refused_and_nothing_in_it_runs(supervisor_factory, registry_port, tmp_path,
                                                          monkeypatch):
-    supervisor = supervisor_factory(shell)
+    supervisor = supervisor_factory()
     registry = _serving(supervisor, tmp_path / "data", registry_port)
     state = supervisor.config_dir
     canary = Path(supervisor.config_dir.parent / "CANARY")
@@ -234,10 +233,10 @@ def test_a_bad_request_is_refused_and_nothing_in_it_runs(supervisor_factory, she
 
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_off(
-    supervisor_factory, shell, registry_port, tmp_path, dist
+    supervisor_factory, registry_port, tmp_path, dist
 ):
     _major, binary = dist
-    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path, binary)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path, binary)
     # 12 s: longer than the supervisor's 10 s watchdog, which the agent's heartbeat keeps off.
     outcome = GcCommand(supervisor.config_dir, supervisor.config_dir).run(
         "slow", dry_run=True, delete_untagged=False, stop=threading.Event(), timeout_seconds=12)
@@ -252,8 +251,8 @@ def test_the_time_bound_kills_the_command_and_the_heartbeat_keeps_the_watchdog_o
     _no_registry_exit(supervisor, registry)
 
 
-def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
+def test_the_stop_event_kills_the_command(supervisor_factory, registry_port, tmp_path):
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     stop = threading.Event()
     state = supervisor.config_dir
     threading.Thread(target=lambda: wait_for(lambda: (state / "gc.pid").exists(), what="gc.pid") and stop.set(),
@@ -268,11 +267,11 @@ def test_the_stop_event_kills_the_command(supervisor_factory, shell, registry_po
     _no_registry_exit(supervisor, registry)
 
 
-def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(supervisor_factory, shell,
+def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(supervisor_factory,
                                                                                 registry_port, tmp_path):
     """kill -9 of garbage-collect itself: what the kernel does at the registry container's memory limit (mark
     and sweep holds every digest in memory). The run ends at once with the signal named, not 'status 137'."""
-    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     state = supervisor.config_dir
 
     def kill_it() -> None:
@@ -290,8 +289,8 @@ def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(s
     _no_registry_exit(supervisor, registry)
 
 
-def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
+def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory, registry_port, tmp_path):
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     state = supervisor.config_dir
     _request(state, supervisor, b"orphan\n")  # and no heartbeat: the agent that asked is gone
     pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
@@ -304,8 +303,8 @@ def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory,
     _no_registry_exit(supervisor, registry)
 
 
-def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor, _registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
+def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, registry_port, tmp_path):
+    supervisor, _registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     state = supervisor.config_dir
     outcomes = []
     runner = threading.Thread(target=lambda: outcomes.append(GcCommand(state, state).run(
@@ -321,8 +320,8 @@ def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, shell, 
     assert not Path(f"/proc/{pid}").exists()
 
 
-def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor, registry = _serving_a_stuck_store(supervisor_factory, shell, registry_port, tmp_path)
+def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, registry_port, tmp_path):
+    supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     state = supervisor.config_dir
     command = GcCommand(state, state)
     assert command.stop_orphan() is None
@@ -338,16 +337,22 @@ def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, shell, r
     _no_registry_exit(supervisor, registry)
 
 
-def test_no_sigusr2_to_a_supervisor_without_the_marker(supervisor_factory, shell, registry_port, tmp_path):
-    if shell == PYTHON:
-        pytest.skip("an older supervise.sh is a shell script: berth-supervise has always marked its registries")
-    # An older supervise.sh: no marker, no USR2 trap (SIGUSR2 would end it).
-    older = tmp_path / "older-supervise.sh"
-    older.write_bytes(supervisor_script().replace(b" BERTH_SUPERVISE_GC=1", b"")
-                      .replace(b"trap 'gc_wanted=1' USR2\n", b""))
-    supervisor = Supervisor(tmp_path / "config", shell=shell, script=older)
+# A supervisor from before garbage collection (issue 12): it starts the registry without BERTH_SUPERVISE_GC=1 and
+# does not handle SIGUSR2, so the signal would end it (and its container).
+OLDER_SUPERVISOR = """#!/bin/sh
+echo $$ >"${BERTH_CONFIG%/*}/supervisor.pid"
+while [ ! -f "$BERTH_CONFIG" ]; do sleep 0.1; done
+BERTH_SUPERVISE_HANDOVER=1 "$BERTH_REGISTRY_BIN" serve "$BERTH_CONFIG" &
+wait $!
+"""
+
+
+def test_no_sigusr2_to_a_supervisor_without_the_marker(registry_port, tmp_path):
+    older = tmp_path / "older-supervise"
+    older.write_text(OLDER_SUPERVISOR)
+    older.chmod(0o755)
     (tmp_path / "config").mkdir()
-    supervisor.start()
+    supervisor = Supervisor(tmp_path / "config", argv=[str(older)]).start()
     try:
         registry = _serving(supervisor, tmp_path / "data", registry_port)
         state = supervisor.config_dir
@@ -385,13 +390,13 @@ awk -v MANIFESTS={manifests} 'BEGIN {
 """
 
 
-def test_a_big_output_is_followed_and_freed_without_losing_a_line(supervisor_factory, shell, registry_port,
+def test_a_big_output_is_followed_and_freed_without_losing_a_line(supervisor_factory, registry_port,
                                                                    tmp_path):
     manifests = 250_000  # ~24 MiB of output
     binary = tmp_path / "registry-big-output"
     binary.write_text(BIG_OUTPUT_BINARY.replace("{manifests}", str(manifests)))
     binary.chmod(0o755)
-    supervisor = supervisor_factory(shell, binary=str(binary))
+    supervisor = supervisor_factory(binary=str(binary))
     registry = _serving(supervisor, tmp_path / "data", registry_port)
     state = supervisor.config_dir
     outcome = GcCommand(state, state).run("big", dry_run=True, delete_untagged=False, stop=threading.Event(),

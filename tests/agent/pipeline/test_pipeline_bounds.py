@@ -1,7 +1,7 @@
 """The pipeline's bounds (issue 10): a render overtaken by a newer input is never applied, a render that never
 returns does not hold the loop and turns /livez red, and an I/O failure is reported with its errno and path.
 
-In process, with the real Applier, supervise.sh and registry; the one thing a test changes is *when* something
+In process, with the real Applier, berth-supervise and registry; the one thing a test changes is *when* something
 happens: a Pipeline subclass swaps a Secret or blocks right inside the render stage, which a real slow read
 would do at an unpredictable moment.
 """

@@ -1,28 +1,37 @@
-"""supervisor/files.py names every file the agent and supervise.sh share; the script spells the same names."""
+"""supervisor/files.py names every file the agent and berth-supervise share (spelled once, in supervise/names.py);
+berth-supervise uses each of them, and marks its registries as the agent expects."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from berth_agent.supervisor import files
-from berth_agent.supervisor.script import supervisor_script
+from berth_agent.supervisor.supervise import main, names
+
+SUPERVISE = Path(names.__file__).parent
 
 
-def test_every_shared_name_is_the_one_supervise_sh_uses():
-    script = supervisor_script().decode()
-    names = {key: value for key, value in vars(files).items() if key.endswith("_NAME")}
-    assert len(names) >= 12
-    for key, value in names.items():
-        assert value in script, f"{key} = {value!r} is not what supervise.sh reads or writes"
+def test_every_shared_name_is_one_berth_supervise_reads_or_writes():
+    code = "\n".join(path.read_text() for path in SUPERVISE.glob("*.py") if path.name != "names.py")
+    shared = {key: value for key, value in vars(files).items() if key.endswith("_NAME")}
+    assert len(shared) >= 12
+    for key, value in shared.items():
+        assert getattr(names, key) == value, key  # the agent's name is the supervisor's
+        if key not in ("CONFIG_NAME", "HANDOVER_NAME"):  # these two arrive in its settings, as paths
+            assert re.search(rf"\b{key}\b", code), f"{key} = {value!r} is not what berth-supervise reads or writes"
 
 
-def test_the_markers_are_what_supervise_sh_puts_in_its_registry_s_environment():
-    script = supervisor_script().decode()
-    for marker in (files.HANDOVER_MARKER, files.GC_MARKER):
-        assert f"{marker.decode()} " in script  # set on the command line that starts the registry
+def test_the_markers_are_what_berth_supervise_puts_in_its_registry_s_environment():
+    environment = {f"{key}={value}".encode() for key, value in main.MARKERS.items()}
+    assert environment == {files.HANDOVER_MARKER, files.GC_MARKER}
+    assert files.SOCKET_MARKER == b"BERTH_SUPERVISE_SOCKET=1"
+    assert 'env["BERTH_SUPERVISE_SOCKET"] = "1"' in Path(main.__file__).read_text()  # on the held socket only
 
 
 def test_berth_supervise_spells_the_config_name_as_the_pod_contract_does():
     # berth-supervise cannot import berth_api (pydantic: megabytes in every pod), so names.py repeats this one.
-    from berth_agent.supervisor.supervise import names, settings
+    from berth_agent.supervisor.supervise import settings
     from berth_api import pod
 
     assert names.CONFIG_NAME == pod.CONFIG_NAME

@@ -12,7 +12,7 @@ from berth_agent.supervisor.restarter import SupervisorRestarter
 from support.new_connections import NewConnectionLoop
 from support.ports import free_port
 from support.registry import REGISTRY3_BINARY, requires_registry3
-from support.supervisor import PYTHON, minimal_config, wait_for
+from support.supervisor import minimal_config, wait_for
 
 pytestmark = requires_registry3
 
@@ -20,7 +20,7 @@ pytestmark = requires_registry3
 @pytest.fixture
 def held(supervisor_factory, tmp_path):
     port = free_port()
-    supervisor = supervisor_factory(PYTHON, binary=REGISTRY3_BINARY, env={"BERTH_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    supervisor = supervisor_factory(binary=REGISTRY3_BINARY, env={"BERTH_LISTEN_ADDR": f"127.0.0.1:{port}"})
     config = minimal_config(tmp_path / "data", port, drain="5s")
     write_atomic(supervisor.config_path, config)
     endpoint = Endpoint("127.0.0.1", port)

@@ -1,7 +1,7 @@
-"""The registry's metrics across overlapped restarts (issue 21): supervise.sh gives each registry a debug port no
+"""The registry's metrics across overlapped restarts (issue 21): berth-supervise gives each registry a debug port no
 draining registry holds, names it in the state dir, and never lets a taken debug port fail a reload.
 
-Real supervise.sh (dash and busybox), real registries (2.8 and 3.1.1).
+Real berth-supervise, real registries (2.8 and 3.1.1).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def _scrape(port: int) -> str:
         return ""
 
 
-def _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports):
-    supervisor = supervisor_factory(shell, binary=binary, env={"BERTH_DEBUG_PORTS": " ".join(map(str, ports))})
+def _start(supervisor_factory, binary, tmp_path, registry_port, ports):
+    supervisor = supervisor_factory(binary=binary, env={"BERTH_DEBUG_PORTS": " ".join(map(str, ports))})
     write_atomic(supervisor.config_path,
                  minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
     first = supervisor.registry()
@@ -59,11 +59,11 @@ def _upload(port: int, seconds: float = 4.0) -> SlowUpload:
 
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_each_successor_takes_the_debug_port_the_draining_registry_does_not_hold(
-    supervisor_factory, shell, registry_port, tmp_path, dist
+    supervisor_factory, registry_port, tmp_path, dist
 ):
     _major, binary = dist
     ports = [free_port(), free_port()]
-    supervisor, first, state = _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports)
+    supervisor, first, state = _start(supervisor_factory, binary, tmp_path, registry_port, ports)
     assert read_target(state).port == ports[0]
     assert "registry_" in wait_for(lambda: _scrape(ports[0]), what="the first registry's metrics")
     endpoint = Endpoint("127.0.0.1", registry_port)
@@ -90,11 +90,11 @@ def test_each_successor_takes_the_debug_port_the_draining_registry_does_not_hold
 
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_a_debug_port_taken_by_another_process_never_fails_the_reload(
-    supervisor_factory, shell, registry_port, tmp_path, dist
+    supervisor_factory, registry_port, tmp_path, dist
 ):
     _major, binary = dist
     ports = [free_port(), free_port()]
-    supervisor, first, state = _start(supervisor_factory, shell, binary, tmp_path, registry_port, ports)
+    supervisor, first, state = _start(supervisor_factory, binary, tmp_path, registry_port, ports)
     squatter = socket.socket()  # a process the supervisor does not know holds the other port
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     squatter.bind(("127.0.0.1", ports[1]))
@@ -124,8 +124,8 @@ def test_a_debug_port_taken_by_another_process_never_fails_the_reload(
     assert "registry_" in wait_for(lambda: _scrape(target.port), what="metrics again")
 
 
-def test_without_debug_ports_nothing_changes(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
+def test_without_debug_ports_nothing_changes(supervisor_factory, registry_port, tmp_path):
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     registry = supervisor.registry()
     wait_for(lambda: f"started registry (pid {registry.pid})" in supervisor.log(), what="the start")

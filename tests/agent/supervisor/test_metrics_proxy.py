@@ -1,4 +1,4 @@
-"""The agent's stable registry-metrics endpoint (supervisor/metrics.py): it reads supervise.sh's file and passes
+"""The agent's stable registry-metrics endpoint (supervisor/metrics.py): it reads berth-supervise's file and passes
 the current registry's metrics through unchanged; it says why when it cannot."""
 
 from __future__ import annotations

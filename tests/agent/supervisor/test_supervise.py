@@ -1,4 +1,11 @@
-"""supervise.sh under dash and busybox sh, running the real docker-registry."""
+"""berth-supervise, the registry container's command, running the real registry (2.8; 3.1.1 where it says).
+
+What supervise.sh did carries over, tested here: waiting for the config, restarts and the crash backoff, the stop
+fan-out (SIGTERM and SIGINT, draining registries included), 2.8's overlapped handover and its bind-race retry,
+and garbage-collect beside handovers and exits. The debug ports are in test_metrics_ports.py, the GC command in
+tests/agent/gc/test_command.py, the held socket, the state files and the output's redaction in
+test_supervise_python.py.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +41,8 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def test_waits_for_the_config_then_starts_the_registry(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
+def test_waits_for_the_config_then_starts_the_registry(supervisor_factory, registry_port, tmp_path):
+    supervisor = supervisor_factory()
     wait_for(lambda: "waiting for" in supervisor.log(), what="the supervisor to say it waits")
     # Give it time to misbehave: nothing may start while the config is missing.
     time.sleep(0.5)
@@ -50,8 +57,8 @@ def test_waits_for_the_config_then_starts_the_registry(supervisor_factory, shell
     assert cmdline[:3] == [b"/usr/bin/docker-registry", b"serve", str(supervisor.config_path).encode()]
 
 
-def test_restarts_the_registry_when_it_exits(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
+def test_restarts_the_registry_when_it_exits(supervisor_factory, registry_port, tmp_path):
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     first = supervisor.registry()
     wait_for(lambda: _serving(registry_port), what="the registry to answer")
@@ -67,34 +74,24 @@ def test_restarts_the_registry_when_it_exits(supervisor_factory, shell, registry
     assert supervisor.log().count("exited with status 0") == 3
 
 
-def test_forwards_sigterm_and_exits_after_the_registry(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_stop_signal_drains_the_registry_and_exits_after_it(supervisor_factory, registry_port, tmp_path, sig):
+    """SIGTERM (the kubelet) and SIGINT (Ctrl-C) both reach the registry as SIGTERM, on which 2.8 drains and exits 0
+    (SIGINT would kill it at once, field-notes §6); the supervisor exits with that status, starting nothing."""
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     registry = supervisor.registry()
     wait_for(lambda: _serving(registry_port), what="the registry to answer")
 
-    supervisor.process.send_signal(signal.SIGTERM)
-    # The registry drains (draintimeout) and exits 0; the supervisor exits with that status, starting nothing.
+    supervisor.process.send_signal(sig)
     assert supervisor.process.wait(15) == 0
     assert not registry.alive()
-    assert "received SIGTERM" in supervisor.log()
+    assert f"received {sig.name}" in supervisor.log()
     assert supervisor.log().count("started registry") == 1
 
 
-def test_sigint_stops_the_registry_gracefully(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
-    write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
-    registry = supervisor.registry()
-    wait_for(lambda: _serving(registry_port), what="the registry to answer")
-
-    supervisor.process.send_signal(signal.SIGINT)
-    # Forwarded as SIGTERM, on which 2.8 drains and exits 0 (SIGINT would kill it at once, field-notes §6).
-    assert supervisor.process.wait(15) == 0
-    assert not registry.alive()
-
-
-def test_sigterm_while_waiting_for_the_config_exits(supervisor_factory, shell):
-    supervisor = supervisor_factory(shell)
+def test_sigterm_while_waiting_for_the_config_exits(supervisor_factory):
+    supervisor = supervisor_factory()
     wait_for(lambda: "waiting for" in supervisor.log(), what="the supervisor to wait")
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.process.wait(10) == 143
@@ -102,9 +99,9 @@ def test_sigterm_while_waiting_for_the_config_exits(supervisor_factory, shell):
 
 
 def test_a_registry_that_fails_at_start_is_not_restarted_in_a_hot_loop(
-    supervisor_factory, shell, registry_port, tmp_path
+    supervisor_factory, registry_port, tmp_path
 ):
-    supervisor = supervisor_factory(shell)
+    supervisor = supervisor_factory()
     # A config the registry refuses at start: an unknown storage driver.
     write_atomic(supervisor.config_path, b"version: 0.1\nstorage:\n  nosuchdriver: {}\n")
     wait_for(lambda: supervisor.log().count("exited with status") >= 2, what="two failed starts")
@@ -131,9 +128,9 @@ def _slow_upload(port: int, seconds: float = 4.0) -> SlowUpload:
 
 
 @pytest.mark.parametrize("dist", registry_binaries())
-def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, shell, registry_port, tmp_path, dist):
+def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, registry_port, tmp_path, dist):
     _major, binary = dist
-    supervisor = supervisor_factory(shell, binary=binary)
+    supervisor = supervisor_factory(binary=binary)
     write_atomic(supervisor.config_path,
                  minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
     first = supervisor.registry()
@@ -170,9 +167,9 @@ def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, she
 
 
 def test_sigterm_stops_every_registry_and_waits_for_the_draining_one(
-    supervisor_factory, shell, registry_port, tmp_path
+    supervisor_factory, registry_port, tmp_path
 ):
-    supervisor = supervisor_factory(shell)
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path,
                  minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
     first = supervisor.registry()
@@ -196,8 +193,8 @@ def test_sigterm_stops_every_registry_and_waits_for_the_draining_one(
     assert f"registry (pid {first.pid}) exited with status 0 after draining" in log
 
 
-def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, shell, registry_port, tmp_path):
-    supervisor = supervisor_factory(shell)
+def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, registry_port, tmp_path):
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path,
                  minimal_config(tmp_path / "data", registry_port, drain="30s", extra=SHARED_SECRET))
     first = supervisor.registry()
@@ -230,11 +227,11 @@ def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, shell, registry
 # ---- garbage-collect beside the registry (issue 12): never counted as, nor confused with, a registry --------
 
 
-def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_factory, shell, registry_port,
+def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_factory, registry_port,
                                                                   tmp_path):
     root = tmp_path / "data"
     make_stuck_store(root)  # the command runs until it is stopped
-    supervisor = supervisor_factory(shell)
+    supervisor = supervisor_factory()
     state = supervisor.config_dir
     write_atomic(supervisor.config_path, minimal_config(root, registry_port, drain="30s", extra=SHARED_SECRET))
     first = supervisor.registry()

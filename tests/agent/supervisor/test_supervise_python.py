@@ -1,7 +1,7 @@
 """berth-supervise's own parts (issue 29): the held socket of Distribution 3, whole-line redaction, state files.
 
-The protocol it shares with supervise.sh (starts, crash pauses, 2.8 handovers, the stop fan-out, debug ports,
-garbage-collect) is tested by the `shell`-parametrized tests beside this file, which run it as `python`.
+Starts, crash pauses, 2.8 handovers, the stop fan-out and garbage-collect beside the registry are in
+test_supervise.py, the debug ports in test_metrics_ports.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from berth_agent.supervisor.supervise.lines import LineSplitter, redact
 from support.new_connections import NewConnectionLoop
 from support.ports import free_port
 from support.registry import REGISTRY3_BINARY, requires_registry3
-from support.supervisor import PYTHON, minimal_config, wait_for
+from support.supervisor import minimal_config, wait_for
 from support.upload import SlowUpload
 
 SECRET = "Bearer s3cr3t-t0ken-value"
@@ -84,7 +84,9 @@ NOTIFY = ("notifications:\n  endpoints:\n    - name: hook\n      url: http://127
 @pytest.mark.parametrize("formatter", ["text", "json"])
 def test_the_container_log_and_registry_output_never_hold_the_headers(supervisor_factory, registry_port, tmp_path,
                                                                        formatter):
-    supervisor = supervisor_factory(PYTHON)
+    # No program on PATH (the shell supervisor passed the output unfiltered without awk): the filter is its own.
+    (tmp_path / "empty-path").mkdir()
+    supervisor = supervisor_factory(env={"PATH": str(tmp_path / "empty-path")})
     config = minimal_config(tmp_path / "data", registry_port, extra=NOTIFY).replace(
         b"log:\n  level: error\n", f"log:\n  level: info\n  formatter: {formatter}\n".encode())
     write_atomic(supervisor.config_path, config)
@@ -110,6 +112,35 @@ def test_the_container_log_and_registry_output_never_hold_the_headers(supervisor
         assert all(isinstance(json.loads(line), dict) for line in lines)
 
 
+# ---- the state files the agent reads (supervisor/state.py, output.py, metrics.py) ---------------------------
+
+
+def test_the_state_files_say_who_runs_what_ran_and_what_it_said(supervisor_factory, registry_port, tmp_path):
+    state = tmp_path / "state"
+    port = free_port()
+    supervisor = supervisor_factory(env={"BERTH_STATE_DIR": str(state), "BERTH_DEBUG_PORTS": str(port)})
+    config = minimal_config(tmp_path / "data", registry_port).replace(b"level: error", b"level: info")
+    write_atomic(supervisor.config_path, config)
+    first = supervisor.registry()
+    wait_for(lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200, what="the registry to answer")
+    assert (state / "supervisor.pid").read_text() == f"{supervisor.pid}\n"
+    assert (state / "registry-metrics").read_text() == f"{first.pid} {port}\n"
+    wait_for(lambda: b"listening on" in (state / "registry-output").read_bytes(), what="the registry's words")
+    assert not (state / "registry-exit").exists()
+    assert not any(p.name.endswith(".yml") for p in state.iterdir())  # only its own files, not the config
+
+    os.kill(first.pid, signal.SIGKILL)
+    second = wait_for(lambda: [p for p in supervisor.registries() if p != first], what="a new registry")[0]
+    pid, status, seconds = (state / "registry-exit").read_text().split()
+    assert (int(pid), status) == (first.pid, "137") and int(seconds) >= 0
+    wait_for(lambda: (state / "registry-metrics").read_text() == f"{second.pid} {port}\n",
+             what="the new registry named current, on the port the killed one let go")
+    said = (state / "registry-output.1").read_bytes()
+    assert b"listening on" in said, said  # what the killed registry said, kept for the agent
+    wait_for(lambda: b"listening on" in (state / "registry-output").read_bytes(), what="the new registry's words")
+    assert (state / "registry-output").read_bytes().count(b"listening on") == 1  # it began on an empty file
+
+
 # ---- the held socket (Distribution 3) -------------------------------------------------------------------------
 
 
@@ -119,7 +150,7 @@ def _held(supervisor_factory, tmp_path, *, drain: str = "30s", debug_ports: str 
     env = {"BERTH_LISTEN_ADDR": f"127.0.0.1:{port}"}
     if debug_ports:
         env["BERTH_DEBUG_PORTS"] = debug_ports
-    supervisor = supervisor_factory(PYTHON, binary=REGISTRY3_BINARY, env=env)
+    supervisor = supervisor_factory(binary=REGISTRY3_BINARY, env=env)
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", unused, drain=drain, extra=SHARED_SECRET))
     first = supervisor.registry()
     wait_for(lambda: answers(Endpoint("127.0.0.1", port)) == 200, what="the registry to answer on the held socket")
@@ -241,7 +272,7 @@ def test_sigterm_stops_every_registry_and_closes_the_socket(supervisor_factory, 
 
 
 def test_sighup_without_a_held_socket_changes_nothing(supervisor_factory, registry_port, tmp_path):
-    supervisor = supervisor_factory(PYTHON)
+    supervisor = supervisor_factory()
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     first = supervisor.registry()
     (supervisor.config_dir / "handover").write_text(f"{first.pid} {first.start_ticks}\n")
@@ -252,7 +283,7 @@ def test_sighup_without_a_held_socket_changes_nothing(supervisor_factory, regist
 
 def test_a_2_8_binary_binds_its_own_listener_whatever_the_listen_addr(supervisor_factory, registry_port, tmp_path):
     # The pod template sets BERTH_LISTEN_ADDR for every major (spec.distribution is hot): the binary decides.
-    supervisor = supervisor_factory(PYTHON, env={"BERTH_LISTEN_ADDR": f"127.0.0.1:{registry_port}"})
+    supervisor = supervisor_factory(env={"BERTH_LISTEN_ADDR": f"127.0.0.1:{registry_port}"})
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     registry = supervisor.registry()
     wait_for(lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200, what="2.8 on its own listener")
