@@ -30,7 +30,7 @@ from berth_agent.supervisor.probe import answers  # noqa: E402
 from berth_agent.supervisor.restarter import SupervisorRestarter  # noqa: E402
 from support.new_connections import NewConnectionLoop  # noqa: E402
 from support.ports import free_port  # noqa: E402
-from support.supervisor import PYTHON_ARGV, REGISTRY_BIN, minimal_config, registry_env  # noqa: E402
+from support.supervisor import REGISTRY_BIN, SUPERVISE_ARGV, minimal_config, registry_env  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -60,7 +60,7 @@ def _supervisor(directory: Path, binary: str, port: int, *, held: bool) -> subpr
     env.update(BERTH_CONFIG=str(directory / "config.yml"), BERTH_REGISTRY_BIN=binary)
     if held:
         env["BERTH_LISTEN_ADDR"] = f"127.0.0.1:{port}"
-    return subprocess.Popen(PYTHON_ARGV, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    return subprocess.Popen(SUPERVISE_ARGV, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -60,3 +60,14 @@ def test_proxy_benchmark_runs_and_restarts_once_per_credential_change():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "cold pull through the cache (every blob a miss): " in result.stdout
     assert "restarts 2 of 2 changes" in result.stdout
+
+
+def test_supervisor_cost_benchmark_measures_the_supervisor_and_refuses_nothing():
+    result = subprocess.run([sys.executable, str(BENCH / "supervisor_cost.py"), "--starts", "2", "--idle", "1",
+                             "--reloads", "2", "--clients", "1"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Distribution 2.8" in result.stdout and "berth-supervise: RSS " in result.stdout
+    if "Distribution 3" in result.stdout:  # with BERTH_REGISTRY3_BIN: the held socket's reloads
+        assert "held socket, 2 reloads under 1 new-connection clients: " in result.stdout
+        assert ", 0 refused, " in result.stdout and ", 0 failed;" in result.stdout

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-SIGINT_TEST = "tests/agent/supervisor/test_supervise.py::test_sigint_stops_the_registry_gracefully"
+SIGINT_TEST = ("tests/agent/supervisor/test_supervise.py::"
+               "test_a_stop_signal_drains_the_registry_and_exits_after_it[SIGINT]")
 
 
 def _in_background(command: str) -> subprocess.CompletedProcess:
