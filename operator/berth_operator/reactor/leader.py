@@ -179,13 +179,15 @@ class LeaderElector:
 
     # ---- loops
 
-    async def _attempt(self) -> bool:
+    def attempt(self) -> bool:
+        """One attempt, in the calling thread; a failure (an API outage: keep trying, a leader's deadline still runs
+        out) is logged once per kind, not every retry period."""
         s = self.settings
         try:
-            took = await asyncio.to_thread(self.try_acquire_or_renew)
-        except Exception as exc:  # an API outage: keep trying (a leader's deadline still runs out)
+            took = self.try_acquire_or_renew()
+        except Exception as exc:
             problem = str(exc)
-            if problem != self._last_problem:  # once per kind of failure, not every retry period
+            if problem != self._last_problem:
                 if isinstance(exc, MissingLeaseNamespace):
                     logger.error("%s", problem)
                 else:
@@ -197,6 +199,9 @@ class LeaderElector:
             self._last_problem = None
         return took
 
+    async def _attempt(self) -> bool:
+        return await asyncio.to_thread(self.attempt)
+
     async def acquire(self) -> None:
         """Return once this process is the leader (stand by until then)."""
         s = self.settings
@@ -207,13 +212,32 @@ class LeaderElector:
         logger.info("leading: holder of the Lease %s/%s as %s", s.namespace, s.name, s.identity)
 
     async def keep(self) -> None:
-        """Renew until a renewal has failed for renew_deadline; then return (leadership is lost)."""
+        """Renew until a renewal has failed for renew_deadline; then return (leadership is lost).
+
+        The renewals run in a thread of their own, not from the event loop: at 1000 Registries kopf's start keeps
+        the loop busy for seconds at a time, and a renewal that waited for it missed the renew deadline and gave
+        leadership up mid-converge (docs/benchmarks.md)."""
         s = self.settings
-        while True:
-            await asyncio.sleep(s.retry_period)
-            await self._attempt()
-            if not self.leading():
-                metrics.LEADER.set(0)
-                logger.error("lost the leader Lease %s/%s: no renewal for %.0f s", s.namespace, s.name,
-                             s.renew_deadline)
-                return
+        loop = asyncio.get_running_loop()
+        lost = asyncio.Event()
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(s.retry_period):
+                self.attempt()
+                if not self.leading():
+                    try:
+                        loop.call_soon_threadsafe(lost.set)
+                    except RuntimeError:  # the loop closed meanwhile: nobody is waiting
+                        pass
+                    return
+
+        thread = threading.Thread(target=renew, daemon=True, name="berth-leader-renewal")
+        thread.start()
+        try:
+            await lost.wait()
+        finally:
+            stop.set()  # and no renewal after keep() ends: the caller releases, or a new elector takes over
+            await asyncio.to_thread(thread.join, s.renew_deadline)
+        metrics.LEADER.set(0)
+        logger.error("lost the leader Lease %s/%s: no renewal for %.0f s", s.namespace, s.name, s.renew_deadline)
