@@ -252,14 +252,15 @@ def error_lines(log: str) -> list[str]:
 
 
 def lease_lines(log: str) -> list[str]:
-    """The operator's log lines about its leader Lease (berth.operator.leader), with their timestamps."""
+    """The operator's log lines about its leader Lease (berth.operator.leader's), with their timestamps."""
     found = []
     for line in log.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and "Lease" in str(entry.get("message", "")):
+        message = str(entry.get("message", "")) if isinstance(entry, dict) else ""
+        if "leader Lease" in message or message.startswith("leading"):
             found.append(f"{entry.get('timestamp', '')} {entry.get('severity', '')} {entry['message']}"[:300])
     return found[-12:]
 
