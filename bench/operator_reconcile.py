@@ -251,6 +251,20 @@ def error_lines(log: str) -> list[str]:
     return found
 
 
+def lease_lines(log: str) -> list[str]:
+    """The operator's log lines about its leader Lease (berth.operator.leader's), with their timestamps."""
+    found = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = str(entry.get("message", "")) if isinstance(entry, dict) else ""
+        if "leader Lease" in message or message.startswith("leading"):
+            found.append(f"{entry.get('timestamp', '')} {entry.get('severity', '')} {entry['message']}"[:300])
+    return found[-12:]
+
+
 def reconciles_by_cause(log: str) -> dict[str, int]:
     """The operator's 'reconciled Registry ns/name (cause): writes; ...' lines, by cause and whether it wrote."""
     counts: collections.Counter[str] = collections.Counter()
@@ -422,6 +436,8 @@ def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | No
             if errors := error_lines(operator.log()):
                 raise BenchFailed(f"operator error line: {errors[0]}")
             pods = len(api.list("v1/pods", NS))
+        except BenchFailed as failure:  # what the operator said of its leader Lease tells a lost Lease's story
+            raise BenchFailed(f"{failure}\n  its leader Lease log lines: {lease_lines(operator.log())}") from None
         finally:
             registries.stop.set()
             operator.stop()

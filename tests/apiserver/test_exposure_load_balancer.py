@@ -4,6 +4,7 @@ cloud controller would, first an ip, then a hostname. status.externalAddress and
 External column (the CRD's additionalPrinterColumns, evaluated by the API server: a Table request, as kubectl
 makes) report what was written and, before anything was, no load balancer address: only the node port the API
 server allocated (a LoadBalancer Service is a NodePort Service too; kube-proxy serves that port on every node).
+Back to ClusterIP, nothing is claimed at all.
 """
 
 from __future__ import annotations
@@ -79,5 +80,10 @@ def test_the_load_balancer_address_is_reported_once_written_and_not_before(kube_
         write_load_balancer(api, ns, [])
         wait_for(lambda: external(api, ns) == f"NODE:{node_port}", "status.externalAddress back to the node port", 60)
         assert wide_columns(api, ns, "edge")["External"] == f"NODE:{node_port}"
+
+        # Back to ClusterIP: no address from outside, and the column is empty.
+        api.patch(REGISTRIES_PATH, ns, "edge", {"spec": {"service": None}})
+        wait_for(lambda: external(api, ns) is None, "status.externalAddress gone", 60)
+        assert wide_columns(api, ns, "edge")["External"] in (None, "")
     finally:
         operator.stop()

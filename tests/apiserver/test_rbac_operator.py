@@ -17,6 +17,9 @@ prevention), and an owner reference with blockOwnerDeletion needs update on regi
 from __future__ import annotations
 
 import secrets
+import ssl
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -27,6 +30,7 @@ from support.apiserver_identities import (
     OPERATOR_USER,
     cluster_role_grants,
     leader_role_grants,
+    operator_token,
     start_operator,
 )
 from support.operator_harness import reconciled, wait_for
@@ -267,3 +271,30 @@ def test_the_leader_lease_requests_match_the_namespaced_role(audit: list[dict]) 
     lease = {t for e in audit if (t := triple(e)) and is_leader_lease(e)}
     assert lease, "the scenario elected no leader"
     assert lease == leader_role_grants()
+
+
+
+def test_the_leader_lease_requests_have_the_leader_election_priority(kube_apiserver: KubeApiServer) -> None:
+    """deploy/flowschema.yaml: API Priority and Fairness puts the leader's Lease requests at `leader-election`, not
+    in the operator's own flow behind its reconciles (the API server names the schema and level in each answer)."""
+    api, token = kube_apiserver, operator_token(kube_apiserver)
+    schema = api.get("flowcontrol.apiserver.k8s.io/v1/flowschemas", None, "berth-operator-leader-election")
+    level = api.get("flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", None, "leader-election")
+    assert schema is not None and level is not None
+    dangling = [c for c in (schema.get("status") or {}).get("conditions") or () if c["type"] == "Dangling"]
+    assert all(c["status"] == "False" for c in dangling), dangling
+
+    def classified(path: str) -> tuple[str, str]:
+        request = urllib.request.Request(api.url + path, headers={"Authorization": f"Bearer {token}"})
+        context = ssl.create_default_context(cafile=str(api.ca_file))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+                headers = answer.headers
+        except urllib.error.HTTPError as error:  # a missing Lease: classified all the same
+            headers = error.headers
+        return headers["X-Kubernetes-PF-FlowSchema-UID"], headers["X-Kubernetes-PF-PriorityLevel-UID"]
+
+    lease = classified(f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/berth-operator")
+    assert lease == (schema["metadata"]["uid"], level["metadata"]["uid"])
+    other = classified("/apis/berth.dev/v1alpha1/registries")  # a reconcile's read keeps the operator's own level
+    assert other[1] != level["metadata"]["uid"]

@@ -49,6 +49,7 @@ def test_builds_exactly_the_install_objects() -> None:
         ("ClusterRoleBinding", "berth-operator"),
         ("CustomResourceDefinition", "registries.berth.dev"),
         ("Deployment", "berth-operator"),
+        ("FlowSchema", "berth-operator-leader-election"),  # the leader's Lease requests' priority (cluster-wide)
         ("Namespace", NAMESPACE),
         ("PodDisruptionBudget", "berth-operator"),
         ("Role", "berth-operator-leader-election"),

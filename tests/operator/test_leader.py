@@ -140,3 +140,21 @@ def test_a_missing_leader_election_namespace_is_said_once_with_what_to_do(kube_a
         assert remedy in message
     assert "HTTP 404" not in message
     assert any("can be read and written again" in r.getMessage() for r in caplog.records)
+
+
+def test_the_leaders_renewal_is_one_request_and_a_foreign_write_sends_it_back_to_reading(kube_api):
+    """client-go's fast path: the leader renews the Lease as its last write left it (a PATCH guarded by that
+    resourceVersion), with no GET first; under a loaded API server each request saved keeps the renewal further
+    from the renew deadline. A write by anyone else fails that guard, and the next attempt reads the Lease."""
+    a, clock = elector(kube_api, "a")
+    assert a.try_acquire_or_renew()
+    mark = len(kube_api.requests())
+    clock.now += 2
+    assert a.try_acquire_or_renew()
+    assert [method for method, _ in kube_api.requests()[mark:]] == ["PATCH"]
+    kube_api.patch(LEASES_PATH, NS, "berth-operator", {"spec": {"holderIdentity": "b"}})  # b took it (by hand)
+    mark = len(kube_api.requests())
+    clock.now += 2
+    assert not a.try_acquire_or_renew()  # held by b now, and not expired on a's clock
+    assert [method for method, _ in kube_api.requests()[mark:]] == ["PATCH", "GET"]
+    assert not a.leading()

@@ -12,7 +12,10 @@ import pytest
 from berth_agent.apply.preflight import check_render
 from berth_agent.apply.preflight_tls import check_pair
 from berth_agent.core.errors import InputError, PreflightError
+from berth_agent.core.health import Health
 from berth_agent.inputs.mounts import MountedInputs, read_inputs
+from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
+from berth_agent.pipeline.report import LogReporter
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, render
 from berth_api import Registry
 from berth_api.server import certificate_name
@@ -97,3 +100,30 @@ def test_check_render_names_the_issuer_of_an_issued_pair(tmp_path):
     with pytest.raises(PreflightError) as caught:
         check_render(rendered, None, scratch_dir=tmp_path)
     assert str(caught.value).startswith(f"{ISSUED_ORIGIN}: the certificate in tls.crt expired at")
+
+
+def test_given_the_registrys_name_the_messages_name_the_certificate(tmp_path):
+    named = "spec.http.tls.issuerRef, ClusterIssuer ca: the Secret edge-tls of the Certificate edge-tls Berth made"
+    with pytest.raises(InputError) as caught:
+        read_inputs(registry(ISSUED).spec, tmp_path, registry="edge")
+    assert named in caught.value.message and "<registry>" not in caught.value.message
+    with pytest.raises(InputError) as caught:
+        render(registry(ISSUED).spec, MountedInputs(), registry="edge")
+    assert "the Secret edge-tls of the Certificate edge-tls" in str(caught.value)
+    rendered = render(registry(ISSUED).spec, MountedInputs(tls_cert=b"C", tls_key=b"K"), registry="edge")
+    assert rendered.origins[TLS_CERT_FILE] == named
+
+
+@pytest.mark.xfail(strict=True, reason="pipeline/coordinator.py's _render calls read_inputs and render without "
+                   "registry=self.registry['metadata']['name'], so the agent's messages say <registry>-tls (those "
+                   "two arguments make this pass: remove this marker with them)")
+def test_the_agent_names_the_certificate_of_its_own_registry(tmp_path):
+    settings = PipelineSettings(config_dir=tmp_path / "config", data_dir=tmp_path / "data",
+                                mount_root=tmp_path / "mounts")
+    pipeline = Pipeline(settings, LogReporter("test"), Health())
+    pipeline.registry = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
+                         "metadata": {"name": "edge", "namespace": "ns"},
+                         "spec": {"config": {"storage": {"inmemory": {}}}, **ISSUED}}
+    rendered, error = pipeline._render()
+    assert rendered is None
+    assert "the Secret edge-tls of the Certificate edge-tls Berth made" in error, error

@@ -82,25 +82,32 @@ def skip_reason() -> str | None:
 
 
 def cached_binary() -> pathlib.Path:
-    """The decompressed kube-apiserver, once per user and binary: written to a temp file beside it and renamed
-    into place, so xdist workers starting together each see a whole file or none."""
+    """The decompressed kube-apiserver (unpack_cached)."""
     xz = apiserver_xz()
     assert xz is not None, skip_reason()
+    return unpack_cached(xz, "kube-apiserver", BINARY_SHA256)
+
+
+def unpack_cached(xz: pathlib.Path, name: str, expected: str) -> pathlib.Path:
+    """The binary `xz` decompresses to, checked against its SHA-256 `expected`, once per user and binary: written
+    to a temp file beside it and renamed into place, so xdist workers starting together each see a whole file or
+    none (support.control_plane unpacks the controller manager and the scheduler with it too)."""
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "berth-tests"
-    target = cache / f"kube-apiserver-{BINARY_SHA256[:16]}"
+    target = cache / f"{name}-{expected[:16]}"
     if target.is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=cache, prefix=".kube-apiserver-", delete=False) as temp:
+    with tempfile.NamedTemporaryFile(dir=cache, prefix=f".{name}-", delete=False) as temp:
         try:
             with lzma.open(xz) as source:
                 while chunk := source.read(1 << 20):
                     digest.update(chunk)
                     temp.write(chunk)
             temp.close()
-            if digest.hexdigest() != BINARY_SHA256:
-                raise RuntimeError(f"{xz} does not decompress to the kube-apiserver v1.36.1 of ../shared/k8s")
+            if digest.hexdigest() != expected:
+                raise RuntimeError(f"{xz} does not decompress to the {name} of ../shared/k8s (SHA-256 "
+                                   f"{expected[:16]}...)")
             os.chmod(temp.name, 0o755)
             os.replace(temp.name, target)
         finally:

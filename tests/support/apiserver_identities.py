@@ -22,7 +22,7 @@ OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_SA = "berth-operator"
 OPERATOR_USER = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SA)
 DEPLOY_RBAC = ("namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml",
-               "leader-election-role.yaml")
+               "leader-election-role.yaml", "flowschema.yaml")
 
 
 def agent_objects(registry: Mapping[str, Any], facts: ClusterFacts | None = None) -> list[dict[str, Any]]:
@@ -48,7 +48,7 @@ def install_operator_rbac(server: KubeApiServer) -> None:
         return
     for filename in DEPLOY_RBAC:
         for doc in yaml.safe_load_all((REPO / "deploy" / filename).read_text()):
-            if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema"):
                 doc["metadata"]["namespace"] = OPERATOR_NAMESPACE  # kustomize sets it in deploy/
             try:
                 server.create(doc)

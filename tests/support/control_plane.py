@@ -18,9 +18,6 @@ key. Both bind 127.0.0.1 free ports; their logs are in `root` until close().
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import lzma
-import os
 import pathlib
 import secrets
 import shutil
@@ -34,7 +31,7 @@ from typing import IO, Any
 
 import pytest
 
-from support.apiserver import KubeApiServer, apiserver_xz
+from support.apiserver import KubeApiServer, apiserver_xz, unpack_cached
 from support.apiserver import skip_reason as apiserver_skip_reason
 from support.ports import free_port
 from support.processes import stop_process
@@ -68,32 +65,10 @@ def _expected_sha256(xz: pathlib.Path, name: str) -> str:
 
 
 def cached_component(name: str) -> pathlib.Path:
-    """The decompressed binary, once per user and binary (a temp file renamed into place: xdist workers that
-    start together each see a whole file or none)."""
+    """The decompressed binary (support.apiserver.unpack_cached), checked against ../shared/k8s's SHA256SUMS."""
     xz = component_xz(name)
     assert xz is not None, skip_reason()
-    expected = _expected_sha256(xz, name)
-    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "berth-tests"
-    target = cache / f"{name}-{expected[:16]}"
-    if target.is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=cache, prefix=f".{name}-", delete=False) as temp:
-        try:
-            with lzma.open(xz) as source:
-                while chunk := source.read(1 << 20):
-                    digest.update(chunk)
-                    temp.write(chunk)
-            temp.close()
-            if digest.hexdigest() != expected:
-                raise RuntimeError(f"{xz} does not decompress to the {name} its SHA256SUMS lists")
-            os.chmod(temp.name, 0o755)
-            os.replace(temp.name, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp.name)
-    return target
+    return unpack_cached(xz, name, _expected_sha256(xz, name))
 
 
 class ControlPlane:

@@ -641,9 +641,11 @@ class Node:
         memory does not add up over the run), then the PersistentVolumes bound to its claims (cluster-scoped,
         Retain: the namespace does not take them). Returns the seconds it took."""
         began = time.monotonic()
+        self.keep_pod_logs(name)  # the kubelet removes a deleted pod's logs with it
         self.api.delete("v1/namespaces", None, name)
         deadline = began + timeout
         while left := self.api.list("v1/pods", name):
+            self.keep_pod_logs(name)  # and what they said while stopping
             if time.monotonic() > deadline:
                 phases = {pod["metadata"]["name"]: pod["status"].get("phase") for pod in left}
                 raise RuntimeError(f"namespace {name}: pods still there after {timeout} s: {phases}")
@@ -652,6 +654,13 @@ class Node:
             if ((volume["spec"].get("claimRef") or {}).get("namespace")) == name:
                 self.api.delete("v1/persistentvolumes", None, volume["metadata"]["name"])
         return time.monotonic() - began
+
+    def keep_pod_logs(self, namespace: str) -> None:
+        """Copy the namespace's pod logs (podLogsDir: NAMESPACE_POD_UID/CONTAINER/N.log) into the kept logs."""
+        kept = pathlib.Path(self.state.logs_dir) / "pods"
+        for directory in (pathlib.Path(self.state.root) / "pod-logs").glob(f"{namespace}_*"):
+            with contextlib.suppress(OSError, shutil.Error):  # a log rotated or removed meanwhile
+                shutil.copytree(directory, kept / directory.name, dirs_exist_ok=True)
 
     def pod_volume(self, pod_uid: str, kind: str, volume: str) -> pathlib.Path:
         """A pod's volume on the host, as the kubelet mounts it (kind: 'secret', 'empty-dir', 'projected')."""

@@ -142,11 +142,12 @@ def _check_pem(data: bytes, where: str, marker: bytes, what: str) -> None:
 
 
 def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
-                roots: Mapping[str, Path] | None = None) -> MountedInputs:
+                roots: Mapping[str, Path] | None = None, *, registry: str | None = None) -> MountedInputs:
     """Read every source the spec needs from the mount root; raises InputError on the first problem.
 
     `roots` reads some sources from another root laid out the same way (`<root>/<source>/<key>`): the agent's
     copy of a Secret read over the API (sources/api_secrets.py), so it gets exactly the parsing and checks below.
+    `registry`: the Registry's name, for messages naming the objects Berth made for it (None: `<registry>`).
     """
     mount_root = Path(mount_root)
 
@@ -181,7 +182,7 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
         values["redis"] = parse_redis_url(url, f"redis/{key}")
 
     if spec.http.tls is not None:
-        why = spec.http.tls.origin()  # the field the user wrote: secretName, or the issuerRef's Certificate
+        why = spec.http.tls.origin(registry)  # the field the user wrote: secretName, or the issuerRef's Certificate
         cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why=why, limit=DOCUMENT_LIMIT)
         key = read_key(root("tls"), "tls", TLS_KEY_KEY, why=why, limit=DOCUMENT_LIMIT)
         _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")

@@ -33,8 +33,10 @@ def render(
     *,
     distribution: Distribution | None = None,
     paths: RenderPaths = DEFAULT_PATHS,
+    registry: str | None = None,
 ) -> Rendered:
-    """Render the config for `distribution` (default: the spec's, derived from its image). Raises InputError."""
+    """Render the config for `distribution` (default: the spec's, derived from its image). Raises InputError.
+    `registry`: the Registry's name, for messages naming the objects Berth made for it (None: `<registry>`)."""
     major = distribution or spec.distribution_major
     if major not in ("2", "3"):
         raise InputError("spec.distribution", f"must be 2 or 3, not {major!r}")
@@ -58,7 +60,7 @@ def render(
         config["proxy"] = _proxy(spec, inputs, major)
     if spec.config.notifications is not None:
         config["notifications"] = _notifications(spec, inputs, major)
-    config["http"] = _http(spec, inputs, major, paths, files, origins)
+    config["http"] = _http(spec, inputs, major, paths, files, origins, registry)
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
     health = _health(spec)
@@ -157,7 +159,7 @@ def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distributio
 
 
 def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
-          files: dict[str, bytes], origins: dict[str, str]) -> dict[str, Any]:
+          files: dict[str, bytes], origins: dict[str, str], registry: str | None) -> dict[str, Any]:
     http = spec.http
     section: dict[str, Any] = {"addr": http.addr}
     if http.host:
@@ -170,9 +172,10 @@ def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths:
     section["draintimeout"] = http.drain_timeout
     if http.tls is not None:
         if inputs.tls_cert is None or inputs.tls_key is None:
-            raise InputError(http.tls.field, f"is set but no certificate and key were read ({http.tls.objects()})")
+            raise InputError(http.tls.field,
+                             f"is set but no certificate and key were read ({http.tls.objects(registry)})")
         files[TLS_CERT_FILE], files[TLS_KEY_FILE] = inputs.tls_cert, inputs.tls_key
-        origins[TLS_CERT_FILE] = origins[TLS_KEY_FILE] = http.tls.origin()
+        origins[TLS_CERT_FILE] = origins[TLS_KEY_FILE] = http.tls.origin(registry)
         section["tls"] = {
             "certificate": str(paths.config_dir / TLS_CERT_FILE),
             "key": str(paths.config_dir / TLS_KEY_FILE),

@@ -47,7 +47,8 @@ RUN_AS = 65532
 # client's in-cluster default.
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # With replicas: how long an agent stays unready before it restarts its registry (and after it is back before
-# the next pod goes). Readiness probe period 1 s + timeout 1 s, plus ~3 s for the endpoints and kube-proxy.
+# the next pod goes). Two readiness probe periods of 1 s (failureThreshold 2; a leaving agent answers 503 at
+# once, so no timeout is waited), plus ~3 s for the endpoints and kube-proxy.
 LEAVE_SECONDS = 5
 
 # Fixed on purpose: spec.http.drainTimeout is applied hot, so it may not shape the pod. Long enough for any
@@ -236,8 +237,10 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
         # The pod leaves its Service through this probe before its registry restarts (a native sidecar's
         # readiness counts for the pod's Ready condition): the agent waits LEAVE_SECONDS after turning /readyz
-        # false, which covers one period, the timeout and the endpoints following (docs/design.md §4.2).
-        "readinessProbe": probe("/readyz", periodSeconds=1, failureThreshold=1, timeoutSeconds=1),
+        # false, which covers two periods and the endpoints following (docs/design.md §4.2). Two failures, not
+        # one: on the real node under load a single 503 (one registry-watch look that found no registry
+        # answering) took the only replica out of its Service for a second, 140 connections refused.
+        "readinessProbe": probe("/readyz", periodSeconds=1, failureThreshold=2, timeoutSeconds=1),
         "livenessProbe": probe("/livez", periodSeconds=10, failureThreshold=6),
         "resources": {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": container_security_context(),

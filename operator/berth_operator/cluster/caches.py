@@ -114,22 +114,14 @@ class Caches:
         # server meanwhile (every other informer covers its kind from `synced` on).
         self._relisting: set[tuple[str, str, str | None]] = set()
         self.synced = threading.Event()
-        self._threads: list[threading.Thread] = []
 
     # ---- lifecycle
 
     def start(self) -> None:
-        for api_version, kind in CACHED_KINDS:
-            for namespace in self.namespaces:
-                thread = threading.Thread(target=self._run, args=(api_version, kind, namespace), daemon=True,
-                                          name=f"berth-cache-{kind}-{namespace or 'all'}")
-                thread.start()
-                self._threads.append(thread)
+        self._streams.start("cache", self._run, CACHED_KINDS, self.namespaces)
 
     def stop(self) -> None:
         self._streams.stop()
-        for thread in self._threads:
-            thread.join(10)
         self.kube.close()
 
     # ---- reads (any thread)

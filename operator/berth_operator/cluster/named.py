@@ -15,7 +15,6 @@ or BucketAccess, the COSI driver's Secret) carry no label of Berth's, so the cac
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -46,20 +45,12 @@ class NamedWatches:
         self.discovery = discovery
         self._streams = Streams()
         self._stop = self._streams.stopping
-        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        for api_version, kind in NAMED_KINDS:
-            for namespace in self.namespaces:
-                thread = threading.Thread(target=self._run, args=(api_version, kind, namespace), daemon=True,
-                                          name=f"berth-named-{kind}-{namespace or 'all'}")
-                thread.start()
-                self._threads.append(thread)
+        self._streams.start("named", self._run, NAMED_KINDS, self.namespaces)
 
     def stop(self) -> None:
         self._streams.stop()
-        for thread in self._threads:
-            thread.join(10)
         self.kube.close()
 
     def _served(self, api_version: str, kind: str) -> bool:

@@ -4,13 +4,15 @@
   least every 5 minutes, idle connections get dropped: field-notes §3), passing each ADDED, MODIFIED or DELETED
   event on and skipping bookmarks; it returns the resourceVersion to resume from, or None after 410 Gone (list
   again). Any other error event raises.
-- `Streams.stop` unblocks every read in flight (the open responses are kept by slot) so threads end at once.
+- `Streams.start` runs one thread per kind and namespace (the informers, the watches by name: a thread per kind,
+  never per Registry); `Streams.stop` unblocks every read in flight (the open responses are kept by slot), so
+  those threads end at once, and joins them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from ..kube.client import Kube
@@ -24,6 +26,18 @@ class Streams:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: dict[Hashable, Any] = {}
+        self._threads: list[threading.Thread] = []
+
+    def start(self, name: str, run: Callable[[str, str, str | None], None], kinds: Iterable[tuple[str, str]],
+              namespaces: Iterable[str | None]) -> None:
+        """run(apiVersion, kind, namespace) in a thread of its own for each kind and namespace."""
+        namespaces = tuple(namespaces)
+        for api_version, kind in kinds:
+            for namespace in namespaces:
+                thread = threading.Thread(target=run, args=(api_version, kind, namespace), daemon=True,
+                                          name=f"berth-{name}-{kind}-{namespace or 'all'}")
+                thread.start()
+                self._threads.append(thread)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -34,6 +48,8 @@ class Streams:
                 response.shutdown()  # unblocks the reader
             except Exception:  # already closed  # noqa: BLE001
                 pass
+        for thread in self._threads:
+            thread.join(10)
 
     def follow(self, kube: Kube, slot: Hashable, api_version: str, kind: str, namespace: str | None,
                selector: str, version: str, on_event: OnEvent, **options: Any) -> str | None:

@@ -21,7 +21,7 @@
   ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
   a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
 Reconciles run in a bounded pool of worker threads (RECONCILE_WORKERS), never a thread per Registry, and not
-in the default executor that the leader's Lease renewal uses; they wait until the caches have listed.
+in the default executor; they wait until the caches have listed.
 Handlers return normally for an invalid or unsatisfiable spec (the condition and a Warning event say why);
 kopf never retries those: only an edit of the Registry (or the sweep) runs the reconcile again.
 """
@@ -57,7 +57,7 @@ logger = logging.getLogger("berth.operator")
 
 REGISTRIES = (GROUP, VERSION, PLURAL)
 # Reconciles in flight at once. A reconcile mostly waits for the API server (each write waits for etcd's
-# fsync), and uses little CPU: 16 overlap those waits; the Lease renewal keeps the default executor to itself.
+# fsync), and uses little CPU: 16 overlap those waits.
 RECONCILE_WORKERS = 16
 
 

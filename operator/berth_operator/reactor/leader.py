@@ -72,6 +72,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None  # the last Lease record seen
         self._observed_at = 0.0  # monotonic time it was first seen
         self._renewed_at: float | None = None  # monotonic time of the last successful write while leading
+        self._held: dict[str, Any] | None = None  # the Lease as our last write left it (renewals start from it)
         self._writing = threading.Lock()  # one attempt or release at a time (they run in worker threads)
         self._last_problem: str | None = None  # the failure last logged: a standby retrying says it once
 
@@ -103,11 +104,13 @@ class LeaderElector:
     def _try_acquire_or_renew(self) -> bool:
         s = self.settings
         started = self.clock()
+        if self._held is not None and self.leading() and self._renew(self._held, started):
+            return True
         lease = self.kube.get(*LEASE, s.namespace, s.name)
         if lease is None:
             now = format_time(precision="microseconds")
             try:
-                self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1],
+                self._held = self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1],
                                   "metadata": {"name": s.name, "namespace": s.namespace},
                                   "spec": self._lease_body(acquire_time=now, transitions=0)})
             except KubeError as exc:
@@ -127,7 +130,7 @@ class LeaderElector:
         mine = holder == s.identity
         duration = float(spec.get("leaseDurationSeconds") or s.lease_duration)
         if holder and not mine and started < self._observed_at + duration:
-            self._renewed_at = None  # held by another, and not expired by our own clock: not ours (any more)
+            self._renewed_at = self._held = None  # held by another, not expired by our own clock: not ours (any more)
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         body = self._lease_body(
@@ -138,13 +141,33 @@ class LeaderElector:
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": lease["metadata"]["resourceVersion"]},
                {"op": "replace", "path": "/spec", "value": body}]
         try:
-            self.kube.patch(*LEASE, s.namespace, s.name, ops, json_patch=True)
+            self._held = self.kube.patch(*LEASE, s.namespace, s.name, ops, json_patch=True)
         except KubeError as exc:
             if exc.status in (409, 422):  # someone wrote first: read again next round
+                self._held = None
                 return False
             raise
         if not mine:
             logger.info("took the leader Lease %s/%s from %r", s.namespace, s.name, holder or None)
+        self._renewed_at = started
+        return True
+
+    def _renew(self, held: Mapping[str, Any], started: float) -> bool:
+        """The leader's renewal in one request, as client-go's: the Lease as our last write left it, guarded by its
+        resourceVersion. False when it changed meanwhile (then it is read again, the slow path); under a loaded API
+        server every request a renewal saves brings it further from the renew deadline."""
+        spec: Mapping[str, Any] = held.get("spec") or {}
+        body = self._lease_body(acquire_time=spec.get("acquireTime") or format_time(precision="microseconds"),
+                                transitions=int(spec.get("leaseTransitions") or 0))
+        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": held["metadata"]["resourceVersion"]},
+               {"op": "replace", "path": "/spec", "value": body}]
+        try:
+            self._held = self.kube.patch(*LEASE, self.settings.namespace, self.settings.name, ops, json_patch=True)
+        except KubeError as exc:
+            if exc.status in (404, 409, 422):  # written or deleted meanwhile: read it
+                self._held = None
+                return False
+            raise
         self._renewed_at = started
         return True
 
@@ -155,7 +178,7 @@ class LeaderElector:
         with self._writing:
             if self._renewed_at is None:
                 return
-            self._renewed_at = None
+            self._renewed_at = self._held = None
             metrics.LEADER.set(0)
             for _attempt in range(3):
                 try:
@@ -179,13 +202,15 @@ class LeaderElector:
 
     # ---- loops
 
-    async def _attempt(self) -> bool:
+    def attempt(self) -> bool:
+        """One attempt, in the calling thread; a failure (an API outage: keep trying, a leader's deadline still runs
+        out) is logged once per kind, not every retry period."""
         s = self.settings
         try:
-            took = await asyncio.to_thread(self.try_acquire_or_renew)
-        except Exception as exc:  # an API outage: keep trying (a leader's deadline still runs out)
+            took = self.try_acquire_or_renew()
+        except Exception as exc:
             problem = str(exc)
-            if problem != self._last_problem:  # once per kind of failure, not every retry period
+            if problem != self._last_problem:
                 if isinstance(exc, MissingLeaseNamespace):
                     logger.error("%s", problem)
                 else:
@@ -197,6 +222,9 @@ class LeaderElector:
             self._last_problem = None
         return took
 
+    async def _attempt(self) -> bool:
+        return await asyncio.to_thread(self.attempt)
+
     async def acquire(self) -> None:
         """Return once this process is the leader (stand by until then)."""
         s = self.settings
@@ -207,13 +235,32 @@ class LeaderElector:
         logger.info("leading: holder of the Lease %s/%s as %s", s.namespace, s.name, s.identity)
 
     async def keep(self) -> None:
-        """Renew until a renewal has failed for renew_deadline; then return (leadership is lost)."""
+        """Renew until a renewal has failed for renew_deadline; then return (leadership is lost).
+
+        The renewals run in a thread of their own, not from the event loop: at 1000 Registries kopf's start keeps
+        the loop busy for seconds at a time, and a renewal that waited for it missed the renew deadline and gave
+        leadership up mid-converge (docs/benchmarks.md)."""
         s = self.settings
-        while True:
-            await asyncio.sleep(s.retry_period)
-            await self._attempt()
-            if not self.leading():
-                metrics.LEADER.set(0)
-                logger.error("lost the leader Lease %s/%s: no renewal for %.0f s", s.namespace, s.name,
-                             s.renew_deadline)
-                return
+        loop = asyncio.get_running_loop()
+        lost = asyncio.Event()
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(s.retry_period):
+                self.attempt()
+                if not self.leading():
+                    try:
+                        loop.call_soon_threadsafe(lost.set)
+                    except RuntimeError:  # the loop closed meanwhile: nobody is waiting
+                        pass
+                    return
+
+        thread = threading.Thread(target=renew, daemon=True, name="berth-leader-renewal")
+        thread.start()
+        try:
+            await lost.wait()
+        finally:
+            stop.set()  # and no renewal after keep() ends: the caller releases, or a new elector takes over
+            await asyncio.to_thread(thread.join, s.renew_deadline)
+        metrics.LEADER.set(0)
+        logger.error("lost the leader Lease %s/%s: no renewal for %.0f s", s.namespace, s.name, s.renew_deadline)
