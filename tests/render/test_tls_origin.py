@@ -114,9 +114,6 @@ def test_given_the_registrys_name_the_messages_name_the_certificate(tmp_path):
     assert rendered.origins[TLS_CERT_FILE] == named
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline/coordinator.py's _render calls read_inputs and render without "
-                   "registry=self.registry['metadata']['name'], so the agent's messages say <registry>-tls (those "
-                   "two arguments make this pass: remove this marker with them)")
 def test_the_agent_names_the_certificate_of_its_own_registry(tmp_path):
     settings = PipelineSettings(config_dir=tmp_path / "config", data_dir=tmp_path / "data",
                                 mount_root=tmp_path / "mounts")

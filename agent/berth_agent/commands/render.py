@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _time_bound(RENDER_TIMEOUT_SECONDS):
             registry = load_registry(args.registry)
-            inputs = read_inputs(registry.spec, args.mounts)
+            name = registry.metadata.get("name")  # messages name the objects Berth made for it
+            inputs = read_inputs(registry.spec, args.mounts, registry=name)
             rendered = render(registry.spec, inputs, distribution=args.distribution,
-                              paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir))
+                              paths=RenderPaths(config_dir=args.config_dir, data_dir=args.data_dir), registry=name)
     except InputError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held
         print(f"berth-agent render: {message}", file=sys.stderr)

@@ -363,13 +363,14 @@ class Pipeline:
                 return None, state.error
         try:
             roots = self.api_secrets.overrides() if self.api_secrets is not None else None
-            inputs = read_inputs(spec, self.settings.mount_root, roots)
+            name = (self.registry.get("metadata") or {}).get("name")  # messages name the objects made for it
+            inputs = read_inputs(spec, self.settings.mount_root, roots, registry=name)
             if inputs.http_secret is None and spec.http.secret is None:
                 # Nothing mounted (outside Kubernetes): sign upload state with the agent's own kept secret, so
                 # an upload survives a reload (field-notes §7).
                 inputs = dataclasses.replace(inputs, http_secret=local_http_secret(self.settings.config_dir))
             rendered = render(spec, inputs, distribution=self.settings.distribution,
-                              paths=RenderPaths(self.settings.config_dir, self.settings.data_dir))
+                              paths=RenderPaths(self.settings.config_dir, self.settings.data_dir), registry=name)
         except InputError as exc:
             metrics.render_errors_total.labels(source=_source_label(exc.source)).inc()
             return None, str(exc)

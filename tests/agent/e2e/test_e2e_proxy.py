@@ -289,7 +289,10 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
             start(tmp_path, kube_api, dist, upstream, count=2) as pods:
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         try:
-            loops = load(tmp_path, upstream, balancer.url, retry_seconds=0)  # 0: a refusal is a failure here
+            # 0: a refusal or a reset is a failure here. On 3.x (held sockets, no pod leaves the Service) a
+            # connection the old process accepted in the instant of its SIGTERM is closed without a response
+            # (docs/design.md §4.2): retried and counted, as the issue 29 acceptance counts them; refusals stay 0.
+            loops = load(tmp_path, upstream, balancer.url, retry_seconds=5 if dist[0] == "3" else 0)
             for loop in loops:
                 loop.start()
             wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops")
@@ -302,17 +305,23 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
                 loop.stop()
             balancer_stats = balancer.stop()
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
-        assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
+        assert sum(s.refused_retries for s in stats) == 0, stats
+        if dist[0] != "3":
+            assert sum(s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
         # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload (issue 29).
-        assert balancer_stats.min_ready == (2 if dist[0] == "3" else 1), balancer_stats
+        if dist[0] == "3":  # no pod ever left (min_ready also covers the start, before the second one was seen)
+            assert all(ready for _at, _pod, ready in balancer_stats.transitions), balancer_stats
+        else:
+            assert balancer_stats.min_ready == 1, balancer_stats
         no_old_password_after(upstream, seconds["revoked_at"], seconds["log_sizes"])
         for pod in pods.values():
             assert len(pod.actions("restarted")) == 1  # the credential change, from the API copy
         print(json.dumps({"major": dist[0], "upstream": dist[2],
                           "credentials_applied_seconds": seconds["applied_seconds"],
                           "pulls": sum(s.requests for s in stats), "misses": stats[1].requests,
-                          "failed": 0, "refused": 0}))
+                          "failed": 0, "refused": 0,
+                          "closed_without_response_retried": sum(s.reset_retries for s in stats)}))
 
 
 @pytest.mark.parametrize("dist", FLOWS)

@@ -175,8 +175,10 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
             old_token = issuer.mint(SERVICE, SCOPE, key=trust.old_key)
             pod_urls = [f"{pod.url}/v2/demo/app/blobs/{layer}" for pod in pods.values()]
             assert [bearer_status(u, old_token) for u in pod_urls] == [200, 200]
-            # retry_seconds=0: a refused or reset connection is a failure here, not something to retry.
-            loops = pull_loops(url, image.blobs[layer], issuer, 2, retry_seconds=0)
+            # retry_seconds=0: a refused or reset connection is a failure here, not something to retry. On 3.x
+            # (held sockets, no pod leaves the Service) a connection the old process accepted in the instant of its
+            # SIGTERM is closed without a response (docs/design.md §4.2): retried and counted; refusals stay 0.
+            loops = pull_loops(url, image.blobs[layer], issuer, 2, retry_seconds=5 if dist[0] == "3" else 0)
             for loop in loops:
                 loop.start()
             wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops to get going")
@@ -194,10 +196,15 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
             balancer_stats = balancer.stop()
         assert all(s.successes > 0 for s in stats)
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
-        assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
+        assert sum(s.refused_retries for s in stats) == 0, stats
+        if dist[0] != "3":
+            assert sum(s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
         # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload (issue 29).
-        assert balancer_stats.min_ready == (2 if dist[0] == "3" else 1), balancer_stats
+        if dist[0] == "3":  # no pod ever left (min_ready also covers the start, before the second one was seen)
+            assert all(ready for _at, _pod, ready in balancer_stats.transitions), balancer_stats
+        else:
+            assert balancer_stats.min_ready == 1, balancer_stats
         for pod in pods.values():
             assert len(pod.actions("restarted")) == 2  # one per trust change, from the API copy
             assert pod.metric("secret_changes_applied_total", 'path="api"') == 2
@@ -205,7 +212,8 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
         no_secrets_in(text + json.dumps(kube_api.list("v1/events", "default")) + json.dumps(records(kube_api)),
                       trust, [old_token, old_again, new_token])
         print(json.dumps({"flow": dist[2], "major": dist[0], "trust_change_applied_seconds": seconds,
-                          "pulls": sum(s.requests for s in stats), "failed": 0, "refused": 0}))
+                          "pulls": sum(s.requests for s in stats), "failed": 0, "refused": 0,
+                          "closed_without_response_retried": sum(s.reset_retries for s in stats)}))
 
 
 @pytest.mark.parametrize("dist", [FLOWS[0], FLOWS[2]])
