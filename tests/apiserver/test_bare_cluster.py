@@ -24,15 +24,8 @@ import pytest
 import yaml
 
 from berth_operator.core.kinds import COSI
-from support.apiserver import (
-    KubeApiServer,
-    forbidden,
-    install_cosi_crds,
-    install_monitoring_crds,
-    skip_reason,
-    token_id,
-)
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver import KubeApiServer, install_cosi_crds, install_monitoring_crds, skip_reason
+from support.apiserver_identities import refused_requests, start_operator
 from support.operator_harness import reconciled, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -189,8 +182,6 @@ def test_a_bare_cluster_serves_what_needs_nothing_and_names_what_is_missing(bare
     took = time.monotonic() - installed
     assert took < BOUND, f"monitored: {took:.1f} s after the prometheus-operator CRDs"
 
-    mine = token_id(token)
-    refused = [(e["verb"], e["requestURI"]) for e in api.audit(OPERATOR_USER) if forbidden(e)
-               and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [mine]]
+    refused = [(e["verb"], e["requestURI"]) for e in refused_requests(api, token)]
     assert refused == []
     assert "HTTP 404" not in operator.log(), "a kind the cluster does not serve was asked for"
