@@ -106,7 +106,7 @@ class Azurite:
 
 
 def start_azurite(workdir: Path, accounts: dict[str, tuple[str, ...]], *, https: bool = False,
-                  timeout: float = 30.0) -> Azurite:
+                  timeout: float = 60.0) -> Azurite:
     """Azurite's blob service on a free port; with `https`, TLS with a certificate for 127.0.0.1 (SAS URLs, the
     registry's redirects, are https-only)."""
     if not AZURITE_MAIN.exists():

@@ -108,6 +108,7 @@ class Applier:
         # restart the handover file says which they are.
         self.draining = read_handover(self.config_path)
         self.busy = False  # an apply is running (in a worker thread)
+        self.applies = 0  # applies begun: a look taken across one (busy, then not again) is stale
 
     def on_disk(self, names: set[str]) -> Rendered | None:
         """What the config dir holds now (config.yml and `names`), as a render to roll back to; None if empty."""
@@ -147,6 +148,7 @@ class Applier:
         """Move to `rendered`. With `turn` (a pod with siblings) the restart waits for this pod's turn and
         happens out of the Service."""
         self.busy = True  # the registry watch leaves readiness and exits alone meanwhile
+        self.applies += 1
         try:
             return self._apply(rendered, turn)
         finally:

@@ -96,8 +96,12 @@ class RegistryWatch:
                 # While an apply runs it verifies what it restarts itself; the first look is taken regardless
                 # (an agent that starts on a crash-looping config must not answer /readyz 200 meanwhile).
                 if not self.applier.busy or not self._looked:
+                    applies = self.applier.applies
                     finding = await asyncio.to_thread(self.check)
-                    if not self.applier.busy or not self._looked:
+                    # An apply that began during the look may have written config.yml before its process
+                    # answered: that look says "not serving" of a restart in progress. Drop it (once looked).
+                    stale = self.applier.busy or self.applier.applies != applies
+                    if not stale or not self._looked:
                         self._looked = True
                         await self._act(finding, emit)
                 await asyncio.sleep(self.interval)

@@ -85,3 +85,37 @@ def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_pa
     assert reports[-1][0] == "SupervisorMissing" and "berth-supervise" in reports[-1][1]
     assert _act(watch, _finding(supervisor=True, serving=True)) == ["registry-watch"]
     assert reports[-1] == ("", None)
+
+
+class _LookAcrossAnApply(RegistryWatch):
+    """A watch whose looks are scripted: the second one spans a whole apply (busy, then not again) and sees the
+    new config.yml before its process answers, as a real look racing a restart can."""
+
+    def __init__(self, tmp_path) -> None:
+        super().__init__(Applier(tmp_path), Health(), interval=0.01)
+        self.looks = 0
+
+    def check(self) -> Finding:
+        self.looks += 1
+        if self.looks == 2:
+            self.applier.applies += 1  # an apply began and ended while this look ran
+            return _finding()  # "not serving": the restart in progress
+        return _finding(serving=True)
+
+
+def test_a_look_that_spans_an_apply_is_dropped_not_reported_as_not_serving(tmp_path):
+    """Found on the real node: one such look took the only replica out of its Service for a second (a 503)."""
+    watch = _LookAcrossAnApply(tmp_path)
+    served: list[bool] = []
+    set_serving = watch.health.set_serving
+    watch.health.set_serving = lambda ok, reason="": (served.append(ok), set_serving(ok, reason))
+
+    async def a_few_looks():
+        task = asyncio.create_task(watch.run(lambda change: None))
+        while watch.looks < 4:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(a_few_looks())
+    assert watch.looks >= 4 and False not in served, served
+    assert watch.health.not_ready_reason() is None or "serving" not in watch.health.not_ready_reason()
