@@ -85,8 +85,15 @@ class Balancer:
     def url(self) -> str:
         return f"http://{self.host}"
 
-    def start(self) -> Balancer:
-        self._check()  # the first round decides who is ready before any connection is accepted
+    def start(self, ready_within: float = 30.0) -> Balancer:
+        # The first rounds decide who is ready before any connection is accepted. Until every backend has
+        # answered once: on a loaded machine one /readyz can miss its 1 s, and a test's first push through a
+        # balancer that saw no backend ready was reset before anything was measured (seen in CI at load 20).
+        deadline = time.monotonic() + ready_within
+        self._check()
+        while not all(backend.ready for backend in self.backends) and time.monotonic() < deadline:
+            time.sleep(self.check_interval)
+            self._check()
         for target, name in ((self._accept_loop, "balancer-accept"), (self._check_loop, "balancer-check")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
