@@ -3,10 +3,12 @@ without a listener.
 
 The agent names the registry to replace in the handover file and sends its supervisor (berth-supervise, marked
 by SOCKET_MARKER in the registry's environment) SIGHUP, once: a repeat would make the supervisor drop a successor
-that is still starting. The supervisor starts the successor on the same socket, waits until it alone answers (its
-own debug port), and only then SIGTERMs the old one and names the successor in registry-metrics. So the agent's
-"done" is: registry-metrics names a live process other than the old ones, and GET / answers. A successor that
-exits first is in registry-exit (the old one serves on, untouched): that restart failed, nothing was refused.
+that is still starting. The supervisor starts the successor on a socket of its own in the same reuseport group,
+waits until it alone answers (its own debug port), then steers new connections to it, and once the old socket's
+accept queue is empty SIGTERMs the old one and names the successor in registry-metrics (supervise/steer.py). So
+the agent's "done" is: registry-metrics names a live process other than the old ones, and GET / answers. A
+successor that exits first is in registry-exit (the old one serves on, untouched): that restart failed, nothing
+was refused.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ def test_ten_restarts_under_three_clients_refuse_nothing(held):
     total = counts[0].add(counts[1]).add(counts[2])
     print(f"10 restarts through the agent: {total.answered} answered, {total.refused} refused, "
           f"{total.closed_without_response} closed without a response, {total.failed} failed")
-    assert total.refused == 0 and total.failed == 0, total
+    # Steered handovers closed none in most runs (before: 6 to 8 per 20 reloads); under a heavy load, rarely one
+    # (1 of 1,094 in 20 reloads once; cause not found, docs/benchmarks.md): at most one, counted and printed.
+    assert total.refused == 0 and total.failed == 0 and total.closed_without_response <= 1, total
     assert total.answered > 100
     wait_for(lambda: len(supervisor.registries()) == 1, what="the old registries to finish")
 
@@ -65,4 +67,6 @@ def test_a_config_refused_at_start_fails_the_restart_and_the_old_registry_serves
         write_atomic(supervisor.config_path, config)  # the agent's rollback: the same door again
         again = restarter.restart(endpoint, timeout=15, draining=set())
         assert again.ok, again.detail
-    assert loop.counts.refused == 0 and loop.counts.failed == 0, loop.counts
+    # The failed successor had a socket of its own that no connection was steered to: it dropped none.
+    assert loop.counts.refused == 0 and loop.counts.failed == 0 and loop.counts.closed_without_response == 0, \
+        loop.counts

@@ -190,13 +190,16 @@ def test_reloads_on_the_held_socket_refuse_nothing_while_an_upload_drains(superv
     total = counts[0].add(counts[1]).add(counts[2])
     assert upload.error is None, (upload.error, upload.statuses)
     assert upload.read_back() == upload.data
-    assert total.refused == 0 and total.failed == 0, total
+    # Steered handovers closed none in most runs (before: 6 to 8 per 20 reloads); under a heavy load, rarely one
+    # (1 of 1,094 in 20 reloads once; cause not found, docs/benchmarks.md): at most one, counted and printed.
+    assert total.refused == 0 and total.failed == 0 and total.closed_without_response <= 1, total
     assert total.answered > 100, total
     print(f"held socket, 5 reloads under 3 clients: {total.answered} answered, 0 refused, "
           f"{total.closed_without_response} closed without a response")
     assert len(set(pids)) == 6
     log = supervisor.log()
-    assert log.count("answers on its debug port: stopping registry") == 5, log
+    assert log.count("answers on its debug port: new connections go to it") == 5, log
+    assert log.count("once its accept queue is empty") == 5 and log.count(", which drains") == 5, log
     wait_for(lambda: f"registry (pid {first.pid}) exited with status 0 after draining" in supervisor.log(),
              what="the first registry to finish its upload and exit 0")
     assert supervisor.alive()
@@ -220,6 +223,7 @@ def test_a_successor_that_fails_at_start_leaves_the_old_one_serving(supervisor_f
         new_pid = _replace(supervisor, first)
     counts = loop.counts
     assert counts.refused == 0 and counts.failed == 0 and counts.answered > 0, counts
+    assert counts.closed_without_response == 0, counts  # the failed successor was given no connection
     wait_for(lambda: not first.alive(), what="the old registry to stop")
     assert [p.pid for p in supervisor.registries()] == [new_pid]
     assert "panic" in (supervisor.config_dir / "registry-output.1").read_text() or \

@@ -3,12 +3,13 @@
 It is the parent of every registry process of its container. It starts the registry once config.yml exists,
 restarts it when it exits (with a pause after a quick failure), hands over to a successor when the agent asks,
 runs garbage-collect beside it, and copies each process's output, redacted, to the container log and to
-registry-output. For Distribution 3 (BERTH_LISTEN_ADDR set) it owns the registry's listening socket: created once,
-passed to every registry as fd 3 (socket activation: LISTEN_FDS=1, LISTEN_PID = the child's pid), so a reload
-never leaves the port without a listener.
+registry-output. For Distribution 3 (BERTH_LISTEN_ADDR set) it owns the registry's listening sockets: one per
+registry in one SO_REUSEPORT group, passed as fd 3 (socket activation: LISTEN_FDS=1, LISTEN_PID = the child's
+pid), so a reload never leaves the port without a listener, and new connections go to the successor before the
+old registry stops.
 
 Layout, top to bottom: names (the files and markers it shares with the agent), settings (its environment),
-lines (whole-line output with the notification-header redaction), spawn (fork and exec with the socket), gc
-(garbage-collect requests), main (the loop). It imports nothing else of the agent: every registry pod pays for its
-memory (a bare Python is about 10 MiB).
+lines (whole-line output with the notification-header redaction), spawn (fork and exec with the socket), steer
+(which registry's socket gets new connections), gc (garbage-collect requests), main (the loop). It imports nothing
+else of the agent: every registry pod pays for its memory (a bare Python is about 10 MiB).
 """

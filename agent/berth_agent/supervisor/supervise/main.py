@@ -4,8 +4,10 @@ Signals (the C handler writes each one's number to the signal pipe, so the loop 
 select otherwise, using no CPU): TERM/INT stop every process (SIGTERM: the registry drains; SIGINT would kill 2.8
 at once); USR1 (2.8's overlapped restart: the agent SIGTERMed the registry the handover file names, and its
 listener is closed) starts the successor at once; HUP (3.x on the held socket) starts the successor beside the
-registry the handover file names, waits until the successor answers on its own debug port, then SIGTERMs the old
-one, so something accepts on the socket at every moment; USR2 takes a garbage-collect request; CHLD reaps.
+registry the handover file names (on a socket of its own in the same SO_REUSEPORT group, new connections still
+steered to the old one), waits until the successor answers on its own debug port, steers new connections to it,
+and SIGTERMs the old one once its accept queue is empty (steer.py), so something accepts on the address at every
+moment and the old one never gets a connection it would drop; USR2 takes a garbage-collect request; CHLD reaps.
 
 A registry that exits is started again: at once after a clean exit, within 10 ms after a handover (a lost bind
 race, 2.8), else after a second (a config it refuses would otherwise restart in a hot loop). Each registry gets a
@@ -30,6 +32,7 @@ from .lines import LineSplitter
 from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
 from .settings import Settings, split_addr
 from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
+from .steer import accept_queue, handshakes, holds, inode, point_group_at
 
 CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
@@ -38,6 +41,13 @@ RACE_RETRY_SECONDS = 0.01  # after a handover: the old listener may not have let
 RACE_RETRIES = 5
 PROBE_SECONDS = 0.005  # how often a successor's debug port is tried (it answers ~30 ms after exec)
 SUCCESSOR_RETRIES = 5  # successors that lost their debug port to another process, tried again at once
+# Steered away, the old registry is SIGTERMed once its accept queue is empty, no handshake to the port is under way
+# (one begun before the switch may have met its socket and completes into it an RTT later) and SETTLE_SECONDS
+# passed (it takes what is queued); at most RETIRE_SECONDS after the switch.
+SETTLE_SECONDS = 0.02
+HANDSHAKE_LOOK_SECONDS = 0.02
+RETIRE_SECONDS = 2.0
+LINGER_SECONDS = 5.0  # longest wait for a closed socket to leave the group before a handover goes on regardless
 DEBUG_BIND_ERROR = b"error listening on debug interface"
 # `registry --version`: 3.x ".../distribution/distribution/v3 v3.1.1", 2.8 ".../docker/distribution 2.8.2"
 ACTIVATION = re.compile(rb"distribution/v3\b|\sv3\.\d")
@@ -55,6 +65,7 @@ class Registry:
         self.pipe = pipe  # the read end of its output pipe, until end of file
         self.splitter = LineSplitter()
         self.lost_debug_port = False  # it said it could not bind its debug port
+        self.sock: socket.socket | None = None  # its listening socket (3.x), held by the supervisor too
 
 
 class Supervisor:
@@ -75,7 +86,16 @@ class Supervisor:
         self.successor_retries = 0
         self.last = 0
         self.refused_ports: set[int] = set()  # debug ports a registry could not bind since the last handover
-        self.listener: socket.socket | None = None
+        self.listener: socket.socket | None = None  # the current registry's socket (3.x): a restart gets it again
+        self.steering = False  # one socket per registry, new connections steered (steer.py); else one shared
+        self.retiring: tuple[Registry, socket.socket, float] | None = None  # steered away, not yet SIGTERMed
+        # Sockets the supervisor closed that may still be in the group (inode: the registry that still holds it):
+        self.behind: dict[int, int | None] = {}  # ahead of the current one (steered-away registries)
+        self.stale: dict[int, int | None] = {}  # behind it (successors that never answered)
+        self.handshakes_seen_at = 0.0  # the last look for handshakes under way (a scan of the whole TCP table)
+        self.pointed = 0  # the group's program: the index new connections go to
+        self.replace_due: float | None = None  # a SIGHUP waiting for an old socket to leave the group (since)
+        self.lingering_since: float | None = None
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
         self.gc = GcRunner(settings.state, settings.registry_bin, settings.config, self.base_env, put, self.log)
         self.selector = selectors.DefaultSelector()
@@ -130,12 +150,15 @@ class Supervisor:
             self.start_registry()
         if self.successor is not None:
             self.probe_successor()
+        if self.steering and not self.stopping:
+            self.retire()
+            self.regroup()
         self.gc_due = self.gc.tick(now)
 
     def next_timeout(self) -> float | None:
         now = time.monotonic()
         due = [t for t in (self.restart_at, self.gc_due) if t is not None]
-        if self.successor is not None:
+        if self.successor is not None or self.retiring is not None or self.behind or self.replace_due is not None:
             due.append(now + PROBE_SECONDS)
         return max(0.0, min(due) - now) if due else None
 
@@ -181,8 +204,9 @@ class Supervisor:
         host, port = split_addr(self.s.listen or "")
         while self.listener is None and not self.stopping:
             try:
-                self.listener = listening_socket(host, port)
+                self.listener = listening_socket(host, port, reuse_port=True)
                 self.log(f"holding the registry's listening socket on {self.s.listen}")
+                self.steering = self.steer(0)
             except OSError as exc:
                 self.log(f"cannot listen on {self.s.listen}: {exc}; trying again in 1s")
                 self.turn(PAUSE_SECONDS)
@@ -195,12 +219,14 @@ class Supervisor:
         if port is not None:
             env.update(REGISTRY_HTTP_DEBUG_ADDR=f"{self.s.debug_host}:{port}",
                        REGISTRY_HTTP_DEBUG_PROMETHEUS_ENABLED="true", REGISTRY_HTTP_DEBUG_PROMETHEUS_PATH="/metrics")
+        sock = self.successor_socket() if successor else self.listener
         read_end, write_end = os.pipe()
         try:
             pid = spawn([self.s.registry_bin, "serve", str(self.s.config)], env, stdout=write_end,
-                        listener=self.listener)
+                        listener=sock)
         except SpawnError as exc:
             os.close(read_end)
+            self.drop_socket(sock, self.stale, None)
             self.log(f"{exc}; trying again in {PAUSE_SECONDS:g}s")
             self.last = 127
             self.restart_at = time.monotonic() + PAUSE_SECONDS
@@ -209,6 +235,7 @@ class Supervisor:
             os.close(write_end)
         os.set_blocking(read_end, False)
         registry = Registry(pid, time.monotonic(), port, read_end)
+        registry.sock = sock
         self.registries[pid] = registry
         self.selector.register(read_end, selectors.EVENT_READ, registry)
         metrics = f", metrics on {self.s.debug_host}:{port}" if port is not None else ""
@@ -236,6 +263,10 @@ class Supervisor:
         self.stopped = [r.pid for r in ordered]
         self.had_current = self.current is not None
         self.gc.stop()
+        self.retiring = None
+        for registry in ordered:
+            if registry.sock is not None and registry.sock is not self.listener:
+                registry.sock.close()
         if self.listener is not None:
             self.listener.close()  # the registries close theirs as they stop: then connections are refused
             self.listener = None
@@ -283,12 +314,17 @@ class Supervisor:
             return
         if not self.named_in_handover():
             return
+        if self.steering and (self.retiring is not None or self.behind):
+            self.replace_due = self.replace_due or time.monotonic()  # the current socket is not yet first: soon
+            return
+        self.replace_due = None
         if self.successor is not None:
             # A newer config is asked for (the agent's rollback, or an edit on an edit): the unanswered successor
             # is stopped (it drains whatever it may have accepted) and one on the config as it is now starts.
             self.log(f"registry (pid {self.successor.pid}) did not answer yet: stopping it for a newer one")
             _signal(self.successor.pid, signal.SIGTERM)
             self.draining.append(self.successor)
+            self.drop_socket(self.successor.sock, self.stale, self.successor.pid)
             self.successor = None
         self.refused_ports.clear()
         self.successor_retries = 0
@@ -298,15 +334,118 @@ class Supervisor:
         successor = self.successor
         if successor is None or successor.debug_port is None or not answers(self.s.debug_host, successor.debug_port):
             return
+        own = self.steering and successor.sock is not None and successor.sock is not self.listener
+        if own and not self.left_group(self.stale):
+            return  # a stopped successor's socket still sits between: its index would be wrong
         old, self.current, self.successor = self.current, successor, None
-        self.write_metrics(successor)
+        if own:
+            self.steer(1)  # the group is [old, successor]: every new connection to the successor from now on
+            old_sock, self.listener = self.listener, successor.sock
+        if old is None or not own:
+            self.write_metrics(successor)
         if old is None:
             self.log(f"registry (pid {successor.pid}) answers on its debug port")
+            if own and old_sock is not None:
+                self.drop_socket(old_sock, self.behind, None)
+            return
+        self.draining.append(old)
+        if own and old_sock is not None:
+            self.log(f"registry (pid {successor.pid}) answers on its debug port: new connections go to it; "
+                     f"stopping registry (pid {old.pid}) once its accept queue is empty")
+            self.retiring = (old, old_sock, time.monotonic())
             return
         self.log(f"registry (pid {successor.pid}) answers on its debug port: stopping registry (pid {old.pid}), "
                  "which drains")
         _signal(old.pid, signal.SIGTERM)
-        self.draining.append(old)
+
+    def retire(self) -> None:
+        """SIGTERM the steered-away registry once nothing waits in its accept queue (it took all it was given)."""
+        if self.retiring is None:
+            return
+        old, sock, since = self.retiring
+        waited = time.monotonic() - since
+        alive = old.pid in self.registries
+        if alive and waited < SETTLE_SECONDS:
+            return
+        try:
+            queued = accept_queue(sock)
+            if not queued and alive and waited < RETIRE_SECONDS:
+                # Read the whole TCP table (slow with many TIME_WAIT entries): at most every 20 ms, only now.
+                if time.monotonic() - self.handshakes_seen_at < HANDSHAKE_LOOK_SECONDS:
+                    return
+                self.handshakes_seen_at = time.monotonic()
+                queued = handshakes(sock.getsockname()[1], begun_before=waited)
+        except OSError:
+            queued = 0
+        if alive and waited < RETIRE_SECONDS and queued:
+            return
+        self.retiring = None
+        if self.current is not None:
+            # Named only now: the agent's restart is done once registry-metrics names the successor, and its next
+            # one then finds the old registry stopping, as without steering (its debug port soon free again).
+            self.write_metrics(self.current)
+        if old.pid in self.registries:
+            note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
+            self.log(f"stopping registry (pid {old.pid}), which drains{note}")
+            _signal(old.pid, signal.SIGTERM)
+        self.drop_socket(sock, self.behind, old.pid if alive else None)
+
+    def regroup(self) -> None:
+        """Once the closed sockets have left the group, the current one is first again: point the program at it,
+        and take a SIGHUP that waited for that."""
+        if self.retiring is not None or not self.left_group(self.behind):
+            return
+        if self.pointed != 0 and self.successor is None:
+            self.steer(0)
+        if self.replace_due is not None:
+            self.take_replacement()
+
+    def successor_socket(self) -> socket.socket | None:
+        """A socket of the successor's own in the current one's group (steered past it until it answers)."""
+        if not self.steering or self.listener is None:
+            return self.listener
+        host, port = split_addr(self.s.listen or "")
+        try:
+            return listening_socket(host, port, reuse_port=True)
+        except OSError as exc:
+            self.log(f"cannot open a second socket on {self.s.listen} ({exc}): the successor shares the current one")
+            return self.listener
+
+    def steer(self, index: int) -> bool:
+        """Point the group's program at socket `index`; False (logged) where the kernel cannot."""
+        if self.listener is None:
+            return False
+        try:
+            point_group_at(self.listener, index)
+        except OSError as exc:
+            self.log(f"cannot steer connections between registries ({exc}): they share one socket")
+            return False
+        self.pointed = index
+        return True
+
+    def drop_socket(self, sock: socket.socket | None, until_gone: dict[int, int | None], holder: int | None) -> None:
+        """Close the supervisor's copy of a registry's socket; it leaves the group once its registry closes its."""
+        if sock is None or sock is self.listener or sock.fileno() < 0:
+            return
+        until_gone[inode(sock)] = holder
+        sock.close()
+
+    def left_group(self, inodes: dict[int, int | None]) -> bool:
+        """Whether every one of these closed sockets has left the group (or LINGER_SECONDS passed: go on)."""
+        for number, holder in list(inodes.items()):
+            if holder is None or not holds(holder, number):
+                del inodes[number]  # its last holder closed it: it left the group
+        if not inodes:
+            self.lingering_since = None
+            return True
+        now = time.monotonic()
+        self.lingering_since = self.lingering_since or now
+        if now - self.lingering_since < LINGER_SECONDS:
+            return False
+        self.log(f"{len(inodes)} closed sockets still listen after {LINGER_SECONDS:g}s: going on regardless")
+        inodes.clear()
+        self.lingering_since = None
+        return True
 
     # ---- exits -------------------------------------------------------------------------------------------------
 
@@ -340,6 +479,7 @@ class Supervisor:
         quick = status != 0 and lived < QUICK_FAILURE_SECONDS
         if registry is self.successor:
             self.successor = None
+            self.drop_socket(registry.sock, self.stale, None)
             self.record_exit(registry, status, lived)
             if quick and registry.lost_debug_port and self.successor_retries < SUCCESSOR_RETRIES:
                 self.successor_retries += 1

@@ -89,15 +89,16 @@ def version_output(argv: list[str], env: Mapping[str, str], timeout: float = 10.
     return output
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket listening on host:port ("" or "::": every address, IPv6 and IPv4 where the host has both)."""
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket listening on host:port ("" or "::": every address, IPv6 and IPv4 where the host has both);
+    `reuse_port`: SO_REUSEPORT, so that each registry can have its own socket on the address (supervise.steer)."""
     if host in ("", "::", "0.0.0.0"):
         if host != "0.0.0.0" and socket.has_dualstack_ipv6():
             return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True,
-                                        backlog=socket.SOMAXCONN)
-        return socket.create_server(("0.0.0.0", port), backlog=socket.SOMAXCONN)
+                                        backlog=socket.SOMAXCONN, reuse_port=reuse_port)
+        return socket.create_server(("0.0.0.0", port), backlog=socket.SOMAXCONN, reuse_port=reuse_port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=socket.SOMAXCONN)
+    return socket.create_server((host, port), family=family, backlog=socket.SOMAXCONN, reuse_port=reuse_port)
 
 
 def free_loopback_port(host: str) -> int:
