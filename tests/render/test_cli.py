@@ -72,9 +72,9 @@ def test_invalid_registry_names_the_field(tmp_path):
 
 
 @pytest.mark.parametrize("content, part", [
-    ("spec: [unclosed", "is not valid YAML at line"),
-    ("- a\n- b\n", "expected a YAML mapping"),
-    ("", "expected a YAML mapping"),
+    ("spec: [unclosed", "invalid YAML at line"),
+    ("- a\n- b\n", "must hold one YAML mapping (a Registry), not a list"),
+    ("", "is empty"),
 ])
 def test_unparseable_registry_file(content, part, tmp_path):
     path = tmp_path / "r.yaml"
@@ -84,7 +84,7 @@ def test_unparseable_registry_file(content, part, tmp_path):
 
 def test_missing_registry_file(tmp_path):
     assert_bad_input(berth_agent("render", "--registry", str(tmp_path / "absent.yaml")), "absent.yaml",
-                     "cannot be read")
+                     "not found")
 
 
 def test_malformed_mount_names_file_and_key_and_hides_the_secret(tmp_path):

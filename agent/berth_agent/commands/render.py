@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from berth_api import Registry, describe_validation_error, type_meta_problem
+from berth_api import Registry, describe_validation_error
 
 from ..core.errors import InputError
 from ..inputs.mounts import DEFAULT_MOUNT_ROOT, read_inputs
-from ..inputs.registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
+from ..inputs.registry_yaml import RegistryFileProblem, read_registry_document
 from ..render.config import RenderPaths, render
 
 EXIT_BAD_INPUT = 2
@@ -71,24 +70,9 @@ def load_registry(path: Path) -> Registry:
     """Parse and validate a Registry manifest as the API server would (types exactly, apiVersion and kind);
     raises InputError naming the file or the API field."""
     try:
-        data = read_regular_file(path)
-        text = data.decode("utf-8")
-        document = load_yaml(text)
+        document = read_registry_document(path)
     except RegistryFileProblem as exc:
         raise InputError(str(path), str(exc)) from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot be read: {exc.strerror or type(exc).__name__}") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        raise InputError(str(path), f"is not valid YAML{where}") from None
-    if not isinstance(document, dict):
-        raise InputError(str(path), "does not hold a Registry object (expected a YAML mapping)")
-    problem = type_meta_problem(document)
-    if problem is not None:
-        raise InputError(str(path), problem)
     try:
         return Registry.model_validate(document)
     except ValidationError as exc:

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from berth_api import type_meta_problem
+
 from .secret_volume import KiB, file_kind
 
 # etcd refuses a request over 1.5 MiB by default, so the API server cannot store a larger Registry.
@@ -62,6 +64,37 @@ def load_yaml(data: bytes | str) -> Any:
     return document
 
 
+def read_registry_document(path: Path) -> dict:
+    """The Registry document a file holds (a mapping with Berth's apiVersion and kind), read once within the
+    bounds above, for both readers of Registry files (`run --registry-file`, `render --registry`). Anything else
+    is a RegistryFileProblem whose message names the problem, never the content; the caller names the file."""
+    try:
+        data = read_regular_file(path)
+    except FileNotFoundError:
+        raise RegistryFileProblem("not found") from None
+    except IsADirectoryError:
+        raise RegistryFileProblem("is a directory") from None
+    except OSError as exc:
+        raise RegistryFileProblem(f"cannot be read ({os.strerror(exc.errno or 0)})") from None
+    try:
+        document = load_yaml(data)
+    except yaml.MarkedYAMLError as exc:
+        # str(exc) would quote the offending line: give the position and the problem only.
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise RegistryFileProblem(f"invalid YAML{where}: {exc.problem or exc.context or 'invalid YAML'}") from None
+    except yaml.YAMLError:
+        raise RegistryFileProblem("invalid YAML") from None
+    if document is None:
+        raise RegistryFileProblem("is empty")
+    if not isinstance(document, dict):
+        raise RegistryFileProblem(f"must hold one YAML mapping (a Registry), not a {type(document).__name__}")
+    problem = type_meta_problem(document)
+    if problem is not None:
+        raise RegistryFileProblem(problem)
+    return document
+
+
 def _nodes_over(document: Any, budget: int) -> bool:
     """True when the document, with every alias expanded, has more than `budget` nodes. Iterative, and stops
     as soon as the budget is spent, so an alias bomb costs no more than the budget."""
@@ -79,4 +112,5 @@ def _nodes_over(document: Any, budget: int) -> bool:
     return False
 
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "RegistryFileProblem", "load_yaml", "read_regular_file"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "RegistryFileProblem", "load_yaml", "read_registry_document",
+           "read_regular_file"]

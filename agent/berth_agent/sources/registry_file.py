@@ -12,18 +12,15 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import time
 from pathlib import Path
 
 import yaml
 from watchdog.events import FileSystemEvent
 
-from berth_api import type_meta_problem
-
 from ..core import metrics
 from ..core.health import Health
-from ..inputs.registry_yaml import RegistryFileProblem, load_yaml, read_regular_file
+from ..inputs.registry_yaml import RegistryFileProblem, read_registry_document
 from .change import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 
@@ -33,35 +30,9 @@ log = logging.getLogger(__name__)
 def read_registry_file(path: Path) -> tuple[dict | None, str | None]:
     """(object, None) or (None, error). The error names the file and never quotes its content."""
     try:
-        text = read_regular_file(path)
-    except FileNotFoundError:
-        return None, f"registry file {path}: not found"
-    except IsADirectoryError:
-        return None, f"registry file {path}: is a directory"
+        return read_registry_document(path), None
     except RegistryFileProblem as exc:
         return None, f"registry file {path}: {exc}"
-    except OSError as exc:
-        return None, f"registry file {path}: cannot read ({os.strerror(exc.errno or 0)})"
-    try:
-        obj = load_yaml(text)
-    except RegistryFileProblem as exc:
-        return None, f"registry file {path}: {exc}"
-    except yaml.MarkedYAMLError as exc:
-        # str(exc) would quote the offending line: give the position and the problem only.
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = exc.problem or exc.context or "invalid YAML"
-        return None, f"registry file {path}: invalid YAML{where}: {problem}"
-    except yaml.YAMLError:
-        return None, f"registry file {path}: invalid YAML"
-    if obj is None:
-        return None, f"registry file {path}: is empty"
-    if not isinstance(obj, dict):
-        return None, f"registry file {path}: must hold one YAML mapping (a Registry), not a {type(obj).__name__}"
-    problem = type_meta_problem(obj)
-    if problem is not None:
-        return None, f"registry file {path}: {problem}"
-    return obj, None
 
 
 class RegistryFileWatcher(DirectorySource):
