@@ -3,7 +3,7 @@ The informers themselves run against the real API server (tests/apiserver/test_w
 
 from __future__ import annotations
 
-from berth_operator.cluster.caches import Caches
+from berth_operator.cluster.caches import Caches, strip
 
 INSTANCE = "app.kubernetes.io/instance"
 
@@ -41,3 +41,30 @@ def test_list_gives_one_instances_pods_stripped_and_follows_label_changes_and_de
     assert caches.list("v1", "Pod", "ns", selector) == []
     caches.record(pod("c-1", "c", managed=False))  # not Berth's: never cached (the informer's selector, too)
     assert caches.list("v1", "Pod", "ns", {INSTANCE: "c"}) == []
+
+
+def storage_class(name: str, version: str, expands: bool = False) -> dict:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name, "resourceVersion": version, "managedFields": [{"manager": "kubectl"}]},
+            "provisioner": "example.com/none", "allowVolumeExpansion": expands}
+
+
+def test_the_caches_of_classes_keep_every_class_and_pass_each_change_on_with_no_owner():
+    changes = []
+    classes = Caches.of_classes(None, lambda *change: changes.append(change))  # type: ignore[arg-type]
+    assert classes.selector == "" and classes.namespaces == (None,)  # every class, cluster-wide: they are the admin's
+    classes._put(strip(storage_class("standard", "1")))  # as the list fills it (before synced: nothing to wake)
+    assert not classes.covers("storage.k8s.io/v1", "StorageClass", None)  # not listed yet: reads go to the server
+    classes.synced.set()
+    assert classes.covers("storage.k8s.io/v1", "StorageClass", None)
+    assert not classes.covers("v1", "Pod", "ns")  # only the class kinds
+    kept = classes.get("storage.k8s.io/v1", "StorageClass", None, "standard")
+    assert kept["allowVolumeExpansion"] is False and "managedFields" not in kept["metadata"]
+    assert classes.get("storage.k8s.io/v1", "StorageClass", None, "fast") is None  # covered: a miss is an absence
+
+    changed = strip(storage_class("standard", "2", expands=True))
+    assert classes._put(changed)
+    classes._changed(changed)  # a class has no owner: the change goes on with owner "", keyed by the class
+    assert changes == [("", "", ("storage.k8s.io/v1", "StorageClass", "", "standard"), "2")]
+    classes.record(changed)  # our own writes are never of classes: not recorded as ours
+    assert not classes.ours(("storage.k8s.io/v1", "StorageClass", "", "standard"), "2")

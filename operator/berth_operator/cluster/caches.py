@@ -19,6 +19,10 @@ change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
   lists and watches it (covering it only from then on), and when it stops being served its objects are gone.
 A miss is not proof of absence: Cluster.get reads the server then (an object without Berth's label, such as a
 claim named in the spec, is not cached).
+The same informers, with no selector and no owners, cache the classes a spec names (core.kinds.CLASS_KINDS: the
+admin's StorageClasses and COSI classes, cluster-scoped and few; `Caches.of_classes`): a reconcile reads them
+without a request, and each change of one goes to on_change with no owner (handlers.named_changed wakes the
+Registries that read it).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 from berth_api import KIND as REGISTRY_KIND
 
 from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
-from ..core.kinds import CACHED_KINDS, OPTIONAL_KINDS
+from ..core.kinds import CACHED_KINDS, CLASS_KINDS, OPTIONAL_KINDS
 from ..kube.client import Kube, KubeError
 from .discovery import Discovery
 from .stream import Streams
@@ -94,11 +98,15 @@ def owner_of(obj: Mapping[str, Any]) -> str | None:
 class Caches:
     def __init__(self, kube: Kube, namespaces: Iterable[str] | None,
                  on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None,
-                 discovery: Discovery | None = None):
+                 discovery: Discovery | None = None, *, kinds: tuple[tuple[str, str], ...] = CACHED_KINDS,
+                 selector: str = SELECTOR, owners: bool = True):
         """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads). discovery:
-        which optional kinds are served (None: all are)."""
+        which optional kinds are served (None: all are). kinds, selector: what is listed and watched (default:
+        Berth's own objects, by its label). owners False: every change goes to on_change with owner "" (not only
+        those of an object a Registry owns)."""
         self.kube = kube
         self.discovery = discovery
+        self.kinds, self.selector, self.owners = kinds, selector, owners
         self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self.on_change = on_change
         self._store: dict[Key, bytes] = {}
@@ -109,16 +117,22 @@ class Caches:
         self._lock = threading.Lock()
         self._streams = Streams()
         self._stop = self._streams.stopping
-        self._unsynced = {(av, kind, ns) for av, kind in CACHED_KINDS for ns in self.namespaces}
+        self._unsynced = {(av, kind, ns) for av, kind in kinds for ns in self.namespaces}
         # Informers of an optional kind that became served and have not listed it yet: their kind is read from the
         # server meanwhile (every other informer covers its kind from `synced` on).
         self._relisting: set[tuple[str, str, str | None]] = set()
         self.synced = threading.Event()
 
+    @classmethod
+    def of_classes(cls, kube: Kube, on_change: Callable[[str, str, Key, str | None], None],
+                   discovery: Discovery | None = None) -> Caches:
+        """The classes a spec names (CLASS_KINDS), cluster-wide, every one (they carry no label of Berth's)."""
+        return cls(kube, None, on_change, discovery, kinds=CLASS_KINDS, selector="", owners=False)
+
     # ---- lifecycle
 
     def start(self) -> None:
-        self._streams.start("cache", self._run, CACHED_KINDS, self.namespaces)
+        self._streams.start("cache" if self.owners else "classes", self._run, self.kinds, self.namespaces)
 
     def stop(self) -> None:
         self._streams.stop()
@@ -127,7 +141,7 @@ class Caches:
     # ---- reads (any thread)
 
     def covers(self, api_version: str, kind: str, namespace: str | None) -> bool:
-        return self.synced.is_set() and (api_version, kind) in CACHED_KINDS and (
+        return self.synced.is_set() and (api_version, kind) in self.kinds and (
             self.namespaces == (None,) or namespace in self.namespaces) and (
             api_version, kind, None if self.namespaces == (None,) else namespace) not in self._relisting
 
@@ -160,7 +174,7 @@ class Caches:
 
     def record(self, obj: Mapping[str, Any]) -> None:
         """An object as the server answered our write."""
-        if (obj.get("apiVersion"), obj.get("kind")) in CACHED_KINDS and \
+        if (obj.get("apiVersion"), obj.get("kind")) in self.kinds and self.owners and \
                 (obj.get("metadata") or {}).get("labels", {}).get(MANAGED_BY_LABEL) == "berth":
             stripped = strip(obj)
             self._put(stripped)
@@ -257,7 +271,7 @@ class Caches:
         seen: dict[Key, dict[str, Any]] = {}
         token = None
         while True:
-            page = self.kube.list_page(api_version, kind, namespace, SELECTOR, continue_token=token)
+            page = self.kube.list_page(api_version, kind, namespace, self.selector, continue_token=token)
             for item in page.get("items") or ():
                 obj = strip({**item, "apiVersion": api_version, "kind": kind})
                 seen[self._key(obj)] = obj
@@ -288,8 +302,8 @@ class Caches:
             elif self._put(stripped):
                 self._changed(stripped)
 
-        return self._streams.follow(self.kube, (api_version, kind, namespace), api_version, kind, namespace, SELECTOR,
-                                    version, seen)
+        return self._streams.follow(self.kube, (api_version, kind, namespace), api_version, kind, namespace,
+                                    self.selector, version, seen)
 
     def _mark_synced(self, api_version: str, kind: str, namespace: str | None) -> None:
         with self._lock:
@@ -297,12 +311,12 @@ class Caches:
             self._unsynced.discard((api_version, kind, namespace))
             done = not self._unsynced
         if done and not self.synced.is_set():
-            logger.info("caches synced: %d objects", len(self._store))
+            logger.info("%s synced: %d objects", "caches" if self.owners else "caches of classes", len(self._store))
             self.synced.set()
 
     def _changed(self, obj: Mapping[str, Any], *, deleted: bool = False) -> None:
-        owner = owner_of(obj)
-        if owner:
+        owner = owner_of(obj) if self.owners else ""
+        if owner or not self.owners:
             version = None if deleted else obj["metadata"].get("resourceVersion")
             try:
                 self.on_change((obj.get("metadata") or {}).get("namespace") or "", owner, self._key(obj), version)

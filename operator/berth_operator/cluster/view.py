@@ -1,9 +1,9 @@
 """The cluster as the engines see it: one door for every read and write of a reconcile (docs/design.md §4.3,
 "Caches").
 
-- Reads come from the caches where they cover the kind (caches.py), else from the server, once per reconcile
-  (reading_once: a claim, Secret or class the spec names is looked up, applied around and checked for readiness
-  in one reconcile with one GET).
+- Reads come from the caches where they cover the kind (caches.py; the classes a spec names from the caches of
+  classes), else from the server, once per reconcile (reading_once: a claim or Secret the spec names is looked
+  up, applied around and checked for readiness in one reconcile with one GET).
 - Every write goes through the raw client (kube/client.py) and its answer is recorded in the caches at once, so
   the next reconcile does not see the object as it was before our own write; a delete makes them forget it.
 - What is ours (ours: a cache change that is the echo of our own last write) and what the cluster serves
@@ -23,15 +23,18 @@ from .caches import Caches, Key
 
 class Cluster:
     """kube: the raw client (connections, the leader's write fence). caches, when given, answer reads for the
-    kinds they watch and learn every write; served, when given (Discovery.serves), says whether the cluster serves
-    an optional kind (without it every kind counts as served)."""
+    kinds they watch and learn every write; classes, when given (Caches.of_classes), answer reads of the classes
+    once listed; served, when given (Discovery.serves), says whether the cluster serves an optional kind (without
+    it every kind counts as served)."""
 
     def __init__(self, kube: Kube, caches: Caches | None = None, *,
-                 served: Callable[[str, str], bool] | None = None):
+                 served: Callable[[str, str], bool] | None = None, classes: Caches | None = None):
         self.kube = kube
         self._caches = caches
+        self._classes = classes
         self._served = served
         self._reads: dict[Key, dict[str, Any] | None] | None = None
+        self._class_reads: set[Key] | None = None
 
     def close(self) -> None:
         self.kube.close()
@@ -62,18 +65,24 @@ class Cluster:
         hold from the server once; a reconcile is one snapshot anyway. A write of the object, and a get with
         cached=False, read it again."""
         view = copy.copy(self)
-        view._reads = {}
+        view._reads, view._class_reads = {}, set()
         return view
 
     def server_reads(self) -> frozenset[Key]:
         """The objects this reconcile's view read from the server (those the caches do not hold, found or not),
-        less those it wrote since: what a Registry names that Berth did not make (cluster/named.py)."""
-        return frozenset(self._reads or ())
+        less those it wrote since, and the classes it read from the caches of classes: what a Registry names that
+        Berth did not make (cluster/named.py, Caches.of_classes)."""
+        return frozenset(self._reads or ()) | frozenset(self._class_reads or ())
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str, *,
             cached: bool = True) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404). From the caches when they hold it (unless not
-        cached); a miss is read from the server (an object without Berth's label is not cached, and may exist)."""
+        cached); a miss is read from the server (an object without Berth's label is not cached, and may exist). A
+        class the caches of classes cover is theirs alone: a miss there is an absence."""
+        if self._classes is not None and cached and self._classes.covers(api_version, kind, namespace):
+            if self._class_reads is not None:
+                self._class_reads.add(_key(api_version, kind, namespace, name))
+            return self._classes.get(api_version, kind, namespace, name)
         if self._caches is not None and cached:
             hit = self._caches.get(api_version, kind, namespace, name)
             if hit is not None:

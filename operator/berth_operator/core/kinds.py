@@ -43,7 +43,9 @@ class Kind:
     and watch it (Berth's label); prune: the builders.names function naming the object (or a tuple of the
     objects) a Registry no longer needs, which the apply layer deletes; optional: the API a cluster may not
     serve (None: every cluster does); named: a spec can name an object of it that Berth did not make (a user's
-    Secret or claim), whose changes wake the Registries that read it (cluster/named.py)."""
+    Secret or claim), whose changes wake the Registries that read it (cluster/named.py); spec_class: a
+    cluster-scoped class a spec names (the admin's), cached cluster-wide whole (Caches.of_classes), whose changes
+    wake the Registries that read it."""
 
     api_version: str
     kind: str
@@ -55,6 +57,7 @@ class Kind:
     prune: str | None = None
     optional: OptionalApi | None = None
     named: bool = False
+    spec_class: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -111,9 +114,9 @@ TABLE: tuple[Kind, ...] = (
     Kind("v1", "Pod", "pods", cached=True),
     Kind("v1", "ConfigMap", "configmaps", named=True),
     Kind("v1", "Event", "events"),
-    Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False),
-    Kind(COSI, "BucketClass", "bucketclasses", namespaced=False, optional=COSI_API),
-    Kind(COSI, "BucketAccessClass", "bucketaccessclasses", namespaced=False, optional=COSI_API),
+    Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False, spec_class=True),
+    Kind(COSI, "BucketClass", "bucketclasses", namespaced=False, optional=COSI_API, spec_class=True),
+    Kind(COSI, "BucketAccessClass", "bucketaccessclasses", namespaced=False, optional=COSI_API, spec_class=True),
     Kind(REGISTRY, "Registry", "registries"),
     Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),
 )
@@ -125,6 +128,7 @@ CREATE_ONLY_KINDS = frozenset(kind.kind for kind in TABLE if kind.applied == CRE
 PRUNABLE_KINDS: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.prune is not None)
 OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.optional is not None)
 NAMED_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.named)
+CLASS_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.spec_class)
 
 
 def lookup(api_version: str, kind: str) -> Kind:

@@ -18,7 +18,7 @@ from berth_api.timestamps import format_time
 from ..builders import build_all, names, problems
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
-from ..core.kinds import KINDS, NAMED_KINDS
+from ..core.kinds import CLASS_KINDS, KINDS, NAMED_KINDS
 from ..kube.client import KubeError
 from . import apply, expansion, facts, gc_schedule, status
 from .status import DeploymentState, Finding, Observation
@@ -33,6 +33,9 @@ UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass",
     "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI", "MissingGatewayAPI", "MissingCertManager",
 })
+# Reads whose object's change wakes the Registry that read it: the named kinds (cluster/named.py) and the classes
+# (the caches of classes).
+WAKING_READS = frozenset(NAMED_KINDS) | frozenset(CLASS_KINDS)
 # An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
 MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
 
@@ -160,7 +163,7 @@ def needs_polling(findings: list[Finding]) -> bool:
 def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
     view = kube.reading_once()
     outcome = _reconcile(view, body, agent_image=agent_image, clock=clock)
-    outcome.named = frozenset(key for key in view.server_reads() if key[:2] in NAMED_KINDS)
+    outcome.named = frozenset(key for key in view.server_reads() if key[:2] in WAKING_READS)
     return outcome
 
 
