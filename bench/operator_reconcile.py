@@ -415,6 +415,8 @@ def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | No
             # for minutes after the operator converged, and each wakes a Registry), then 10 s of echoes settle.
             wait(lambda: controllers_settled(api, count), "the controllers made every pod and Deployment status",
                  timeout, every=2)
+            settled_s = time.monotonic() - started  # bench/control_plane_floor.py's second figure
+            settled_cpu = {name: cpu_seconds(p) - cpu_before[name] for name, p in pids.items()}
             time.sleep(10)
             idle_mark, idle_log_at = api.audit_mark(), len(operator.log())
             idle_cpu_before, t0 = cpu_seconds(pid), time.monotonic()
@@ -442,6 +444,7 @@ def measure(count: int, idle_seconds: float, *, timeout: float, refuse: str | No
             registries.stop.set()
             operator.stop()
     return {"count": count, "converge_s": converge_s, "cpu": cpu, "peak_mib": peak, "pods": pods,
+            "settled_s": settled_s, "settled_cpu": settled_cpu,
             "requests": by_verb(converge_requests), "by_resource": by_resource(converge_requests),
             "refused": refused(converge_requests), "latency": latencies(converge_requests, converge_s),
             "others": others_writes(everyone),
@@ -465,6 +468,9 @@ def report(result: dict[str, Any]) -> None:
           f"{result['converge_s']:.1f} s, {1000 * result['converge_s'] / n:.1f} ms per Registry{converge_target}")
     print("CPU while converging: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result["cpu"].items())
           + f"; {result['pods']} pods Pending at the end")
+    print(f"controllers quiet (every pod made, every Deployment status caught up): {result['settled_s']:.1f} s after "
+          "the operator's start; CPU until then: "
+          + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result["settled_cpu"].items()))
     print(f"operator peak RSS: {result['peak_mib']:.0f} MiB (target <= {TARGETS['rss_mib']:.0f}: "
           f"{met(result['peak_mib'] <= TARGETS['rss_mib'])})")
     total = sum(result["requests"].values())
@@ -494,11 +500,18 @@ def main() -> None:
     parser.add_argument("--count", type=int, action="append", help="N (repeat for several; default 100)")
     parser.add_argument("--idle", type=float, default=130.0, help="seconds of nothing changing")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to converge before failing")
+    parser.add_argument("--probe-memory", metavar="DIR",
+                        help="sample what holds the operator's memory into DIR (bench/memory_probe; not for timing)")
     parser.add_argument("--refuse-apply", metavar="RESOURCE",
                         help="the API server refuses every write of this resource (e.g. services): must fail")
     args = parser.parse_args()
     if (reason := skip_reason()) is not None:
         raise SystemExit(reason)
+    if args.probe_memory:  # the operator child inherits the environment (bench/memory_probe/sitecustomize.py)
+        pathlib.Path(args.probe_memory).mkdir(parents=True, exist_ok=True)
+        os.environ["BERTH_BENCH_PROBE_DIR"] = str(pathlib.Path(args.probe_memory).resolve())
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO / "bench" / "memory_probe"), *filter(None, [os.environ.get("PYTHONPATH")])])
     results = []
     for count in args.count or [100]:
         try:

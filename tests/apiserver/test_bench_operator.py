@@ -4,6 +4,7 @@ still writes status.observedGeneration, which the bench once took for convergenc
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from support.control_plane import skip_reason
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "operator_reconcile.py"
+FLOOR = BENCH.parent / "control_plane_floor.py"
 pytestmark = pytest.mark.e2e  # a control plane of its own and the operator as a process, each run
 
 
@@ -23,14 +25,32 @@ def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=280, cwd=BENCH.parents[1])
 
 
-def test_the_bench_converges_four_registries_with_the_controllers_running():
-    result = run_bench()
+def test_the_bench_converges_four_registries_with_the_controllers_running(tmp_path):
+    result = run_bench("--probe-memory", str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # The memory probe sampled the operator (one process), its caches and kept bodies among the figures.
+    [samples] = list(tmp_path.glob("*.jsonl"))
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert lines and not [line for line in lines if "error" in line], lines[:3]
+    assert lines[-1]["VmHWM"] > 0 and lines[-1]["bodies"][0] == 4 and lines[-1]["caches"]["Deployment"][0] == 4
     assert "converged (every Registry at its generation, none Degraded, every owned object present): " in result.stdout
     assert "refused: none" in result.stdout
     # The controller manager made the pods of the 1 + 1 + 3 + 2 replicas (the scheduler keeps them Pending).
     assert "; 7 pods Pending at the end" in result.stdout
     assert "idle writes (not Events, not the leader Lease): 0 " in result.stdout
+
+
+def test_the_floor_writes_what_the_builders_make_and_waits_for_the_controllers():
+    """bench/control_plane_floor.py: the same objects without an operator, the same wait for the controllers."""
+    if (reason := skip_reason()) is not None:
+        pytest.skip(reason)
+    result = subprocess.run([sys.executable, str(FLOOR), "--count", "4", "--timeout", "180"],
+                            capture_output=True, text=True, timeout=280, cwd=BENCH.parents[1])
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # Per spec (inmemory, filesystem from a class, COSI from classes, the existing claim): 9 + 10 + 12 + 10 objects
+    # (the COSI one and the claim one with a PDB), each with its status patch and Event.
+    assert "every object written: " in result.stdout and " (49 requests, 12.2 per Registry)" in result.stdout
+    assert "controllers quiet (every pod made, every Deployment status caught up): " in result.stdout
 
 
 def test_a_refused_apply_fails_the_bench():
