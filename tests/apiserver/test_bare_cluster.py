@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from berth_operator.core.kinds import COSI
-from support.apiserver import KubeApiServer, install_cosi_crds, install_monitoring_crds, skip_reason
-from support.apiserver_identities import refused_requests, start_operator
+from support.apiserver import KubeApiServer, install_cosi_crds, install_monitoring_crds
+from support.apiserver_identities import operator_on_own_server, refused_requests
 from support.operator_harness import reconciled, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -69,18 +69,8 @@ def messages(api: KubeApiServer, namespace: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with KubeApiServer() as api:
-        operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("bare"), None)
-        try:
-            wait_for(lambda: operator.health() is not None and operator.health()[0] == 200, "operator leading", 60)
-            yield api, operator, token
-        finally:
-            code = operator.stop()
-            assert code == 0, operator.log()[-3000:]
-            assert "Traceback" not in operator.log(), operator.log()[-3000:]
+    with operator_on_own_server(tmp_path_factory.mktemp("bare"), None) as running:
+        yield running
 
 
 def create_example(api: KubeApiServer, key: str, docs: list[dict]) -> tuple[str, str]:

@@ -18,9 +18,8 @@ from support.apiserver import (
     KubeApiServer,
     install_cert_manager_crds,
     install_gateway_api_crds,
-    skip_reason,
 )
-from support.apiserver_identities import refused_requests, start_operator
+from support.apiserver_identities import operator_on_own_server, refused_requests
 from support.certs import self_signed
 from support.operator_harness import wait_for
 
@@ -39,16 +38,8 @@ def reasons(api: KubeApiServer) -> set[str]:
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with KubeApiServer() as api:
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        operator, token = start_operator(api, "berth-operator-0", tmp_path_factory.mktemp("exposed"), [NS])
-        try:
-            yield api, operator, token
-        finally:
-            operator.stop()
+    with operator_on_own_server(tmp_path_factory.mktemp("exposed"), [NS], (NS,)) as running:
+        yield running
 
 
 def test_missing_gateway_api_and_cert_manager_are_named_and_recovered_without_a_restart(bare):

@@ -3,6 +3,8 @@ rollout does), the standby takes the Lease, and a Registry edit made then is app
 
 from __future__ import annotations
 
+import time
+
 from support.node import Node
 from support.node_berth import (
     OPERATOR_NAMESPACE,
@@ -26,10 +28,13 @@ def test_deleting_the_leader_pod_hands_over_and_an_edit_is_still_applied(kube_no
     leader = wait_for(lambda: lease_holder(kube_node) in names and lease_holder(kube_node), "a leader among them", 60)
     (standby,) = names - {leader}
 
+    deleted = time.monotonic()
     kube_node.api.delete("v1/pods", OPERATOR_NAMESPACE, leader)
     holder = wait_for(lambda: (h := lease_holder(kube_node)) not in (None, leader) and h,
                       "the standby to take the Lease", 60, kube_node)
-    assert holder == standby, (holder, standby)
+    took = time.monotonic() - deleted
+    print(f"the Lease taken by {holder} {took:.1f} s after the leader pod's deletion")
+    assert holder == standby, (holder, standby, f"{took:.1f} s after the deletion")
     # An edit only the operator acts on (the Service's annotations; the agent never touches the Service), made
     # once the old leader released the Lease (it then no longer writes): only the new leader can apply it.
     patch = {"spec": {"service": {"annotations": {"berth.test/handover": leader}}}}

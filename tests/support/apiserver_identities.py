@@ -8,15 +8,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, lease, names, role, role_binding, service_account
-from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, service_account_user, token_id
-from support.operator_harness import AGENT_IMAGE, OperatorProcess
+from support.apiserver import REPO, ApiError, KubeApiServer, forbidden, service_account_user, skip_reason, token_id
+from support.operator_harness import AGENT_IMAGE, OperatorProcess, wait_for
 
 OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_SA = "berth-operator"
@@ -73,6 +76,34 @@ def start_operator(server: KubeApiServer, name: str, log_dir: Any, namespaces: l
     process = OperatorProcess(server, name, log_dir, namespaces=namespaces, lease=lease,
                               kubeconfig=server.kubeconfig_for(token))
     return process.start(), token
+
+
+@contextlib.contextmanager
+def operator_on_own_server(log_dir: Path, namespaces: list[str] | None, create_namespaces: tuple[str, ...] = (),
+                           ) -> Iterator[tuple[KubeApiServer, OperatorProcess, str]]:
+    """A kube-apiserver of the caller's own (bare: the worker's shared one gets CRDs installed by other tests) and
+    berth-operator on it as deploy/ runs it (start_operator), once it leads: (server, operator, its token). At the
+    end the operator is stopped, and after a body that passed its stop must be clean: exit 0, no traceback."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with KubeApiServer() as api:
+        for namespace in create_namespaces:
+            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        operator, token = start_operator(api, "berth-operator-0", log_dir, namespaces)
+        try:
+            try:
+                wait_for(lambda: (health := operator.health()) is not None and health[0] == 200, "operator leading",
+                         60)
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{operator.log()[-3000:]}") from None
+            yield api, operator, token
+        except BaseException:
+            operator.stop()
+            raise
+        code = operator.stop()
+        assert code == 0, operator.log()[-3000:]
+        assert "Traceback" not in operator.log(), operator.log()[-3000:]
 
 
 def refused_requests(server: KubeApiServer, token: str) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from .certs import self_signed_pair
-from .ports import free_port, wait_for_port
+from .ports import free_port, wait_listening
 from .processes import stop_process
 
 AZURITE_DIR = Path(os.environ.get("BERTH_AZURITE_DIR", Path.home() / ".cache" / "berth" / "azurite"))
@@ -134,17 +134,12 @@ def start_azurite(workdir: Path, accounts: dict[str, tuple[str, ...]], *, https:
          "--disableTelemetry", *tls_args],
         stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=workdir)
     azurite = Azurite(process, port, workdir, dict(accounts), ca_path, log_file)
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"Azurite exited with {process.returncode}: {azurite.log()}")
-            try:
-                wait_for_port(port, timeout=0.5)
-                return azurite
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+        wait_listening(process, port, "Azurite", timeout=timeout)
+        return azurite
+    except RuntimeError as error:
+        azurite.stop()
+        raise RuntimeError(f"{error}: {azurite.log()}") from None
     except BaseException:
         azurite.stop()
         raise

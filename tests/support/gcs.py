@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
-from .ports import free_port, wait_for_port
+from .ports import free_port, wait_listening
 from .processes import stop_process
 
 UPLOAD_HOST = "www.googleapis.com"
@@ -356,16 +356,11 @@ def start_gcs(workdir: Path, *, timeout: float = 30.0) -> FakeGcs:
         thread.start()
         gcs._threads.append(thread)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited with {process.returncode}: {gcs.log()}")
-            try:
-                wait_for_port(port, timeout=0.5)
-                return gcs
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+        wait_listening(process, port, "fake-gcs-server", timeout=timeout)
+        return gcs
+    except RuntimeError as error:
+        gcs.stop()
+        raise RuntimeError(f"{error}: {gcs.log()}") from None
     except BaseException:
         gcs.stop()
         raise

@@ -28,8 +28,8 @@ import yaml
 
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
-from support.ports import free_port
-from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, wait_for
+from support.ports import free_port, holds_socket, listener_inodes
+from support.supervisor import REGISTRY_BIN, Supervisor, registry_env, session_pids, wait_for
 
 
 def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
@@ -137,10 +137,39 @@ class RegistryPod:
     # ---- observations ----------------------------------------------------------------------------------------
 
     def serving(self) -> bool:
+        """A registry answers on the pod's address, and (with a supervisor) the listener there is this pod's: a
+        stranger that holds the port (support.ports) answers too, and would take this pod's requests."""
+        if self.supervisor is not None and not self.holds_listener():
+            return False
         return answers(Endpoint(self.listen_host, self.port, self.tls)) in (200, 401)
 
+    def holds_listener(self) -> bool:
+        """Whether the socket listening on the pod's address is held in the supervisor's session (its own held
+        socket on 3.x, a registry's on 2.8): what a pod's network namespace makes sure of in a cluster."""
+        if self.supervisor is None or self.supervisor.process is None:
+            return False
+        inodes = listener_inodes(self.listen_host, self.port)
+        return bool(inodes) and any(holds_socket(p, inodes) for p in session_pids(self.supervisor.pid))
+
     def wait_serving(self, timeout: float = 30.0) -> None:
-        wait_for(self.serving, timeout, what=f"the registry to answer on {self.host}\n{self.agent_log_text()}")
+        wait_for(self.serving, timeout, what=lambda: f"the registry to answer on {self.host}\n{self.diagnosis()}")
+
+    def diagnosis(self) -> str:
+        """What a wait that timed out needs, read at its timeout: whether the agent and the supervisor still run,
+        who answers and who holds the listener on the pod's address, and the tails of both logs."""
+        agent = "not started" if self.agent is None else (
+            "running" if self.agent.poll() is None else f"exited {self.agent.returncode}")
+        supervisor = "not started" if self.supervisor is None or self.supervisor.process is None else (
+            "running" if self.supervisor.process.poll() is None else f"exited {self.supervisor.process.returncode}")
+        inodes = listener_inodes(self.listen_host, self.port)
+        holders = sorted(int(pid) for pid in os.listdir("/proc") if pid.isdigit() and holds_socket(int(pid), inodes))
+        answer = answers(Endpoint(self.listen_host, self.port, self.tls))
+        registry_log = self.supervisor.log() if self.supervisor is not None else ""
+        session = sorted(session_pids(self.supervisor.pid)) if supervisor == "running" else []
+        return (f"agent {agent}, supervisor {supervisor}; {self.host} answers {answer}, its listener held by pids "
+                f"{holders} (the supervisor's session: {session})\n"
+                f"--- agent log (tail)\n{self.agent_log_text()[-4000:]}\n"
+                f"--- registry log (tail)\n{registry_log[-4000:]}")
 
     def registry_pid(self) -> int | None:
         """The newest registry process (an older one may still be draining after an overlapped restart)."""

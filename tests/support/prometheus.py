@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .ports import free_port, wait_for_port
+from .ports import free_port, wait_listening
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -47,7 +47,10 @@ class Prometheus:
             [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.root / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for_port(self.port, timeout=60)
+        try:
+            wait_listening(self.process, self.port, "Prometheus", timeout=60)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}:\n{self.log_path.read_text(errors='replace')[-2000:]}") from None
         # The port listens before the TSDB is open: queries answer 503 until /-/ready says 200.
         deadline = time.monotonic() + 60
         while not self._ready():

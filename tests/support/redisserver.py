@@ -26,7 +26,7 @@ from berth_agent.apply.redis_wire import encode as _encode
 from berth_agent.apply.redis_wire import read_reply as _read_reply
 
 from .certs import self_signed_pair
-from .ports import free_port, wait_for_port
+from .ports import free_port, wait_listening
 from .processes import stop_process
 
 REDIS_BINARY = "/usr/bin/redis-server"
@@ -98,7 +98,10 @@ def start_redis(workdir: Path, *, tls: bool = False) -> RedisServer:
     process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
     server = RedisServer(process, port, password, log_path, log_file, ca_file)
     try:
-        wait_for_port(port, timeout=10)
+        wait_listening(process, port, "redis-server", timeout=10)
+    except RuntimeError as error:
+        server.stop()
+        raise RuntimeError(f"{error}: {log_path.read_text(errors='replace')[-2000:]}") from None
     except BaseException:
         server.stop()
         raise

@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from .ports import free_port, wait_for_port
+from .ports import free_port, listener_inodes, wait_listening
 from .processes import stop_process
 
 REGION = "us-east-1"
@@ -141,9 +140,22 @@ class MotoServer:
 
 
 def start_moto(workdir: Path, *, port: int | None = None, timeout: float = 30.0) -> MotoServer:
+    """moto_server on `port` (default: a free one), once its own process listens there. A free port is only free
+    until someone binds it: another server binding port 0 meanwhile can be handed the same one (the clean-clone CI
+    at 4b2b656: the kmock emulator's), and then a connect succeeds against the stranger while moto fails to bind.
+    So the listener must be held by moto's process; on a port picked here, a stranger there means another try
+    on another port."""
+    tries = 1 if port is not None else 3
+    for _ in range(tries):
+        server = _start_moto_once(workdir, port or free_port(), timeout)
+        if server is not None:
+            return server
+    raise RuntimeError(f"moto_server: another process held its port ({tries} tries)")
+
+
+def _start_moto_once(workdir: Path, port: int, timeout: float) -> MotoServer | None:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
     log_path = workdir / "moto.log"
     log_file = open(log_path, "ab")
     env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
@@ -152,21 +164,17 @@ def start_moto(workdir: Path, *, port: int | None = None, timeout: float = 30.0)
     process = subprocess.Popen([sys.executable, "-m", "support.s3", "127.0.0.1", str(port)], stdout=log_file,
                                stderr=subprocess.STDOUT, env=env, cwd=workdir)
     server = MotoServer(process, port, log_path, _log_file=log_file)
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {process.returncode}: {log_path.read_text()}")
-            try:
-                wait_for_port(port, timeout=0.5)
-                break
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+        wait_listening(process, port, "moto_server", timeout=timeout)
+        return server
+    except RuntimeError as error:
+        server.stop()
+        if listener_inodes("127.0.0.1", port):
+            return None  # it could not bind: the port was someone else's by then
+        raise RuntimeError(f"{error}: {log_path.read_text()}") from None
     except BaseException:
         server.stop()
         raise
-    return server
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,7 +48,8 @@ def minimal_config(root: Path, port: int, *, drain: str = "5s", extra: str = "")
     ).encode()
 
 
-def children_of(pid: int) -> list[int]:
+def _live_processes() -> list[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of every live process."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -58,20 +59,30 @@ def children_of(pid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
+        if fields[0] not in ("Z", "X"):
+            found.append((int(entry.name), fields))
     return found
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
-    """Poll until predicate() is truthy (returns its value); AssertionError naming `what` after timeout."""
+def children_of(pid: int) -> list[int]:
+    return [child for child, fields in _live_processes() if int(fields[1]) == pid]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session `sid` (a supervisor's: the support starts it in a session of its own)."""
+    return [member for member, fields in _live_processes() if int(fields[3]) == sid]
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str | Callable[[], str] = "condition"):
+    """Poll until predicate() is truthy (returns its value); AssertionError naming `what` after timeout (a callable
+    `what` is asked then: logs read at the timeout, not when the wait began)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 

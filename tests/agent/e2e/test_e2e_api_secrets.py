@@ -93,7 +93,7 @@ def test_api_update_applies_at_once_and_the_mount_never_regresses(pod, kube_api,
             key2 = moto.create_access_key("registry")
             kube_api.patch(SECRETS, "default", CREDS, {"data": api_data(bucket_info(moto.endpoint, key2))})
             moto.delete_access_key("registry", key1.access_key_id)
-            wait_for(lambda: pod.actions("restarted"), what=f"a restart on the new key\n{pod.agent_log_text()}")
+            wait_for(lambda: pod.actions("restarted"), what=lambda: f"a restart on the new key\n{pod.agent_log_text()}")
             wait_for(lambda: only_one_registry(pod), what="the old registry to finish draining")
             applied_at = len(loop.stats.failures)  # failures before this point: the revoked key, not yet replaced
             assert key2.access_key_id in config_key_id(pod)
@@ -142,7 +142,7 @@ def test_agent_restarted_with_a_stale_mount_uses_the_api_copy_at_once(pod, kube_
         start(pod, kube_api, moto, key1)
         key2 = moto.create_access_key("registry")
         kube_api.patch(SECRETS, "default", CREDS, {"data": api_data(bucket_info(moto.endpoint, key2))})
-        wait_for(lambda: pod.actions("restarted"), what=f"a restart on the new key\n{pod.agent_log_text()}")
+        wait_for(lambda: pod.actions("restarted"), what=lambda: f"a restart on the new key\n{pod.agent_log_text()}")
         registry_pid = pod.registry_pid()
 
         pod.agent.kill()  # kill -9: no goodbye; the mount still shows key 1 (the kubelet has not synced)
@@ -155,7 +155,7 @@ def test_agent_restarted_with_a_stale_mount_uses_the_api_copy_at_once(pod, kube_
             kube_api.fail_next(50, status=503, plural="secrets")
         start_agent(pod, kube_api)
         wait_for(lambda: pod.actions("config on disk is current"),
-                 what=f"the restarted agent to adopt the running config\n{pod.agent_log_text()}")
+                 what=lambda: f"the restarted agent to adopt the running config\n{pod.agent_log_text()}")
         time.sleep(SETTLE_SECONDS)
         assert key2.access_key_id in config_key_id(pod)
         assert pod.registry_pid() == registry_pid and pod.registry_starts() == 2  # not restarted back onto key 1
@@ -169,7 +169,7 @@ def test_secret_not_readable_over_the_api_leaves_the_mount_in_charge(pod, kube_a
         start(pod, kube_api, moto, key1, in_api=False)  # the API has no such Secret: the watch reports not found
         key2 = moto.create_access_key("registry")
         swap_secret_dir(pod.mounts / "cosi", {"BucketInfo": bucket_info(moto.endpoint, key2)})
-        wait_for(lambda: pod.actions("restarted"), what=f"a restart on the mounted key\n{pod.agent_log_text()}")
+        wait_for(lambda: pod.actions("restarted"), what=lambda: f"a restart on the mounted key\n{pod.agent_log_text()}")
         assert key2.access_key_id in config_key_id(pod)
         wait_for(lambda: pod.metric("secret_changes_applied_total", 'path="mount"') == 1, what="the mount path counted")
         assert pod.metric("secret_changes_applied_total", 'path="api"') == 0

@@ -103,7 +103,8 @@ def test_an_unreadable_mounted_file_keeps_the_last_good_config(http_secret_pod, 
     os.rename(secret_dir / "..data_tmp", secret_dir / "..data")
     shutil.rmtree(secret_dir / old)
 
-    wait_for(lambda: "http-secret/secret" in _error(kube_api), what=f"the error in status\n{pod.agent_log_text()}")
+    wait_for(lambda: "http-secret/secret" in _error(kube_api),
+             what=lambda: f"the error in status\n{pod.agent_log_text()}")
     _assert_kept_serving(pod, pid)
     assert pod.metric("render_errors_total", 'source="http-secret"') >= 1
 
@@ -127,7 +128,7 @@ def test_a_config_the_registry_refuses_is_rolled_back(http_secret_pod, kube_api)
         squatter.bind(("127.0.0.2", pod.port))
         squatter.listen()
         kube_api.patch(REGISTRIES, "default", "reg", {"spec": {"http": {"addr": f"127.0.0.2:{pod.port}"}}})
-        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
+        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=lambda: f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry back on the last good config")
         wait_for(lambda: "not applied" in _error(kube_api), what="the failure in status")
         assert _record(kube_api)["configHash"] == good_hash
@@ -167,7 +168,8 @@ def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_p
         # Truncated JSON that still holds the secret key: the error must name the file, not quote it.
         broken = bucket_info(key)["BucketInfo"][:-20]
         swap_secret_dir(pod.mounts / "cosi", {"BucketInfo": broken})
-        wait_for(lambda: "cosi/BucketInfo" in _error(kube_api), what=f"the error in status\n{pod.agent_log_text()}")
+        wait_for(lambda: "cosi/BucketInfo" in _error(kube_api),
+                 what=lambda: f"the error in status\n{pod.agent_log_text()}")
         _assert_kept_serving(pod, pid)
         assert pod.metric("render_errors_total", 'source="cosi"') >= 1
 
@@ -295,13 +297,15 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):
             swap(source, name, make)
             wait_for(lambda where=f"{source}/{name}: ", message=message:
                      where in _error(kube_api) and message in _error(kube_api),
-                     what=f"{title}: the error in status\n{_error(kube_api)}\n{pod.agent_log_text()[-3000:]}")
+                     what=lambda title=title: f"{title}: the error in status\n{_error(kube_api)}\n"
+                                              f"{pod.agent_log_text()[-3000:]}")
             _assert_kept_serving(pod, pid)
             assert _record(kube_api)["configHash"] == good_hash, title
             assert pod.health("/livez") == 200, title
             assert pod.metric("render_errors_total", f'source="{source}"') > errors_before, title
             swap(source)  # the good payload back
-            wait_for(lambda: not _error(kube_api), what=f"{title}: recovery\n{pod.agent_log_text()[-3000:]}")
+            wait_for(lambda: not _error(kube_api),
+                     what=lambda title=title: f"{title}: recovery\n{pod.agent_log_text()[-3000:]}")
             _assert_kept_serving(pod, pid)
 
         # A FIFO used to block the pipeline thread in open(2): a CR edit made meanwhile was never applied.
@@ -314,7 +318,7 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):
         _assert_kept_serving(pod, pid)
         swap("redis")
         wait_for(lambda: not _error(kube_api) and "level: debug" in (pod.config_dir / "config.yml").read_text(),
-                 what=f"the edit applied once the FIFO is gone\n{pod.agent_log_text()[-3000:]}")
+                 what=lambda: f"the edit applied once the FIFO is gone\n{pod.agent_log_text()[-3000:]}")
         wait_for(pod.serving, what="the registry on the edited config")
 
         messages = _error(kube_api) + pod.agent_log_text() + json.dumps(kube_api.list("v1/events", "default"))
@@ -346,7 +350,7 @@ def test_a_registry_file_is_as_strict_as_the_api_server(pod):
                            (deployment, "kind: must be Registry"),
                            (future, "apiVersion: must be berth.dev/v1alpha1")):
         pod.write_registry_file(document)
-        wait_for(lambda part=part: failed_with(part), what=f"{part}\n{pod.agent_log_text()[-2000:]}")
+        wait_for(lambda part=part: failed_with(part), what=lambda part=part: f"{part}\n{pod.agent_log_text()[-2000:]}")
         _assert_kept_serving(pod, pid)
     errors = pod.metric("render_errors_total", 'source="registry"')
     assert errors >= 3
@@ -361,7 +365,7 @@ def test_a_registry_file_is_as_strict_as_the_api_server(pod):
     fixed["spec"]["config"]["storage"]["maintenance"] = {"readonly": {"enabled": True}}
     pod.write_registry_file(fixed)
     wait_for(lambda: "readonly:\n      enabled: true" in (pod.config_dir / "config.yml").read_text(),
-             what=f"the good file applied\n{pod.agent_log_text()[-2000:]}")
+             what=lambda: f"the good file applied\n{pod.agent_log_text()[-2000:]}")
     wait_for(pod.serving, what="the registry on the new config")
 
 
@@ -376,7 +380,8 @@ def test_a_wrong_redis_password_is_refused_by_the_preflight_in_status_and_events
 
     wrong = "PLANTED-wrong-redis-password"
     swap_secret_dir(pod.mounts / "redis", {"url": f"redis://:{wrong}@127.0.0.1:{redis_server.port}/0"})
-    wait_for(lambda: "spec.redis" in _error(kube_api), what=f"the pre-flight error in status\n{pod.agent_log_text()}")
+    wait_for(lambda: "spec.redis" in _error(kube_api),
+             what=lambda: f"the pre-flight error in status\n{pod.agent_log_text()}")
     assert "password in the redis URL is refused" in _error(kube_api)
     wait_for(lambda: any(e.get("reason") == "ConfigRejected" and "spec.redis" in e.get("message", "")
                          for e in kube_api.list("v1/events", "default")), what="the ConfigRejected Event")

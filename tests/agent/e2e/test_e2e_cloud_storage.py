@@ -201,7 +201,7 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
             new = backend.next_key()
             kube_api.patch(SECRETS, "default", CREDS, {"data": {
                 k: base64.b64encode(v.encode()).decode() for k, v in backend.data(new).items()}})
-            wait(lambda: pod.actions("restarted"), what=f"a restart on the new key\n{pod.agent_log_text()}")
+            wait(lambda: pod.actions("restarted"), what=lambda: f"a restart on the new key\n{pod.agent_log_text()}")
             config = (pod.config_dir / "config.yml").read_bytes()
 
             def reports_new_state() -> bool:
@@ -209,7 +209,7 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
                           or {}).get("pod-0") or {}
                 return record.get("configHash") == pod.disk_identity() and not record.get("error")
 
-            wait(reports_new_state, what=f"status to report the new state\n{pod.agent_log_text()}")
+            wait(reports_new_state, what=lambda: f"status to report the new state\n{pod.agent_log_text()}")
             wait(lambda: drained(pod), what="the old registry to finish draining")
             backend.revoke(old)  # the README's procedure: only now is the old key revoked
             after = loop.stats.successes
@@ -239,7 +239,7 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
                       or {}).get("pod-0") or {}
             return record.get("error") if backend.refusal in (record.get("error") or "") else None
 
-        error = wait(status_error, what=f"the refusal in status\n{pod.agent_log_text()}")
+        error = wait(status_error, what=lambda: f"the refusal in status\n{pod.agent_log_text()}")
         assert f"spec.config.storage.{backend.volume}" in error and dead not in error
         assert pod.registry_pid() == pid
         assert pull_image(pod.host, "demo/app:2", tmp_path / "pulled3").blobs == second.blobs
@@ -322,7 +322,7 @@ def test_a_refused_key_keeps_the_last_good_config_serving(tmp_path, monkeypatch,
             where = f"spec.config.storage.{backend.volume}"
             error = wait(lambda: next((line.get("error", "") for line in pod.actions("failed")
                                            if where in line.get("error", "")), None),
-                             what=f"the refusal in the agent's failed line\n{pod.agent_log_text()}")
+                             what=lambda: f"the refusal in the agent's failed line\n{pod.agent_log_text()}")
             requests = loop.stats.requests
             wait(lambda: loop.stats.requests > requests + 5, what="more requests after the refusal")
         finally:

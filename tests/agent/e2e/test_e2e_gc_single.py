@@ -81,7 +81,7 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp
         kube_api.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": {"request": request}}},
                        subresource="status")
         wait_for(lambda: (status(kube_api).get("agents") or {}).get("pod-a", {}).get("readOnlyFor") == "r1",
-                 timeout=60, what=f"pod-a to acknowledge r1\n{pod.agent_log_text()[-3000:]}")
+                 timeout=60, what=lambda: f"pod-a to acknowledge r1\n{pod.agent_log_text()[-3000:]}")
         assert read_only(pod) and pod.registry_starts() == starts + 1
         refused = http_get(f"{pod.url}/v2/demo/app/blobs/uploads/", method="POST")
         assert refused.status == 405, refused  # writes refused, from the registry serving read-only
@@ -92,7 +92,7 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp
 
         holder.release()  # now the agent takes the Lease and runs it
         wait_for(lambda: (status(kube_api).get("garbageCollection", {}).get("lastRun") or {}).get("id") == "r1",
-                 timeout=120, what=f"lastRun r1\n{pod.agent_log_text()[-3000:]}")
+                 timeout=120, what=lambda: f"lastRun r1\n{pod.agent_log_text()[-3000:]}")
         gc = status(kube_api)["garbageCollection"]
         last = gc["lastRun"]
         assert gc.get("active") is None
@@ -103,7 +103,7 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp
 
         # Writable again, by the agent's own round on lastRun (the operator would clear the request later).
         wait_for(lambda: (status(kube_api).get("agents") or {}).get("pod-a", {}).get("readOnlyFor") is None
-                 and not read_only(pod), timeout=60, what=f"pod-a writable\n{pod.agent_log_text()[-3000:]}")
+                 and not read_only(pod), timeout=60, what=lambda: f"pod-a writable\n{pod.agent_log_text()[-3000:]}")
         pod.wait_serving()
         pulled = pull_image(pod.host, "demo/app:a", tmp_path / "pulled")
         assert pulled.blobs == a.blobs

@@ -55,7 +55,7 @@ def test_twenty_reloads_under_pulls_and_an_upload_refuse_and_fail_nothing(tmp_pa
                 else:
                     pod.write_registry_file(_spec(pod, "warn" if index % 4 == 0 else "info"))
                 wait_for(lambda before=before: len(pod.actions("restarted")) > before, timeout=60,
-                         what=f"reload {index + 1}\n{pod.agent_log_text()[-3000:]}")
+                         what=lambda index=index: f"reload {index + 1}\n{pod.agent_log_text()[-3000:]}")
             upload.join(60)
         finally:
             counts = [loop.stop() for loop in pulls]
@@ -64,7 +64,9 @@ def test_twenty_reloads_under_pulls_and_an_upload_refuse_and_fail_nothing(tmp_pa
               f"{total.closed_without_response} closed without a response, {total.failed} failed")
         assert upload.error is None, (upload.error, upload.statuses)
         assert upload.read_back() == upload.data
-        assert total.refused == 0 and total.failed == 0, total
+        # Steered handovers closed none in most runs (before: 6 to 8 per 20 reloads); under a heavy load, rarely one
+        # (1 of 1,094 in 20 reloads once; cause not found, docs/benchmarks.md): at most one, counted and printed.
+        assert total.refused == 0 and total.failed == 0 and total.closed_without_response <= 1, total
         assert total.answered > RELOADS * 10, total
         restarted = pod.actions("restarted")
         assert len(restarted) >= RELOADS

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -40,23 +41,29 @@ def _applied(kube_api, pod, name: str, generation: int, level: str) -> bool:
 
 
 class Unready(threading.Thread):
-    """Counts the looks at each agent's /readyz that did not answer 200."""
+    """Counts the looks at each agent's /readyz that did not answer 200, and keeps what each of them was (a status,
+    or no answer within 2 s)."""
 
     def __init__(self, pods) -> None:
         super().__init__(daemon=True)
         self.pods, self.looks, self.unready = pods, 0, 0
+        self.failed: list[tuple[str, str]] = []
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.wait(0.05):
-            for pod in self.pods.values():
+            for name, pod in self.pods.items():
                 self.looks += 1
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{pod.health_port}/readyz", timeout=2) as answer:
-                        ok = answer.status == 200
-                except OSError:
-                    ok = False
-                self.unready += not ok
+                        status = str(answer.status)
+                except urllib.error.HTTPError as error:
+                    status = str(error.code)
+                except OSError as error:
+                    status = f"no answer: {error}"
+                if status != "200":
+                    self.unready += 1
+                    self.failed.append((name, status))
 
     def stop(self) -> None:
         self._done.set()
@@ -90,7 +97,7 @@ def test_an_edit_is_ready_at_its_generation_on_three_replicas_within_five_second
         print(f"3 replicas on held sockets, edit to all Ready at its generation: "
               f"{', '.join(f'{t:.2f}' for t in took)} s")
         assert len(took) == EDITS
-        assert watcher.looks > 0 and watcher.unready == 0, (watcher.looks, watcher.unready)
+        assert watcher.looks > 0 and watcher.unready == 0, (watcher.looks, watcher.failed)
         for pod in pods.values():
             restarted = pod.actions("restarted")
             assert len(restarted) == EDITS

@@ -55,7 +55,7 @@ def test_an_upload_started_before_a_reload_completes_after_it(local_pod):
     assert upload.in_flight.wait(20)
     probe = ConnectProbe("127.0.0.1", pod.port).start()
     pod.write_registry_file(_spec(pod, pod.major, level="warn"))
-    restarted = wait_for(lambda: pod.actions("restarted"), what=f"a restart\n{pod.agent_log_text()}")[0]
+    restarted = wait_for(lambda: pod.actions("restarted"), what=lambda: f"a restart\n{pod.agent_log_text()}")[0]
 
     # The new registry serves while the old one still drains the upload.
     assert restarted["old_pids"] == [old_pid] and restarted["handed_over"] is True
@@ -80,7 +80,8 @@ def test_an_upload_started_before_a_reload_completes_after_it(local_pod):
     new_pid = pod.registry_pid()
     pod.stop_agent()
     pod.start_agent()
-    wait_for(lambda: pod.actions("config on disk is current"), what=f"the agent to adopt\n{pod.agent_log_text()}")
+    wait_for(lambda: pod.actions("config on disk is current"),
+             what=lambda: f"the agent to adopt\n{pod.agent_log_text()}")
     assert len(pod.actions("restarted")) == 1
     assert secret_file.read_text() == secret
     assert pod.registry_pid() == new_pid

@@ -64,7 +64,7 @@ def _reload(pod: RegistryPod, index: int) -> None:
     """Edit the Registry and wait for restart number `index` (1-based)."""
     pod.write_registry_file(_spec(pod, pod.major, LEVELS[index % 2]))
     wait_for(lambda: len(pod.actions("restarted")) >= index, timeout=60,
-             what=f"restart {index}\n{pod.agent_log_text()[-3000:]}")
+             what=lambda: f"restart {index}\n{pod.agent_log_text()[-3000:]}")
 
 
 def _push(pod: RegistryPod, tmp_path) -> tuple[str, bytes]:
@@ -87,7 +87,8 @@ def test_20_reloads_with_metrics_on_under_a_pull_load_never_roll_back(metrics_po
             pid = pod.registry_pid()
             # The successor names its own debug port; the stable endpoint serves its metrics.
             target = wait_for(lambda pid=pid: (t := read_target(pod.config_dir)) is not None and t.pid == pid and t,
-                              what=f"the metrics file to name registry {pid}\n{pod.supervisor.log()[-2000:]}")
+                              what=lambda pid=pid: f"the metrics file to name registry {pid}\n"
+                                                   f"{pod.supervisor.log()[-2000:]}")
             assert target.port in pod.debug_ports, pod.supervisor.log()[-2000:]
             ports_used.append(target.port)
             # Its request counter appears with its first request: on 2.8 the agent's GET / was one, on the held
@@ -98,7 +99,7 @@ def test_20_reloads_with_metrics_on_under_a_pull_load_never_roll_back(metrics_po
             # The next reload once this one's predecessor has drained: with two registries still holding both
             # ports, a successor on the held socket (3.x) takes a free third port, as it should.
             wait_for(lambda pid=pid: [p.pid for p in pod.supervisor.registries()] == [pid],
-                     what=f"the old registry to have drained\n{pod.supervisor.log()[-2000:]}")
+                     what=lambda: f"the old registry to have drained\n{pod.supervisor.log()[-2000:]}")
     finally:
         stats = loop.stop()
     assert not pod.actions("rolled back"), [line for line in pod.agent_lines() if line.get("msg") == "rolled back"]
@@ -128,7 +129,7 @@ def test_prometheus_scrapes_the_registry_through_the_agent_across_10_reloads(met
             # which can be after the agent saw the new one answer: a pull it takes counts on the old process. So
             # the old one is gone first (nothing in flight: it stops at once).
             wait_for(lambda pid=pid: [p.pid for p in pod.supervisor.registries()] == [pid],
-                     what=f"the old registry to have exited\n{pod.supervisor.log()[-2000:]}")
+                     what=lambda: f"the old registry to have exited\n{pod.supervisor.log()[-2000:]}")
             # Pulls made on the new process only, then Prometheus must show exactly them: the counter of the
             # new process (it started from zero), scraped through the agent's stable endpoint. One fewer each
             # time, so no other process's count can pass for it, and each reload shows as a counter reset.

@@ -59,7 +59,7 @@ class Serving:
         """Wait for the refusal, then check nothing was restarted and every request was answered."""
         pod = self.pod
         error = wait_for(lambda: next((e for e in _status_errors(pod) if field in e and text in e), None),
-                         timeout=30, what=f"the refusal ({field}: {text}) in status\n{pod.agent_log_text()}")
+                         timeout=30, what=lambda: f"the refusal ({field}: {text}) in status\n{pod.agent_log_text()}")
         requests = self.loop.stats.requests
         wait_for(lambda: self.loop.stats.requests > requests + 5, what="more requests after the refusal")
         assert pod.registry_pid() == self.pid, "the registry was restarted"
@@ -133,7 +133,7 @@ def test_a_wrong_redis_password_and_a_dead_redis_are_refused_before_any_restart(
 
     # A URL that works (another database) is applied.
     swap_secret_dir(pod.mounts / "redis", {"url": redis_server.url(db=1)})
-    wait_for(lambda: pod.actions("restarted"), timeout=30, what=f"recovery\n{pod.agent_log_text()}")
+    wait_for(lambda: pod.actions("restarted"), timeout=30, what=lambda: f"recovery\n{pod.agent_log_text()}")
     pod.wait_serving()
     assert "db: 1" in (pod.config_dir / "config.yml").read_text()
     log = pod.agent_log_text()
@@ -146,6 +146,7 @@ def test_a_first_config_with_a_dead_redis_starts_with_a_warning(pod):
     password = "PLANTED-redis-password"
     write_secret_dir(pod.mounts / "redis", {"url": f"redis://:{password}@127.0.0.1:{free_port()}/0"})
     _start(pod, _redis_spec(pod.port))
-    [warning] = wait_for(lambda: _warnings(pod, "RedisUnavailable"), what=f"the warning\n{pod.agent_log_text()}")
+    [warning] = wait_for(lambda: _warnings(pod, "RedisUnavailable"),
+                         what=lambda: f"the warning\n{pod.agent_log_text()}")
     assert warning["level"] == "warning" and "spec.redis" in warning["warning"]
     assert password not in pod.agent_log_text()

@@ -104,7 +104,8 @@ def test_two_replicas_reload_one_at_a_time_with_no_failed_or_refused_request(rep
                 wait_for(lambda pod=pod, name=name, generation=generation, level=level:
                          _applied(kube_api, pod, name, generation, level),
                          timeout=60,
-                         what=f"{name} to apply generation {generation}\n{pod.agent_log_text()[-3000:]}")
+                         what=lambda generation=generation, name=name, pod=pod:
+                         f"{name} to apply generation {generation}\n{pod.agent_log_text()[-3000:]}")
 
         upload.join(60)
         stats = [loop.stop() for loop in loops]

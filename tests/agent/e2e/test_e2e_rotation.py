@@ -73,7 +73,8 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
 
         key2 = moto.create_access_key("registry")
         swap_secret_dir(pod.mounts / "cosi", cosi_secret(fmt, moto.endpoint, key2))
-        wait_for(lambda: pod.actions("restarted"), what=f"the agent to restart the registry\n{pod.agent_log_text()}")
+        wait_for(lambda: pod.actions("restarted"),
+                 what=lambda: f"the agent to restart the registry\n{pod.agent_log_text()}")
         # Revoke key 1 as the README says: once the old registry finished the pulls it had (with key 1) and
         # exited. A pull it still streams fails mid-body when its key disappears under it.
         wait_for(lambda: len(pod.supervisor.registries()) == 1, what="the old registry to finish draining")

@@ -62,7 +62,7 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
         swap_secret_dir(pod.mounts / "tls", {"tls.crt": cert_c, "tls.key": key_d})
         error = wait_for(lambda: next((line["error"] for line in pod.actions("failed")
                                        if "spec.http.tls.secretName" in line.get("error", "")), None),
-                         timeout=30, what=f"the pre-flight refusal\n{pod.agent_log_text()}")
+                         timeout=30, what=lambda: f"the pre-flight refusal\n{pod.agent_log_text()}")
         assert "does not match the certificate" in error
         # The refused state is named, not the one that keeps serving (and keeps config_info).
         assert error.startswith("config ") and second[:12] not in error, error

@@ -38,7 +38,7 @@ def _start(pod, spec=None) -> None:
     pod.start_agent()
     pod.start_supervisor()
     pod.wait_serving()
-    wait_for(lambda: pod.actions("written"), what=f"the first config applied\n{pod.agent_log_text()}")
+    wait_for(lambda: pod.actions("written"), what=lambda: f"the first config applied\n{pod.agent_log_text()}")
 
 
 def _errors(pod) -> list[str]:
@@ -72,14 +72,14 @@ def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
         # The registry restarted onto it and failed at start (the supervisor notes each exit): kill the agent
         # now, before it could see the failure through and roll back.
         wait_for(lambda: "exited with status 1" in pod.supervisor.log(), timeout=30, interval=0.005,
-                 what=f"the registry failing on the refused config\n{pod.agent_log_text()}")
+                 what=lambda: f"the registry failing on the refused config\n{pod.agent_log_text()}")
         pod.agent.kill()
         pod.agent.wait(10)
         assert not pod.actions("rolled back")
 
         pod.start_agent()
         line = wait_for(lambda: pod.actions("rolled back"), timeout=60,
-                        what=f"a rollback by the new agent\n{pod.agent_log_text()}")[0]
+                        what=lambda: f"a rollback by the new agent\n{pod.agent_log_text()}")[0]
         wait_for(pod.serving, what="the registry serving the last good config again")
         assert (pod.config_dir / "config.yml").read_bytes() == good
         assert not pod.actions("config on disk is current") or all(
@@ -107,20 +107,20 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
     pod.supervisor.process.kill()
     pod.supervisor.process.wait(5)
     wait_for(lambda: pod.metric("supervisor_up") == 0 and pod.actions("registry problem"),
-             what=f"the missing supervisor reported\n{pod.agent_log_text()}")
+             what=lambda: f"the missing supervisor reported\n{pod.agent_log_text()}")
     assert "supervisor" in pod.actions("registry problem")[0]["error"]
     wait_for(lambda: not pod.serving(), what="the registry container gone")
     wait_for(lambda: pod.health("/readyz") == 503, what="/readyz 503 while nothing serves")
 
     pod.write_registry_file(on_distribution(_spec(pod, log={"level": "warn"}), major))
     wait_for(lambda: any("supervisor" in e and "not running" in e for e in _errors(pod)),
-             what=f"the edit refused while the supervisor is gone\n{pod.agent_log_text()}")
+             what=lambda: f"the edit refused while the supervisor is gone\n{pod.agent_log_text()}")
     assert not pod.actions("rolled back") and not pod.actions("restarted")
     assert b"level: warn" not in (pod.config_dir / "config.yml").read_bytes()
 
     pod.start_supervisor()  # the kubelet starts the registry container again
     wait_for(lambda: pod.actions("restarted"), timeout=60,
-             what=f"the wanted config applied once the supervisor is back\n{pod.agent_log_text()}")
+             what=lambda: f"the wanted config applied once the supervisor is back\n{pod.agent_log_text()}")
     wait_for(pod.serving, what="the registry serving the new config")
     assert b"level: warn" in (pod.config_dir / "config.yml").read_bytes()
     if major == "3":
@@ -139,7 +139,7 @@ def test_a_refused_config_is_retried_until_its_cause_clears(pod):
     try:
         pod.write_registry_file(_spec(pod, host="127.0.0.2"))
         line = wait_for(lambda: pod.actions("rolled back"), timeout=60,
-                        what=f"a rollback\n{pod.agent_log_text()}")[0]
+                        what=lambda: f"a rollback\n{pod.agent_log_text()}")[0]
         assert line["failed_hash"] != line["restored_hash"]
         assert "address already in use" in line["error"], line["error"]
         wait_for(lambda: any("address already in use" in e for e in _errors(pod)), what="the error in status")
@@ -148,7 +148,7 @@ def test_a_refused_config_is_retried_until_its_cause_clears(pod):
         squatter.close()
     pod.listen_host = "127.0.0.2"
     wait_for(lambda: pod.actions("restarted"), timeout=60,
-             what=f"the refused config applied by itself once the port is free\n{pod.agent_log_text()}")
+             what=lambda: f"the refused config applied by itself once the port is free\n{pod.agent_log_text()}")
     wait_for(pod.serving, what="the registry on 127.0.0.2")
     assert b"127.0.0.2" in (pod.config_dir / "config.yml").read_bytes()
     _assert_no_secret(pod)
@@ -161,7 +161,7 @@ def test_a_killed_registry_is_counted_and_logged(pod):
     pid = pod.registry_pid()
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: pod.metric("registry_exits_total", 'reason="signal"') == 1,
-             what=f"the exit counted\n{pod.agent_log_text()}")
+             what=lambda: f"the exit counted\n{pod.agent_log_text()}")
     exited = pod.actions("registry exited")
     assert exited and exited[0]["pid"] == pid and exited[0]["reason"] == "signal"
     wait_for(pod.serving, what="the registry restarted by the supervisor")
@@ -176,7 +176,7 @@ def test_an_agent_restarted_while_the_registry_is_invalid_keeps_a_serving_pod_re
     assert pod.stop_agent() == 0
     pod.registry_file.write_text("spec: [this is not a Registry\n")
     pod.start_agent()
-    wait_for(lambda: _errors(pod), what=f"the invalid Registry reported\n{pod.agent_log_text()}")
+    wait_for(lambda: _errors(pod), what=lambda: f"the invalid Registry reported\n{pod.agent_log_text()}")
     wait_for(lambda: pod.health("/readyz") == 200, what="/readyz 200 while the registry serves")
     assert pod.health("/startupz") == 200
     assert pod.serving()
@@ -201,7 +201,7 @@ def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(p
     pod.write_registry_file(spec)
     pod.start_agent()
     wait_for(lambda: pod.actions("waiting for the registry container"), timeout=60,
-             what=f"the agent waiting for a registry\n{pod.agent_log_text()}")
+             what=lambda: f"the agent waiting for a registry\n{pod.agent_log_text()}")
     assert (pod.config_dir / "config.yml").exists()
     assert pod.health("/startupz") == 200
     assert pod.health("/readyz") == 503
@@ -211,7 +211,7 @@ def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(p
     pod.start_supervisor()
     pod.wait_serving()
     wait_for(lambda: "berth_agent_config_info{" in pod.metrics_text(), timeout=60,
-             what=f"config_info once the registry answers\n{pod.agent_log_text()}")
+             what=lambda: f"config_info once the registry answers\n{pod.agent_log_text()}")
     wait_for(lambda: pod.health("/readyz") == 200, what="/readyz once the registry answers")
     assert not pod.actions("failed")
     _assert_no_secret(pod)
@@ -246,7 +246,7 @@ def test_a_crash_loop_on_the_running_config_is_reported_and_clears_when_it_serve
         # The message follows each exit (the count; the registry's words once its output is on the volume).
         wait_for(lambda: [p for p in pod.actions("registry problem") if "crash-looping" in p["error"]
                           and "address already in use" in p["error"]],
-                 timeout=60, what=f"the crash loop reported with the registry's error\n{pod.agent_log_text()}")
+                 timeout=60, what=lambda: f"the crash loop reported with the registry's error\n{pod.agent_log_text()}")
         signals = pod.metric("registry_exits_total", 'reason="signal"')  # the kill -9 (more if a try lost)
         starts = pod.metric("registry_exits_total", 'reason="start-failure"')  # then the refused starts
         assert signals >= 1 and starts >= 1 and signals + starts >= 3, (signals, starts)

@@ -132,7 +132,7 @@ def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_f
         squatter.listen()
         pod.write_registry_file(_registry(pod.port, host="127.0.0.2"))
         pod.start_agent()
-        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=f"a rollback\n{pod.agent_log_text()}")
+        wait_for(lambda: pod.actions("rolled back"), timeout=40, what=lambda: f"a rollback\n{pod.agent_log_text()}")
         wait_for(pod.serving, what="the registry on the config it had")
     assert (pod.config_dir / "config.yml").read_bytes() == good
     assert pod.metric("rollbacks_total") == 1
