@@ -19,7 +19,7 @@ import time
 import pytest
 
 from support.apiserver import token_id
-from support.apiserver_identities import OPERATOR_USER, start_operator
+from support.apiserver_identities import OPERATOR_USER, install_operator_rbac, start_operator
 from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess, wait_for
 from support.operator_harness import reconciled as reconciled_registry
 
@@ -149,11 +149,49 @@ def test_a_stopped_leader_hands_over_at_once(cluster):
         wait_for(second.health, "the standby's health endpoint")
         assert first.stop() == 0
         wait_for(lambda: second.lease_holder() == "operator-b", "operator-b to take the released Lease", 60)
+        # Released as the signal came, not once kopf, the caches and the watches had stopped (kopf's idle workers
+        # alone hold that for seconds): the pod a rollout makes meanwhile must not find the Lease still held.
+        log = first.log()
+        assert log.index("released the leader Lease") < log.index("stopped: kopf, the caches and the watches"), log
         cluster.api.patch(REGISTRIES_PATH, cluster.namespace, "r1", {"spec": {"config": {"log": {"level": "debug"}}}})
         wait_for(lambda: cluster.reconciled("r1"), "r1 reconciled by the new leader", 60)
     finally:
         first.stop()
         assert second.stop() == 0, second.log()[-3000:]
+
+
+@pytest.mark.parametrize("after_leading", [None, 0.0, 0.02, 0.05, 0.1, 0.3])
+def test_a_sigterm_at_any_moment_of_the_start_stops_cleanly_and_releases_the_lease(cluster, after_leading):
+    """SIGTERM while standing by (None), or `after_leading` seconds after the Lease was taken: in the hand-over to
+    kopf (the stand-by's health server closing, the caches starting, kopf's own signal handlers not yet there).
+    The clean-clone CI once found a process there killed by the signal (exit -15), its Lease left to expire. Every
+    moment: exit 0, and the Lease, once held, released (a standby takes it at once)."""
+    long_lease = {"duration": 3600.0, "renew_deadline": 30.0, "retry_period": 0.2}
+    if after_leading is None:  # someone else leads: this one stands by
+        install_operator_rbac(cluster.api)  # and the operator's namespace, where the Lease is
+        cluster.api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": f"berth-operator-{cluster.namespace}",
+                                         "namespace": TEST_LEASE["namespace"]},
+                            "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+                                     "renewTime": datetime.datetime.now(datetime.UTC).strftime(
+                                         "%Y-%m-%dT%H:%M:%S.%fZ")}})
+    operator = cluster.operator("operator-a", **long_lease)
+    try:
+        said = "standing by for the leader Lease" if after_leading is None else "leading: holder of the Lease"
+        deadline = time.monotonic() + 60
+        while said not in operator.log_path.read_text(errors="replace"):
+            assert operator.process.poll() is None and time.monotonic() < deadline, operator.log()[-3000:]
+            time.sleep(0.002)
+        time.sleep(after_leading or 0.3)
+        assert operator.stop() == 0, operator.log()[-3000:]
+        if after_leading is not None:
+            assert cluster.lease_object()["spec"].get("leaseDurationSeconds") == 1, cluster.lease_object()
+            assert "released the leader Lease" in operator.log(), operator.log()[-3000:]
+        else:
+            assert cluster.lease_object()["spec"]["holderIdentity"] == "someone-else"
+        assert "Traceback" not in operator.log(), operator.log()[-3000:]
+    finally:
+        operator.stop()
 
 
 def test_a_missing_leader_election_namespace_is_said_once_and_the_lease_taken_once_it_exists(

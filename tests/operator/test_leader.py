@@ -80,14 +80,75 @@ def test_a_leader_that_has_not_renewed_within_the_deadline_may_not_write(kube_ap
     assert guarded.get("v1", "Secret", "default", "anything") is None  # reads are not fenced
 
 
+def stand_by(candidate: LeaderElector, clock: Clock, seconds: float = 4) -> None:
+    """Read the Lease (held by another) every retry period for `seconds`: a standby, not a newcomer."""
+    for _ in range(int(seconds / 2) + 1):
+        assert not candidate.try_acquire_or_renew()
+        clock.now += 2
+    clock.now -= 2
+
+
 def test_release_hands_over_without_waiting(kube_api):
     a, _ = elector(kube_api, "a")
-    b, _ = elector(kube_api, "b")
+    b, b_clock = elector(kube_api, "b")
     assert a.try_acquire_or_renew()
-    assert not b.try_acquire_or_renew()
+    stand_by(b, b_clock)
     a.release()
     assert not a.leading() and not spec(kube_api).get("holderIdentity")
     assert b.try_acquire_or_renew()  # same instant on b's clock: no expiry wait after a release
+
+
+def test_a_released_lease_goes_to_the_standby_before_a_process_that_has_just_started(kube_api):
+    """A rollout deletes the leader: it releases, and the pod made in its place starts beside the standby. The
+    standby, which saw the Lease held, takes it at its next read; the newcomer, whose first read finds it released,
+    leaves it two retry periods (the node test once saw the newcomer take it first). A newcomer alone takes it then."""
+    a, _ = elector(kube_api, "a")
+    standby, standby_clock = elector(kube_api, "standby")
+    newcomer, newcomer_clock = elector(kube_api, "newcomer")
+    assert a.try_acquire_or_renew()
+    stand_by(standby, standby_clock)
+    a.release()
+    assert not newcomer.try_acquire_or_renew() and not newcomer.leading()  # first read: released, not taken
+    newcomer_clock.now += 3.9
+    assert not newcomer.try_acquire_or_renew()
+    assert standby.try_acquire_or_renew() and standby.leading()
+    assert spec(kube_api)["holderIdentity"] == "standby"
+    newcomer_clock.now += 10
+    assert not newcomer.try_acquire_or_renew()  # held now: it stands by
+
+    standby.release()
+    alone, alone_clock = elector(kube_api, "alone")
+    assert not alone.try_acquire_or_renew()
+    alone_clock.now += 4  # two retry periods: nobody else came, so it takes it
+    assert alone.try_acquire_or_renew() and spec(kube_api)["holderIdentity"] == "alone"
+
+
+def test_a_newcomer_that_saw_the_leaders_last_moments_still_leaves_a_released_lease_to_the_standby(kube_api):
+    """The replacement pod read the Lease once while the leader still held it (its SIGTERM came late), then found
+    it released: one glimpse of a holder does not make it a standby. The standby, there for longer, takes it."""
+    a, _ = elector(kube_api, "a")
+    standby, standby_clock = elector(kube_api, "standby")
+    newcomer, newcomer_clock = elector(kube_api, "newcomer")
+    assert a.try_acquire_or_renew()
+    stand_by(standby, standby_clock, 10)
+    assert not newcomer.try_acquire_or_renew()  # held: it stands by
+    a.release()
+    newcomer_clock.now += 2
+    assert not newcomer.try_acquire_or_renew()  # released, but it stood by only 2 s: it leaves it
+    newcomer_clock.now += 1.9
+    assert not newcomer.try_acquire_or_renew()
+    standby_clock.now += 2
+    assert standby.try_acquire_or_renew() and spec(kube_api)["holderIdentity"] == "standby"
+
+
+def test_a_standby_of_long_standing_takes_a_released_lease_at_its_first_read(kube_api):
+    a, _ = elector(kube_api, "a")
+    b, b_clock = elector(kube_api, "b")
+    assert a.try_acquire_or_renew()
+    stand_by(b, b_clock, 4)
+    a.release()
+    b_clock.now += 0.1
+    assert b.try_acquire_or_renew()
 
 
 def test_settings_must_leave_room_between_renewal_and_expiry():

@@ -21,7 +21,9 @@
   ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
   a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
 Reconciles run in a bounded pool of worker threads (RECONCILE_WORKERS), never a thread per Registry, and not
-in the default executor; they wait until the caches have listed.
+in the default executor; they wait until the caches have listed. A reconcile takes one of RECONCILE_WORKERS slots
+before it reads or copies its body: at 1000 Registries created at once the others wait holding nothing (a body
+copied for each one queued was most of the operator's peak memory, docs/benchmarks.md).
 Handlers return normally for an invalid or unsatisfiable spec (the condition and a Warning event say why);
 kopf never retries those: only an edit of the Registry (or the sweep) runs the reconcile again.
 """
@@ -31,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import copy
 import functools
 import json
 import logging
@@ -51,6 +52,7 @@ from ..engine import gc_schedule
 from ..engine.apply import Action
 from ..engine.reconcile import Outcome, reconcile
 from ..engine.status import degraded_changed
+from ..kube.client import NotLeader
 from .wakeups import Wakeups
 
 logger = logging.getLogger("berth.operator")
@@ -68,7 +70,8 @@ class Context:
     kube: Cluster
     agent_image: str
     refresh_interval: float = 60.0
-    bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The newest body kopf has seen of each Registry (the sweep reconciles from it), as compact() made it.
+    bodies: dict[tuple[str, str], bytes] = field(default_factory=dict)
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     seen_agents: dict[tuple[str, str], str] = field(default_factory=dict)
     seen_gc: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -90,6 +93,7 @@ class Context:
     kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(RECONCILE_WORKERS))
 
     def __post_init__(self) -> None:
         if self.wakeups is None:
@@ -97,6 +101,13 @@ class Context:
 
     def lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
+
+
+def compact(body: Mapping[str, Any]) -> bytes:
+    """A Registry body as kept between reconciles: compact JSON without metadata.managedFields (half of a body's
+    size, and nothing the reconcile reads: it decides from the spec, status and the rest of the metadata)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return json.dumps({**body, "metadata": meta}, separators=(",", ":")).encode()
 
 
 def _key(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -149,7 +160,7 @@ async def run_reconcile(
     key = key or _key(body or {})
     if ctx.caches_ready is not None:
         await ctx.caches_ready.wait()
-    async with ctx.lock(key):
+    async with ctx.lock(key), ctx.slots:
         if fetch is not None:
             body = await fetch()
         elif body is not None and _older(body, ctx.written.get(key)):
@@ -158,12 +169,16 @@ async def run_reconcile(
             body = await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, *key)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        raw = copy.deepcopy(dict(body))
+        raw = json.loads(compact(body))  # our own copy (kopf keeps its body), without managedFields
         ctx.reconciles += 1
         started = time.monotonic()
         work = functools.partial(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(ctx.executor, work)
+        except NotLeader:
+            # The Lease was released (a stop) or lost while this ran: the next leader reconciles it from scratch.
+            logger.info("reconcile of Registry %s/%s left to the next leader: this operator no longer leads", *key)
+            return None
         except Exception as exc:
             ctx.polled.add(key)  # retried by the sweep too, whatever kopf does
             metrics.RECONCILES.labels(result="error").inc()
@@ -304,7 +319,8 @@ async def sweep_forever(ctx: Context) -> None:
         for key in keys:
 
             async def latest(key: tuple[str, str] = key) -> Mapping[str, Any] | None:
-                return ctx.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
+                kept = ctx.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
+                return json.loads(kept) if kept is not None else None
 
             try:
                 await run_reconcile(ctx, key=key, fetch=latest, trigger="periodic")
@@ -365,7 +381,7 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
                 ctx.wakeups.cancel(key)
             metrics.record_conditions(key, None)
             return
-        ctx.bodies[key] = copy.deepcopy(dict(body))
+        ctx.bodies[key] = compact(body)
         digest = _agents_digest(body)
         before = ctx.seen_agents.get(key)
         ctx.seen_agents[key] = digest

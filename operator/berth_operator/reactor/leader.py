@@ -71,6 +71,7 @@ class LeaderElector:
         self.clock = clock  # monotonic seconds (tests pass their own)
         self._observed: tuple[Any, ...] | None = None  # the last Lease record seen
         self._observed_at = 0.0  # monotonic time it was first seen
+        self._standing_since: float | None = None  # monotonic time a record held by another was first seen
         self._renewed_at: float | None = None  # monotonic time of the last successful write while leading
         self._held: dict[str, Any] | None = None  # the Lease as our last write left it (renewals start from it)
         self._writing = threading.Lock()  # one attempt or release at a time (they run in worker threads)
@@ -131,6 +132,16 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or s.lease_duration)
         if holder and not mine and started < self._observed_at + duration:
             self._renewed_at = self._held = None  # held by another, not expired by our own clock: not ours (any more)
+            if self._standing_since is None:
+                self._standing_since = started
+            return False
+        if not holder and not self._stood_by(2 * s.retry_period) and started < self._observed_at + 2 * s.retry_period:
+            # Released (a leader stopping): a standby that saw it held takes it at its next read. A process that
+            # has only just started (the pod a rollout made in place of the leader) leaves it two retry periods,
+            # in each of which the standby tries once; it takes the Lease after that, if still free. Without,
+            # the newcomer's first read could come before the standby's, which then waited behind a cold start.
+            # "Just started" includes a newcomer that saw the leader's last moments (held, then released within
+            # two retry periods): a standby has stood by longer than that.
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         body = self._lease_body(
@@ -151,6 +162,11 @@ class LeaderElector:
             logger.info("took the leader Lease %s/%s from %r", s.namespace, s.name, holder or None)
         self._renewed_at = started
         return True
+
+    def _stood_by(self, at_least: float) -> bool:
+        """Whether this process saw the Lease held by another at least `at_least` seconds before the record now
+        observed (a standby, not a newcomer that arrived as the leader left)."""
+        return self._standing_since is not None and self._observed_at - self._standing_since >= at_least
 
     def _renew(self, held: Mapping[str, Any], started: float) -> bool:
         """The leader's renewal in one request, as client-go's: the Lease as our last write left it, guarded by its

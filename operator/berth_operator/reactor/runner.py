@@ -24,7 +24,7 @@ from ..cluster.named import NamedWatches
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
 from ..core.identity import own_identity
-from ..core.kinds import CACHED_KINDS, NAMED_KINDS
+from ..core.kinds import CACHED_KINDS, CLASS_KINDS, NAMED_KINDS
 from ..kube.client import Kube
 from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, named_changed, names_resynced, wake
 from .leader import LeaderElector, LeaseSettings
@@ -32,6 +32,8 @@ from .leader import LeaderElector, LeaseSettings
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
 # room for status.kopf, and the API server would prune it).
 ANNOTATION_PREFIX = "berth.dev"
+
+logger = logging.getLogger("berth.operator.runner")
 
 
 def settings(*, peering_standalone: bool = True) -> kopf.OperatorSettings:
@@ -98,26 +100,66 @@ async def run(
     """
     if not clusterwide and not namespaces:
         raise ValueError("name the namespaces to watch, or run cluster-wide")
-    options = dict(agent_image=agent_image, namespaces=namespaces, clusterwide=clusterwide, liveness=liveness,
-                   refresh_interval=refresh_interval, stop_flag=stop_flag, ready_flag=ready_flag, context=context,
-                   clock=clock or WallClock())
+    stopping = asyncio.Event()
+    _stop_on_signals(stopping)
+    mirror = asyncio.create_task(_mirror(stop_flag, stopping)) if stop_flag is not None else None
+    try:
+        await _run(configuration, leader=leader, agent_image=agent_image, namespaces=namespaces,
+                   clusterwide=clusterwide, liveness=liveness, refresh_interval=refresh_interval, stopping=stopping,
+                   ready_flag=ready_flag, context=context, clock=clock or WallClock())
+    finally:
+        if mirror is not None:
+            mirror.cancel()
+            await asyncio.gather(mirror, return_exceptions=True)
+
+
+def _stop_on_signals(stopping: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set `stopping` from the process's start (main thread only), not only once kopf runs: a
+    signal while standing by, or between taking the Lease and kopf's own handlers (the stand-by's health server
+    closing, the caches starting), stops the operator cleanly and releases the Lease. Without, that gap had the
+    default action: killed by the signal, the Lease left to expire. kopf replaces these with its own once it
+    starts, and _operate puts them back."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+
+    def stop(sig: signal.Signals) -> None:
+        if not stopping.is_set():
+            logger.info("%s received: stopping", sig.name)
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
+
+
+async def _run(configuration: Configuration, *, leader: LeaseSettings | None, liveness: str | None,
+               stopping: asyncio.Event, **options: Any) -> None:
     if leader is None:
-        await _operate(configuration, may_write=None, **options)
+        await _operate(configuration, may_write=None, liveness=liveness, stopping=stopping, **options)
         return
     # Its own client with a short timeout: a hung renewal must not outlast the renew deadline.
     elector = LeaderElector(Kube(configuration, timeout=leader.renew_deadline / 2), leader)
     try:
-        if not await _stand_by(elector, liveness, stop_flag):
+        if not await _stand_by(elector, liveness, stopping):
             return
-        operating = asyncio.create_task(_operate(configuration, may_write=elector.may_write, **options))
+        operating = asyncio.create_task(_operate(configuration, may_write=elector.may_write, liveness=liveness,
+                                                 stopping=stopping, **options))
         keeping = asyncio.create_task(elector.keep())
-        await asyncio.wait({operating, keeping}, return_when=asyncio.FIRST_COMPLETED)
-        if not operating.done():
+        stopped = asyncio.create_task(stopping.wait())
+        await asyncio.wait({operating, keeping, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if keeping.done() and not operating.done() and not stopping.is_set():
             operating.cancel()
             await asyncio.gather(operating, return_exceptions=True)
             raise LeadershipLost(f"lost the leader Lease {leader.namespace}/{leader.name}")
         keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
+        await asyncio.gather(keeping, stopped, return_exceptions=True)
+        # Asked to stop (a rollout, a drain): hand the Lease over now, not after kopf's shutdown, which takes
+        # seconds (its workers, the watches, the caches' threads). The release is the fence first: from it on,
+        # this process sends no write (may_write), so the standby may act at once. Waiting, the pod a rollout
+        # makes in its place had time to start, see the Lease still held, and race the standby for it.
+        await asyncio.to_thread(elector.release)
+        await asyncio.gather(operating, return_exceptions=True)
         operating.result()
     finally:
         await asyncio.to_thread(elector.release)
@@ -133,7 +175,7 @@ async def _operate(
     clusterwide: bool,
     liveness: str | None,
     refresh_interval: float,
-    stop_flag: asyncio.Event | threading.Event | None,
+    stopping: asyncio.Event,
     ready_flag: asyncio.Event | threading.Event | None,
     context: dict[str, Any] | None,
     clock: UtcClock,
@@ -156,6 +198,9 @@ async def _operate(
         if ctx is not None:
             loop.call_soon_threadsafe(named_changed, ctx, (key, version))
 
+    def class_changed(_namespace: str, _owner: str, key: Any, version: str | None) -> None:  # an informer's thread
+        name_changed(key, version)
+
     def name_resynced(api_version: str, kind: str) -> None:  # a named watch's thread
         if ctx is not None:
             loop.call_soon_threadsafe(names_resynced, ctx, api_version, kind)
@@ -170,8 +215,10 @@ async def _operate(
     named = NamedWatches(Kube(_pooled(configuration, len(NAMED_KINDS) * (len(namespaces) or 1) + 2)),
                          None if clusterwide else namespaces, on_change=name_changed, on_resync=name_resynced,
                          discovery=discovery)
+    # The classes a spec names: cached cluster-wide, never waited for (until listed, a reconcile GETs them).
+    classes = Caches.of_classes(Kube(_pooled(configuration, len(CLASS_KINDS) + 2)), class_changed, discovery)
     kube = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), caches,
-                   served=discovery.serves)
+                   served=discovery.serves, classes=classes)
     ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
                   caches_ready=caches_ready)
     if context is not None:
@@ -179,6 +226,7 @@ async def _operate(
     registry = make_registry(ctx)
     discovery.start()
     caches.start()
+    classes.start()
     named.start()
     synced = asyncio.create_task(_set_when(caches, caches_ready))
 
@@ -186,12 +234,12 @@ async def _operate(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)
 
-    # kopf waits on a threading.Event in a worker thread, which would keep the loop from closing when the
-    # operator ends for another reason (a lost Lease): kopf gets an asyncio.Event that mirrors stop_flag.
-    kopf_stop = asyncio.Event()
-    mirror = asyncio.create_task(_mirror(stop_flag, kopf_stop)) if stop_flag is not None else None
     try:
-        await kopf.operator(
+        # kopf.operator() is these two calls. Between them, kopf's signal handlers replace ours; they end kopf by
+        # a flag of its own, so the Lease could be released only once kopf's shutdown was over (5 s and more).
+        # Ours again: a signal sets `stopping`, which is kopf's stop flag and hands the Lease over at once.
+        existing = set(asyncio.all_tasks())
+        tasks = await kopf.spawn_tasks(
             registry=registry,
             settings=settings(),
             identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
@@ -199,21 +247,22 @@ async def _operate(
             clusterwide=clusterwide,
             namespaces=list(namespaces),
             liveness_endpoint=liveness,
-            stop_flag=kopf_stop if stop_flag is not None else None,
+            stop_flag=stopping,
             ready_flag=ready_flag,
         )
+        _stop_on_signals(stopping)
+        await kopf.run_tasks(tasks, ignored=existing)
     finally:
-        if mirror is not None:
-            mirror.cancel()
-            await asyncio.gather(mirror, return_exceptions=True)
         synced.cancel()
         await asyncio.gather(synced, return_exceptions=True)
         await asyncio.to_thread(caches.stop)
+        await asyncio.to_thread(classes.stop)
         await asyncio.to_thread(named.stop)
         await asyncio.to_thread(discovery.stop)
         discovery.kube.close()
         ctx.executor.shutdown(wait=False, cancel_futures=True)
         kube.close()
+        logger.info("stopped: kopf, the caches and the watches")
 
 
 def _pooled(configuration: Configuration, connections: int) -> Configuration:
@@ -236,34 +285,20 @@ async def _mirror(flag: asyncio.Event | threading.Event, target: asyncio.Event) 
     target.set()
 
 
-async def _stand_by(elector: LeaderElector, liveness: str | None,
-                    stop_flag: asyncio.Event | threading.Event | None) -> bool:
+async def _stand_by(elector: LeaderElector, liveness: str | None, stopping: asyncio.Event) -> bool:
     """Wait for the Lease; True once held, False when stopped first. A standby is healthy: it answers on
     the liveness URL (kopf serves it once leading), so both replicas are Ready and the budget counts both."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
-    for sig in signals:
-        loop.add_signal_handler(sig, stopping.set)
     health = await _standby_health(liveness) if liveness else None
-
-    async def stopped() -> None:
-        while not (stopping.is_set() or (stop_flag is not None and stop_flag.is_set())):
-            await asyncio.sleep(0.1)
-
     try:
         acquiring = asyncio.create_task(elector.acquire())
-        waiting = asyncio.create_task(stopped())
+        waiting = asyncio.create_task(stopping.wait())
         await asyncio.wait({acquiring, waiting}, return_when=asyncio.FIRST_COMPLETED)
         for task in (acquiring, waiting):
             task.cancel()
         await asyncio.gather(acquiring, waiting, return_exceptions=True)
         held = acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None
-        stop_asked = stopping.is_set() or (stop_flag is not None and stop_flag.is_set())
-        return held and not stop_asked  # held but asked to stop: the caller releases it
+        return held and not stopping.is_set()  # held but asked to stop: the caller releases it
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
         if health is not None:
             await health.cleanup()
 
@@ -276,7 +311,8 @@ async def _standby_health(liveness: str) -> aiohttp.web.AppRunner:
 
     app = aiohttp.web.Application()
     app.router.add_get(url.path or "/", answer)
-    runner = aiohttp.web.AppRunner(app, access_log=None)
+    # A probe caught mid-request must not hold the hand-over to kopf (aiohttp waits 60 s by default).
+    runner = aiohttp.web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await aiohttp.web.TCPSite(runner, url.hostname or "0.0.0.0", url.port or 80).start()
     return runner
