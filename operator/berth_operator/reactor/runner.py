@@ -152,6 +152,9 @@ async def _run(configuration: Configuration, *, leader: LeaseSettings | None, li
             operating.cancel()
             await asyncio.gather(operating, return_exceptions=True)
             raise LeadershipLost(f"lost the leader Lease {leader.namespace}/{leader.name}")
+        if stopping.is_set():
+            logger.info("asked to stop: releasing the leader Lease %s/%s before kopf has stopped", leader.namespace,
+                        leader.name)
         keeping.cancel()
         await asyncio.gather(keeping, stopped, return_exceptions=True)
         # Asked to stop (a rollout, a drain): hand the Lease over now, not after kopf's shutdown, which takes
