@@ -238,9 +238,10 @@ async def _operate(
         return connection_info(configuration)
 
     try:
-        # kopf.operator() is these two calls. Between them, kopf's signal handlers replace ours; they end kopf by
-        # a flag of its own, so the Lease could be released only once kopf's shutdown was over (5 s and more).
-        # Ours again: a signal sets `stopping`, which is kopf's stop flag and hands the Lease over at once.
+        # kopf.operator() is these two calls. Between them, kopf's signal handlers replace ours. Theirs end kopf by
+        # its own signal future, leaving its waiter on `stopping` pending, which run_tasks waits 5 s for; and the
+        # Lease was released only after that. Ours again: a signal sets `stopping` (kopf's stop flag), and _run
+        # hands the Lease over at once.
         existing = set(asyncio.all_tasks())
         tasks = await kopf.spawn_tasks(
             registry=registry,
