@@ -31,6 +31,7 @@ class Prometheus:
     def __init__(self, root: Path, jobs: dict[str, list[str]], *, interval: str = "1s") -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.interval = interval  # also the scrape timeout
         self.port = free_port()
         self.config = self.root / "prometheus.yml"
         self.config.write_text(yaml.safe_dump({
@@ -94,6 +95,16 @@ class Prometheus:
 
     def targets(self) -> list[dict]:
         return self.api("targets")["activeTargets"]
+
+    def scrape_report(self, job: str, window: str) -> str:
+        """What a failure message needs of `job`'s scrapes over `window`: how many failed of how many, the longest
+        (against the scrape timeout: a timed-out scrape lasts about that long) and the last error Prometheus kept."""
+        total = self.value(f'count_over_time(up{{job="{job}"}}[{window}])') or 0
+        failed = total - (self.value(f'sum_over_time(up{{job="{job}"}}[{window}])') or 0)  # up is 1 or 0
+        longest = self.value(f'max_over_time(scrape_duration_seconds{{job="{job}"}}[{window}])')
+        errors = [t.get("lastError") or "" for t in self.targets() if t["labels"]["job"] == job]
+        return (f"{failed:.0f} of {total:.0f} scrapes of {job} failed in {window}; the longest took {longest} s "
+                f"(scrape timeout {self.interval}); last error: {errors}")
 
     def wait_for_scrapes(self, job: str, count: int, timeout: float = 60.0) -> None:
         """Until `count` more scrapes of `job` were recorded (whatever their outcome)."""

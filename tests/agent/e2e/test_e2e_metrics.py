@@ -142,7 +142,8 @@ def test_prometheus_scrapes_the_registry_through_the_agent_across_10_reloads(met
         prom.wait_for_scrapes("registry", 2)
         window = f"{int(time.time() - started) + 5}s"
         scrapes = prom.value(f'count_over_time(up{{job="registry"}}[{window}])')
-        assert prom.value(f'min_over_time(up{{job="registry"}}[{window}])') == 1.0, "a scrape failed"
+        assert prom.value(f'min_over_time(up{{job="registry"}}[{window}])') == 1.0, \
+            f"a scrape failed: {prom.scrape_report('registry', window)}\n{pod.agent_log_text()[-2000:]}"
         # A 200 with nothing in it would count as up: every scrape brought the registry's series.
         assert prom.value(f'min_over_time(scrape_samples_scraped{{job="registry"}}[{window}])') > 20
         assert prom.value(f'min_over_time(up{{job="agent"}}[{window}])') == 1.0
