@@ -76,7 +76,7 @@ def test_the_pod_with_every_override_is_admitted_under_restricted(kube_apiserver
     priority = f"berth-infra-{restricted}"
     kube_apiserver.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                            "metadata": {"name": priority}, "value": 1000})
-    document = yaml.safe_load((REPO / "examples" / "corporate-cluster.yaml").read_text())
+    document = yaml.safe_load((REPO / "examples" / "corporate-cache" / "registry.yaml").read_text())
     spec = document["spec"]
     spec["pod"]["priorityClassName"] = priority
     spec["pod"]["affinity"]["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [

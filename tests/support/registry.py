@@ -273,6 +273,14 @@ def push_image(image: OciImage | Path, registry: RegistryProcess | str, referenc
     _skopeo([*args, f"oci:{layout}", f"docker://{host}/{reference}"])
 
 
+def push_archive(archive: Path, host: str, reference: str, *, creds: tuple[str, str] | None = None) -> None:
+    """skopeo copy docker-archive:ARCHIVE docker://HOST/REFERENCE (a node image of support.images, say)."""
+    args = ["copy", "--dest-tls-verify=false"]
+    if creds is not None:
+        args.append(f"--dest-creds={creds[0]}:{creds[1]}")
+    _skopeo([*args, f"docker-archive:{archive}", f"docker://{host}/{reference}"], timeout=300)
+
+
 def pull_image(registry: RegistryProcess | str, reference: str, layout: Path, *,
                creds: tuple[str, str] | None = None) -> OciImage:
     """skopeo copy docker://HOST/REFERENCE oci:LAYOUT, then read back what arrived."""
