@@ -19,11 +19,11 @@ import subprocess
 import pytest
 import yaml
 
+from apiserver.test_apply import operator  # noqa: F401 (the fixture: berth-operator with deploy/'s RBAC)
 from apiserver.test_pod_security import create_pod, restricted  # noqa: F401 (the fixture)
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
 from support.apiserver import REPO, KubeApiServer, skip_reason
-from support.apiserver_identities import start_operator
 from support.operator_harness import AGENT_IMAGE, reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -40,16 +40,8 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 ANNOTATIONS_LIMIT = 256 * 1024  # the API server's limit on all of an object's annotations together
 
 
-@pytest.fixture
-def operator(kube_apiserver, apiserver_namespace, tmp_path):
-    process, _ = start_operator(kube_apiserver, "operator-overrides", tmp_path, [apiserver_namespace])
-    yield process
-    assert process.stop() == 0, process.log()[-3000:]
-    assert "Traceback" not in process.log()
-
-
-def test_each_clouds_example_gives_the_service_account_and_pod_exactly_its_keys(kube_apiserver, apiserver_namespace,
-                                                                                operator) -> None:
+def test_each_clouds_example_gives_the_service_account_and_pod_exactly_its_keys(
+        kube_apiserver, apiserver_namespace, operator) -> None:  # noqa: F811
     api, ns = kube_apiserver, apiserver_namespace
     for example in IDENTITY:
         document = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())

@@ -82,39 +82,41 @@ def _loopback_name() -> str:
     return name
 
 
-def test_the_upstream_check_and_the_s3_check_go_through_a_real_proxy(tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def proxied(tmp_path, monkeypatch):
+    """(tinyproxy, the upstream's URL by this machine's loopback name, monkeypatch): a real registry upstream and a
+    real proxy, the pre-flights' proxy variables pointing at it."""
     name = _loopback_name()
     config = b"version: 0.1\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: ':5000'}\n" % (
         str(tmp_path / "data").encode())
     with running_tinyproxy(tmp_path / "proxy") as proxy, running_registry(config, tmp_path / "up") as up:
         monkeypatch.setenv("BERTH_PREFLIGHT_HTTP_PROXY", proxy.url)
         monkeypatch.setenv("BERTH_PREFLIGHT_HTTPS_PROXY", proxy.url)
-        port = urlsplit(up.url).port
-        remote = f"http://{name}:{port}"
-        check = check_upstream(remote, None, None, major="3")
-        assert (check.reachable, check.scheme) == (True, "none")
-        assert f"GET {remote}/v2/ HTTP/1.1" in proxy.requests(), proxy.log()
-        # An S3 endpoint the same way (the registry answers 404 for the bucket path: refused, but reached).
-        target = S3Target(bucket="b", region="us-east-1", access_key="AKIA", secret_key="s", endpoint=remote,
-                          secure=False, path_style=True)
-        with pytest.raises(PreflightError, match="refused the new credentials"):
-            check_bucket(target, timeout=5)
-        assert any(line.startswith(f"GET {remote}/b?list-type=2") for line in proxy.requests()), proxy.log()
-        # NO_PROXY: direct, the proxy sees nothing more.
-        monkeypatch.setenv("BERTH_PREFLIGHT_NO_PROXY", name)
-        seen = len(proxy.requests())
-        check_upstream(remote, None, None, major="3")
-        assert len(proxy.requests()) == seen
+        yield proxy, f"{name}:{urlsplit(up.url).port}", monkeypatch
 
 
-def test_https_goes_through_a_connect_tunnel(tmp_path, monkeypatch) -> None:
+def test_the_upstream_check_and_the_s3_check_go_through_a_real_proxy(proxied) -> None:
+    proxy, host, monkeypatch = proxied
+    remote = f"http://{host}"
+    check = check_upstream(remote, None, None, major="3")
+    assert (check.reachable, check.scheme) == (True, "none")
+    assert f"GET {remote}/v2/ HTTP/1.1" in proxy.requests(), proxy.log()
+    # An S3 endpoint the same way (the registry answers 404 for the bucket path: refused, but reached).
+    target = S3Target(bucket="b", region="us-east-1", access_key="AKIA", secret_key="s", endpoint=remote,
+                      secure=False, path_style=True)
+    with pytest.raises(PreflightError, match="refused the new credentials"):
+        check_bucket(target, timeout=5)
+    assert any(line.startswith(f"GET {remote}/b?list-type=2") for line in proxy.requests()), proxy.log()
+    # NO_PROXY: direct, the proxy sees nothing more.
+    monkeypatch.setenv("BERTH_PREFLIGHT_NO_PROXY", host.rsplit(":", 1)[0])
+    seen = len(proxy.requests())
+    check_upstream(remote, None, None, major="3")
+    assert len(proxy.requests()) == seen
+
+
+def test_https_goes_through_a_connect_tunnel(proxied) -> None:
     """The CONNECT reaches the target through tinyproxy (the TLS handshake then fails: the target speaks HTTP)."""
-    name = _loopback_name()
-    config = b"version: 0.1\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: ':5000'}\n" % (
-        str(tmp_path / "data").encode())
-    with running_tinyproxy(tmp_path / "proxy") as proxy, running_registry(config, tmp_path / "up") as up:
-        monkeypatch.setenv("BERTH_PREFLIGHT_HTTPS_PROXY", proxy.url)
-        port = urlsplit(up.url).port
-        with pytest.raises(PreflightError, match="cannot reach"):
-            preflight_http.request("GET", f"https://{name}:{port}/v2/", {}, None, timeout=5, where="w", what="it")
-        assert f"CONNECT {name}:{port} HTTP/1.0" in proxy.requests(), proxy.log()  # http.client says 1.0
+    proxy, host, _ = proxied
+    with pytest.raises(PreflightError, match="cannot reach"):
+        preflight_http.request("GET", f"https://{host}/v2/", {}, None, timeout=5, where="w", what="it")
+    assert f"CONNECT {host} HTTP/1.0" in proxy.requests(), proxy.log()  # http.client says 1.0
