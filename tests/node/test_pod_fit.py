@@ -30,7 +30,15 @@ import pytest
 
 from support import images
 from support.node import GATEWAY, POD_CIDR, Node
-from support.node_berth import REGISTRIES, condition, registry, registry_ready, service_url, wait_for
+from support.node_berth import (
+    REGISTRIES,
+    condition,
+    create_registry,
+    registry,
+    registry_ready,
+    service_url,
+    wait_for,
+)
 from support.registry import make_oci_image, pull_image, push_archive, push_image, running_registry
 from support.tinyproxy import running_tinyproxy
 from support.upstream import htpasswd
@@ -225,15 +233,16 @@ def test_a_pull_through_cache_reaches_its_upstream_only_through_the_egress_proxy
               b"http: {addr: ':5000'}\n" % str(tmp_path / "upstream-data").encode())
     with running_tinyproxy(tmp_path / "proxy", listen=GATEWAY, allow=("127.0.0.1", POD_CIDR)) as proxy, \
             running_registry(config, tmp_path / "upstream", binary=str(images.registry3_binary())) as upstream:
-        pushed = make_oci_image(tmp_path / "app", layer_size=64 * 1024)
-        push_image(pushed, upstream, "team/app:1.0")
+        push_image(make_oci_image(tmp_path / "app", layer_size=64 * 1024), upstream, "team/app:1.0",
+                   docker_format=True)
+        pushed = pull_image(upstream, "team/app:1.0", tmp_path / "direct")  # what the upstream serves
         remote = f"http://{node.name}:{upstream.port}"
-        create(node, ns, "cache", {**INMEMORY, "image": "docker.io/library/registry:3.1.1",
-                                   "env": [{"name": "HTTP_PROXY", "value": proxy.url},
-                                           {"name": "HTTPS_PROXY", "value": proxy.url},
-                                           {"name": "NO_PROXY", "value": ".svc,10.96.0.0/16"}],
-                                   "config": {"storage": {"inmemory": {}}, "proxy": {"remoteURL": remote}}})
-        wait_for(lambda: ready(node, ns, "cache"), "the cache Ready", 180, node)
+        # Ready, and its Service answering from the host (kube-proxy's rules follow the pods).
+        create_registry(node, ns, "cache", {**INMEMORY, "image": "docker.io/library/registry:3.1.1",
+                                            "env": [{"name": "HTTP_PROXY", "value": proxy.url},
+                                                    {"name": "HTTPS_PROXY", "value": proxy.url},
+                                                    {"name": "NO_PROXY", "value": ".svc,10.96.0.0/16"}],
+                                            "config": {"storage": {"inmemory": {}}, "proxy": {"remoteURL": remote}}})
         pulled = pull_image(service_url(node, ns, "cache").removeprefix("http://"), "team/app:1.0",
                             tmp_path / "pulled")
         assert pulled.manifest_digest == pushed.manifest_digest
@@ -242,8 +251,9 @@ def test_a_pull_through_cache_reaches_its_upstream_only_through_the_egress_proxy
         print("proxied:", *requests, sep="\n  ")
         assert f"GET {remote}/v2/ HTTP/1.1" in requests  # the registry's start and the agent's pre-flight
         assert any(re.match(rf"(GET|HEAD) {re.escape(remote)}/v2/team/app/manifests/1\.0 ", r) for r in requests)
-        # Who asked: the upstream's access log names each client (all came from the proxy, on 127.0.0.1).
+        # Who asked: the upstream's access log names each client. A pod cannot reach the upstream but through the
+        # proxy, so these came through it: the agent's pre-flight, and the registry's Go client for the manifest.
         lines = [line for line in upstream.log().splitlines() if "http.request.useragent" in line]
-        assert any("berth-agent preflight" in line for line in lines), lines[-20:]  # the pre-flight's /v2/
-        manifests = [line for line in lines if "/v2/team/app/manifests/" in line]
-        assert manifests and not any("berth-agent" in line for line in manifests), lines[-20:]
+        assert any('useragent="berth-agent preflight"' in line for line in lines), lines[-20:]
+        assert any("/v2/team/app/manifests/1.0" in line and "useragent=Go-http-client" in line
+                   for line in lines), lines[-20:]
