@@ -58,7 +58,7 @@ def _cel_not_reserved_key(reserved: tuple[str, ...]) -> str:
     return f"self.all(k, !(k in [{listed}]) && !k.startsWith('{RESERVED_PREFIX}'))"
 
 
-def _check_keys(values: dict[str, str], what: str, reserved: tuple[str, ...], *, label_values: bool) -> None:
+def _check_keys(values: dict[str, str], what: str, *, label_values: bool) -> None:
     if len(values) > MAX_LABELS:
         raise ValueError(f"at most {MAX_LABELS} {what}")
     for key, value in values.items():
@@ -68,34 +68,34 @@ def _check_keys(values: dict[str, str], what: str, reserved: tuple[str, ...], *,
             raise ValueError(f"the value of {key!r} is not a Kubernetes label value")
 
 
-def _reserved_key(key: str, reserved: tuple[str, ...]) -> bool:
-    return key in reserved or key.startswith(RESERVED_PREFIX)
+def _not_berths(values: dict[str, str], what: str, reserved: tuple[str, ...], message: str) -> dict[str, str]:
+    """Kubernetes label (or annotation) keys, none of them `reserved` or under berth.dev/ (the CEL rule's check)."""
+    _check_keys(values, what, label_values=what == "labels")
+    clashing = sorted(key for key in values if key in reserved or key.startswith(RESERVED_PREFIX))
+    if clashing:
+        raise ValueError(f"{', '.join(clashing)} {message}")
+    return values
 
 
 def _labels(values: dict[str, str]) -> dict[str, str]:
-    _check_keys(values, "labels", RESERVED_LABELS, label_values=True)
-    clashing = sorted(key for key in values if _reserved_key(key, RESERVED_LABELS))
-    if clashing:
-        raise ValueError(f"{', '.join(clashing)} {LABELS_MESSAGE}")
-    return values
+    return _not_berths(values, "labels", RESERVED_LABELS, LABELS_MESSAGE)
 
 
 def _annotations(values: dict[str, str]) -> dict[str, str]:
-    _check_keys(values, "annotations", (), label_values=False)
-    clashing = sorted(key for key in values if _reserved_key(key, ()))
-    if clashing:
-        raise ValueError(f"{', '.join(clashing)} {ANNOTATIONS_MESSAGE}")
-    return values
+    return _not_berths(values, "annotations", (), ANNOTATIONS_MESSAGE)
+
+
+def _keys_schema(description: str, reserved: tuple[str, ...], message: str) -> dict[str, Any]:
+    return {"description": description, "maxProperties": MAX_LABELS, "x-kubernetes-validations": [
+        {"rule": _cel_not_reserved_key(reserved), "message": message}]}
 
 
 def _labels_schema(description: str) -> dict[str, Any]:
-    return {"description": description, "maxProperties": MAX_LABELS, "x-kubernetes-validations": [
-        {"rule": _cel_not_reserved_key(RESERVED_LABELS), "message": LABELS_MESSAGE}]}
+    return _keys_schema(description, RESERVED_LABELS, LABELS_MESSAGE)
 
 
 def _annotations_schema(description: str) -> dict[str, Any]:
-    return {"description": description, "maxProperties": MAX_LABELS, "x-kubernetes-validations": [
-        {"rule": _cel_not_reserved_key(()), "message": ANNOTATIONS_MESSAGE}]}
+    return _keys_schema(description, (), ANNOTATIONS_MESSAGE)
 
 
 def reserved_env(name: str) -> bool:
@@ -176,7 +176,7 @@ class PodOverrides(ApiModel):
     @field_validator("node_selector")
     @classmethod
     def _node_selector(cls, values: dict[str, str]) -> dict[str, str]:
-        _check_keys(values, "labels", (), label_values=True)
+        _check_keys(values, "labels", label_values=True)
         return values
 
 
