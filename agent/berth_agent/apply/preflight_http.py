@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from berth_api.pod import PREFLIGHT_ENV_PREFIX
+
 from ..core.errors import PreflightError
 
 MAX_BODY = 65536
-PROXY_ENV_PREFIX = "BERTH_PREFLIGHT_"  # the operator's builders/pod.py PREFLIGHT_ENV_PREFIX
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Proxy:
 
 
 def _variable(env: Mapping[str, str], name: str) -> str:
-    return env.get(PROXY_ENV_PREFIX + name.upper()) or env.get(PROXY_ENV_PREFIX + name.lower()) or ""
+    return env.get(PREFLIGHT_ENV_PREFIX + name.upper()) or env.get(PREFLIGHT_ENV_PREFIX + name.lower()) or ""
 
 
 def _no_proxy(host: str, port: int, no_proxy: str) -> bool:

@@ -2,7 +2,8 @@
 mount contract (docs/design.md section 3).
 
 Only what needs a new pod may shape this template: the images, which Secrets and claim are mounted, the port,
-the resources. Everything the agent applies hot stays out, so editing it never rolls the pods.
+the resources, and what the user sets on the pod (spec.pod, spec.env, spec.serviceAccount: issue 36). Everything
+the agent applies hot stays out, so editing it never rolls the pods.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from berth_api.pod import (
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
     NOTIFICATIONS_VOLUME,
+    PREFLIGHT_ENV_PREFIX,
     PROXY_VOLUME,
     REDIS_VOLUME,
     REGISTRY_METRICS_PORT,
@@ -84,9 +86,6 @@ REGISTRY_BIN_SIZE = "256Mi"  # the 3.1.1 binary is ~30 MiB, 2.8's ~25 MiB
 FIRST_UNPRIVILEGED_PORT = 1024
 # The agent's resources unless spec.pod.agentResources says otherwise.
 AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
-# The agent's pre-flights (the upstream check, the cloud-storage checks) use the registry's egress proxy, under these
-# names: as HTTPS_PROXY the official Kubernetes client would send the agent's own API calls through it too.
-PREFLIGHT_ENV_PREFIX = "BERTH_PREFLIGHT_"
 # On the pod template: the digest of spec.serviceAccount.annotations (template_metadata).
 SERVICE_ACCOUNT_ANNOTATION = "berth.dev/service-account-annotations"
 # Berth's hostname spread: always present, so scaling never changes the template.
