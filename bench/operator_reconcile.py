@@ -12,8 +12,10 @@ a ReplicaSet and Pods, which stay Pending (no node; the scheduler marks them Uns
 updates and the Deployments' reach the operator's watches, as on any cluster.
 
 Converged means what a user counts: every Registry has status.observedGeneration == generation and Degraded
-False, and every object it owns exists (counted by owner reference, kind by kind). The run fails at once when
-a Registry is seen Degraded (nothing here should degrade it: a refused apply is ApplyFailed) or the operator
+False, or Degraded only because its pods cannot be scheduled (EXPECTED_DEGRADED: there is no node, and since
+issue 36 the Registry says so), and every object it owns exists (counted by owner reference, kind by kind). The run
+fails at once when a Registry is seen Degraded for any other reason (nothing here should degrade it: a refused
+apply is ApplyFailed) or the operator
 logs an error line, and after --timeout seconds without convergence. `--refuse-apply RESOURCE` makes the API
 server refuse every create or update of that resource in the namespace (a ValidatingAdmissionPolicy): the smoke
 test's fault (tests/apiserver/test_bench_operator.py).
@@ -147,9 +149,15 @@ def refuse_applies(api: KubeApiServer, resource: str) -> None:
 
 # ------------------------------------------------------------------------------------ what a user sees
 
+# The one Degraded reason this control plane causes: its pods are Pending for want of a node.
+EXPECTED_DEGRADED = "Unschedulable"
+
+
 def degraded(reg: dict[str, Any]) -> tuple[str, str] | None:
+    """Degraded's reason and message, unless it is False or EXPECTED_DEGRADED."""
     for condition in (reg.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Degraded" and condition.get("status") == "True":
+        if (condition.get("type") == "Degraded" and condition.get("status") == "True"
+                and condition.get("reason") != EXPECTED_DEGRADED):
             return condition.get("reason", ""), condition.get("message", "")
     return None
 
@@ -157,7 +165,8 @@ def degraded(reg: dict[str, Any]) -> tuple[str, str] | None:
 def reconciled(reg: dict[str, Any]) -> bool:
     meta, conditions = reg["metadata"], (reg.get("status") or {}).get("conditions") or ()
     return ((reg.get("status") or {}).get("observedGeneration") == meta["generation"]
-            and any(c.get("type") == "Degraded" and c.get("status") == "False" for c in conditions))
+            and any(c.get("type") == "Degraded" and (c.get("status") == "False" or c.get("reason") == EXPECTED_DEGRADED)
+                    for c in conditions))
 
 
 class Registries:
@@ -464,7 +473,8 @@ def report(result: dict[str, Any]) -> None:
     print(f"--- N = {n} Registries (load average {before:.1f} before, {after:.1f} after)")
     converge_target = "" if n != 1000 else f" (target < {TARGETS['converge_1000_s']:.0f} s: " \
                                            f"{met(result['converge_s'] < TARGETS['converge_1000_s'])})"
-    print(f"converged (every Registry at its generation, none Degraded, every owned object present): "
+    print(f"converged (every Registry at its generation, none Degraded but for {EXPECTED_DEGRADED}, every owned "
+          "object present): "
           f"{result['converge_s']:.1f} s, {1000 * result['converge_s'] / n:.1f} ms per Registry{converge_target}")
     print("CPU while converging: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result["cpu"].items())
           + f"; {result['pods']} pods Pending at the end")

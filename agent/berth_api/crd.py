@@ -44,6 +44,7 @@ SCHEMA_KEYS = (
     "items",
     "properties",
     "additionalProperties",
+    "maxProperties",
     "required",
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",

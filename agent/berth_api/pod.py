@@ -48,10 +48,15 @@ TLS_KEY_KEY = "tls.key"
 PROXY_USERNAME_KEY = "username"  # of the proxy credentials Secret (the kubernetes.io/basic-auth keys)
 PROXY_PASSWORD_KEY = "password"
 
+# The agent's copies of the registry's egress proxy variables (spec.env's HTTP_PROXY, HTTPS_PROXY, NO_PROXY, either
+# case), which its pre-flights read: under their own names the official Kubernetes client would send the agent's
+# API calls through the proxy too (issue 36).
+PREFLIGHT_ENV_PREFIX = "BERTH_PREFLIGHT_"
+
 __all__ = [
     "AGENT_HEALTH_PORT", "AZURE_VOLUME", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR",
     "DATA_VOLUME", "GCS_VOLUME", "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES",
-    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME",
+    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME", "PREFLIGHT_ENV_PREFIX",
     "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
     "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",
     "SECRET_VOLUMES",

@@ -23,10 +23,11 @@ from .exposure import Gateway, Ingress, Service
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .monitoring import Monitoring
 from .notifications import Notifications, notifications_v3_message
+from .pod_template import EnvVar, PodOverrides, Resources, ServiceAccountSettings, env_names
 from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
-from .types import INT32_MAX, ApiModel, Quantity, v3_only_message
+from .types import INT32_MAX, ApiModel, v3_only_message
 
 GROUP = "berth.dev"
 VERSION = "v1alpha1"
@@ -92,11 +93,6 @@ class Config(ApiModel):
         return auth_in_use(self.auth, self.storage.auth)
 
 
-class Resources(ApiModel):
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="Resources requested by the registry.")
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits of the registry.")
-
-
 class RegistrySpec(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
@@ -147,6 +143,19 @@ class RegistrySpec(ApiModel):
         None, description="Major version of Distribution in the image; derived from the image tag when absent."
     )
     resources: Resources = Field(default_factory=Resources, description="Resources of the registry container.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=64,
+        description="Environment of the registry container: values, or keys of Secrets and ConfigMaps (e.g. "
+        "HTTP_PROXY, HTTPS_PROXY and NO_PROXY for an egress proxy; the agent's pre-flights use the same proxy). "
+        "REGISTRY_*, BERTH_* and OTEL_TRACES_EXPORTER are refused. An edit rolls the pods.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    pod: PodOverrides = Field(
+        default_factory=PodOverrides, description="The registry pod: placement (nodeSelector, tolerations, "
+        "affinity, topologySpreadConstraints, priorityClassName), labels, annotations, imagePullSecrets and the "
+        "agent's resources. An edit rolls the pods.")
+    service_account: ServiceAccountSettings = Field(
+        default_factory=ServiceAccountSettings, alias="serviceAccount",
+        description="The registry pods' ServiceAccount (<registry>-agent): annotations for workload identity.")
     config: Config = Field(description="Registry configuration applied by the agent without restarting pods.")
     http: Http = Field(default_factory=Http, description="HTTP server options.")
     redis: Redis | None = Field(None, description="Redis connection, for the blob descriptor cache.")
@@ -170,6 +179,11 @@ class RegistrySpec(ApiModel):
         "read-only meanwhile. Absent: runs only when the berth.dev/gc-requested-at annotation asks, with the "
         "defaults.",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        return env_names(env)
 
     @model_validator(mode="after")
     def _redis_cache_needs_redis(self) -> RegistrySpec:

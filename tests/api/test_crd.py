@@ -35,6 +35,7 @@ from berth_api.exposure import (
     TLS_SOURCE_MESSAGE,
     TRAFFIC_POLICY_MESSAGE,
 )
+from berth_api.kube_types import ONE_SOURCE_MESSAGE, TOLERATION_RULES
 from berth_api.notifications import (
     HEADER_SOURCE_MESSAGE,
     NOTIFICATIONS_V3_FIELDS,
@@ -42,6 +43,7 @@ from berth_api.notifications import (
     UNIQUE_NAMES_MESSAGE,
     notifications_v3_message,
 )
+from berth_api.pod_template import ANNOTATIONS_MESSAGE, ENV_MESSAGE, LABELS_MESSAGE
 from berth_api.proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, proxy_v3_message
 from berth_api.storage import BACKENDS_MESSAGE
 from berth_api.types import v3_only_message
@@ -268,6 +270,14 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.http.tls", TLS_SOURCE_MESSAGE),
         ("spec.http.tls", DNS_NAMES_MESSAGE),
         ("spec.ingress.tls", TLS_SOURCE_MESSAGE),
+        # issue 36: the pod overrides, the registry's env and the ServiceAccount's annotations
+        ("spec.pod.labels", LABELS_MESSAGE),
+        ("spec.pod.annotations", ANNOTATIONS_MESSAGE),
+        ("spec.serviceAccount.annotations", ANNOTATIONS_MESSAGE),
+        *(("spec.pod.tolerations.[]", message) for _rule, message in TOLERATION_RULES),
+        ("spec.env.[]", "set exactly one of value and valueFrom"),
+        ("spec.env.[]", ENV_MESSAGE),
+        ("spec.env.[].valueFrom", ONE_SOURCE_MESSAGE),
     }
 
 
@@ -286,13 +296,17 @@ def test_rule_compiles_and_has_bounded_cost(path: str, rule: dict[str, str]) -> 
         if before.endswith("]"):
             continue
         field = re.search(r"([A-Za-z_]+)$", before).group(1)
+        if field == "self":  # a map's own rule over its keys: bounded by maxProperties
+            assert 0 < dict(NODES)[path].get("maxProperties", 0) <= 64, path
+            continue
         assert field in BOUNDED_LISTS, f"{rule['rule']!r} iterates a field"
 
 
 # The lists CEL rules may iterate or sit under: each has maxItems in the schema.
 BOUNDED_LISTS = {"endpoints": ("spec", "config", "notifications", "endpoints"),
                  "headers": ("spec", "config", "notifications", "endpoints", "[]", "headers")}
-BOUNDED_LIST_RULE_PATHS = {"spec.config.notifications.endpoints.[].headers.[]"}
+BOUNDED_LIST_RULE_PATHS = {"spec.config.notifications.endpoints.[].headers.[]", "spec.env.[]", "spec.env.[].valueFrom",
+                           "spec.pod.tolerations.[]"}
 
 
 def test_the_lists_rules_iterate_are_bounded() -> None:

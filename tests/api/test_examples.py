@@ -77,3 +77,17 @@ def test_crd_defaults_match_model_defaults(document: dict[str, Any]) -> None:
     by_model = Registry.model_validate(document).model_dump(by_alias=True, exclude_none=True)
     assert leaves(by_crd["spec"]) == leaves(by_model["spec"])
     assert leaves(by_crd.get("status")) == leaves(by_model.get("status"))
+
+
+CORPORATE = REPO / "examples" / "corporate-cache"
+
+
+def test_the_corporate_cache_example_is_a_registry_and_the_configmap_its_env_reads() -> None:
+    """examples/corporate-cache/ (issue 36): every pod override, and NO_PROXY from the folder's ConfigMap."""
+    registry = yaml.safe_load((CORPORATE / "registry.yaml").read_text(encoding="utf-8"))
+    config_map = yaml.safe_load((CORPORATE / "egress-configmap.yaml").read_text(encoding="utf-8"))
+    assert admit(registry) == []
+    spec = Registry.model_validate(registry).spec
+    [ref] = [var.value_from.config_map_key_ref for var in spec.env if var.value_from is not None]
+    assert (ref.name, ref.key in config_map["data"]) == (config_map["metadata"]["name"], True)
+    assert spec.config.proxy is not None and spec.pod.image_pull_secrets and spec.pod.tolerations

@@ -60,6 +60,43 @@ def top_auth(image: str = "registry:3", **providers: Any) -> dict[str, Any]:
 
 # (case id, Registry document, API path the model's error names, part of the message, CRD refuses it too)
 INVALID = [
+    # issue 36: the pod overrides, env and the ServiceAccount's annotations; Berth's own names are refused
+    *((f"pod label {key}", registry(pod={"labels": {key: "x"}}), "spec.pod.labels",
+       "collides with Berth's own labels", True)
+      for key in ("app.kubernetes.io/instance", "app.kubernetes.io/name", "app.kubernetes.io/managed-by",
+                  "app.kubernetes.io/component", "pod-template-hash", "berth.dev/anything")),
+    ("pod annotation berth.dev/", registry(pod={"annotations": {"berth.dev/gc-requested-at": "now"}}),
+     "spec.pod.annotations", "collides with Berth's own annotations", True),
+    ("serviceAccount annotation berth.dev/", registry(serviceAccount={"annotations": {"berth.dev/x": "y"}}),
+     "spec.serviceAccount.annotations", "collides with Berth's own annotations", True),
+    *((f"env {name}", registry(env=[{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                                    {"name": name, "value": "x"}]),
+       "spec.env.1", "reserved by Berth", True)
+      for name in ("REGISTRY_HTTP_ADDR", "REGISTRY_STORAGE", "BERTH_CONFIG", "BERTH_ANYTHING", "OTEL_TRACES_EXPORTER")),
+    ("env value and valueFrom", registry(env=[{"name": "A", "value": "1", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "k"}}}]), "spec.env.0", "exactly one of value and valueFrom", True),
+    ("env secretKeyRef and configMapKeyRef", registry(env=[{"name": "A", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "configMapKeyRef": {"name": "c", "key": "k"}}}]),
+     "spec.env.0.valueFrom", "exactly one of secretKeyRef and configMapKeyRef", True),
+    ("env set twice", registry(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]), "spec.env",
+     "A is set twice", True),
+    ("env name with a space", registry(env=[{"name": "A B", "value": "1"}]), "spec.env.0.name", "pattern", True),
+    ("toleration value with Exists", registry(pod={"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}),
+     "spec.pod.tolerations.0", "value must be empty when operator is Exists", True),
+    ("toleration without key or Exists", registry(pod={"tolerations": [{"effect": "NoSchedule"}]}),
+     "spec.pod.tolerations.0", "an empty key needs operator Exists", True),
+    ("tolerationSeconds without NoExecute", registry(pod={"tolerations": [
+        {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}]}),
+     "spec.pod.tolerations.0", "tolerationSeconds needs effect NoExecute", True),
+    ("affinity typo", registry(pod={"affinity": {"nodeAfinity": {}}}), "spec.pod.affinity.nodeAfinity",
+     "Extra inputs are not permitted", True),
+    ("topology spread without whenUnsatisfiable", registry(pod={"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone"}]}), "spec.pod.topologySpreadConstraints.0.whenUnsatisfiable",
+     "Field required", True),
+    ("imagePullSecrets name invalid", registry(pod={"imagePullSecrets": [{"name": "Bad_Name"}]}),
+     "spec.pod.imagePullSecrets.0.name", "pattern", True),
+    ("agentResources bad quantity", registry(pod={"agentResources": {"limits": {"memory": "lots"}}}),
+     "spec.pod.agentResources.limits.memory", "pattern", True),
     ("two backends", storage(inmemory={}, filesystem={"storageClass": "standard"}),
      "spec.config.storage", "exactly one storage backend", True),
     ("three backends", storage(inmemory={}, filesystem={"storageClass": "standard"}, objectStorage=BUCKET),

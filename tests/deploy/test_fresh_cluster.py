@@ -21,7 +21,7 @@ KUBECTL_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # what `kubectl apply -f DIR
 # What a fresh cluster serves once `kubectl apply -k deploy` has run: the built-in kinds an example may hold,
 # and the CRD's kind.
 APPLIABLE = {("berth.dev/v1alpha1", "Registry"), ("v1", "Namespace"), ("v1", "Secret"),
-             ("v1", "PersistentVolumeClaim")}
+             ("v1", "PersistentVolumeClaim"), ("v1", "ConfigMap")}
 
 
 def kubectl_reads(directory: pathlib.Path, *, recursive: bool) -> list[pathlib.Path]:

@@ -50,6 +50,9 @@ POD_SHAPING = {
     *(f"{auth}.token.{field}.{kind}.name" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
 }
+# issue 36: every field of these shapes the pod (spec.serviceAccount too: the EKS and AKS webhooks inject the identity
+# when a pod is made). test_pod_overrides_change_the_deployment checks every change of each, from POD_FULL.
+POD_SHAPING_PREFIXES = ("pod", "env", "serviceAccount")
 # Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
 POD_SHAPING_SECTIONS = {
     "http.secret", "http.tls", "redis",
@@ -212,6 +215,36 @@ BASES = [
                                            "credentials": {"type": "default_credentials"}}}),
      ClusterFacts(AGENT_IMAGE)),
 ]
+
+
+_SELECTOR = {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["x"]}]}
+_TERM = {"labelSelector": _SELECTOR, "namespaceSelector": _SELECTOR, "namespaces": ["a"], "topologyKey": "zone",
+         "matchLabelKeys": ["app"], "mismatchLabelKeys": ["other"]}
+_NODE_TERM = {"matchExpressions": [{"key": "node-role", "operator": "In", "values": ["infra"]}],
+              "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}
+# Every field of spec.pod, spec.env and spec.serviceAccount set (the walk then reaches each).
+POD_FULL = _with_storage({"inmemory": {}}, pod={
+    "labels": {"team": "a"}, "annotations": {"note": "n"}, "nodeSelector": {"node-role": "infra"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoExecute",
+                     "tolerationSeconds": 60}, {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [_NODE_TERM]},
+                         "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "preference": _NODE_TERM}]},
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_TERM],
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "podAffinityTerm": _TERM}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_TERM],
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {"weight": 9, "podAffinityTerm": _TERM}]}},
+    "topologySpreadConstraints": [{"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                   "labelSelector": _SELECTOR, "minDomains": 2, "nodeAffinityPolicy": "Honor",
+                                   "nodeTaintsPolicy": "Ignore", "matchLabelKeys": ["pod-template-hash"]}],
+    "priorityClassName": "infra", "imagePullSecrets": [{"name": "pull"}],
+    "agentResources": {"requests": {"cpu": "20m"}, "limits": {"memory": "300Mi"}}},
+    env=[{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+         {"name": "NO_PROXY", "valueFrom": {"configMapKeyRef": {"name": "proxy", "key": "no", "optional": True}}},
+         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}],
+    serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/registry"}})
+BASES.append(("pod-full", POD_FULL, ClusterFacts(AGENT_IMAGE)))
 
 
 def _auth_at_top(spec: dict[str, Any]) -> dict[str, Any]:
@@ -382,7 +415,7 @@ def test_hot_fields_leave_the_deployment_byte_identical():
         before = deployment_json(spec, facts)
         for path, section, changed in mutations(spec):
             shaping = path in (POD_SHAPING_SECTIONS if section else POD_SHAPING)
-            if shaping:
+            if shaping or path.startswith(POD_SHAPING_PREFIXES):
                 continue
             walked.add(path)
             assert deployment_json(changed, facts) == before, f"{base_id}: changing spec.{path} changed the Deployment"
@@ -407,8 +440,20 @@ def test_walk_covers_every_field_of_the_models():
     for _, spec, _ in BASES:
         reached |= {path for path, section, _ in mutations(spec) if not section}
     missing = sorted(set(class_leaves(RegistrySpec)) - reached - POD_SHAPING)
+    assert all(path in reached for path in class_leaves(RegistrySpec) if path.startswith(POD_SHAPING_PREFIXES))
     assert missing == [], f"fields the walk could not change: {missing}"
     assert POD_SHAPING <= set(class_leaves(RegistrySpec)), "POD_SHAPING names a field the models do not have"
+
+
+def test_pod_overrides_change_the_deployment():
+    """Every valid change of every field of spec.pod, spec.env and spec.serviceAccount rolls the pods (issue 36)."""
+    before = deployment_json(POD_FULL, ClusterFacts(AGENT_IMAGE))
+    changed = 0
+    for path, _section, spec in mutations(POD_FULL):
+        if path.startswith(POD_SHAPING_PREFIXES):
+            changed += 1
+            assert deployment_json(spec, ClusterFacts(AGENT_IMAGE)) != before, f"changing spec.{path} rolled nothing"
+    assert changed > 100, changed
 
 
 def test_http_addr_host_is_hot():

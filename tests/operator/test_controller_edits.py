@@ -79,6 +79,39 @@ def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
                       and e["message"] == "Updated Deployment img"], "the Updated event")
 
 
+def test_placement_edit_rolls_the_deployment_and_progressing_says_so(operator_harness, kube_api):
+    """Issue 36: a spec.pod edit changes the Deployment's template only (a ServiceAccount annotation edit changes the
+    ServiceAccount too), and Progressing goes from Available to WaitingForPods at the new generation until the
+    Deployment reports the new template rolled out (no controller rolls it here)."""
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("placed", INMEMORY))
+    harness.wait_reconciled(NS, "placed")
+    rolled = kube_api.get("apps/v1/deployments", NS, "placed")["metadata"]["generation"]
+    kube_api.patch("apps/v1/deployments", NS, "placed", {"status": {  # the Deployment controller's part
+        "observedGeneration": rolled, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}}, subresource="status")
+    wait_for(lambda: harness.condition(NS, "placed", "Progressing")["reason"] == "Available", "Available")
+    before = versions(harness, reg["metadata"]["uid"])
+    generation = kube_api.patch(REGISTRIES_PATH, NS, "placed", {"spec": {"pod": {
+        "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "imagePullSecrets": [{"name": "pull"}]}}})[
+        "metadata"]["generation"]
+    harness.wait_reconciled(NS, "placed")
+    template = kube_api.get("apps/v1/deployments", NS, "placed")["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert template["imagePullSecrets"] == [{"name": "pull"}]
+    after = versions(harness, reg["metadata"]["uid"])
+    assert {key for key in before if before[key] != after[key]} == {("Deployment", "placed")}
+    progressing = harness.condition(NS, "placed", "Progressing")
+    assert (progressing["status"], progressing["reason"], progressing["observedGeneration"]) == \
+        ("True", "WaitingForPods", generation)
+
+    kube_api.patch(REGISTRIES_PATH, NS, "placed", {"spec": {"serviceAccount": {"annotations": {
+        "iam.gke.io/gcp-service-account": "registry@p.iam.gserviceaccount.com"}}}})
+    harness.wait_reconciled(NS, "placed")
+    changed = versions(harness, reg["metadata"]["uid"])
+    assert {key for key in after if after[key] != changed[key]} == {("Deployment", "placed"),
+                                                                     ("ServiceAccount", "placed-agent")}
+
+
 def test_replicas_down_to_one_prunes_the_budget_and_never_the_storage(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
     reg = kube_api.create(registry("scale", COSI_R2))

@@ -101,6 +101,9 @@ EXPECTED = {
     "filesystem-class-r3-capped": base("capped") | {("PersistentVolumeClaim", "capped-data")},
     "azure-shared-key": base("azure-registry", http_secret=False) | {("PodDisruptionBudget", "azure-registry")},
     "gcs-key": base("gcs-registry", http_secret=False) | {("PodDisruptionBudget", "gcs-registry")},
+    "workload-identity-eks": base("registry-eks") | {("PersistentVolumeClaim", "registry-eks-data")},
+    "workload-identity-gke": base("registry-gke") | {("PodDisruptionBudget", "registry-gke")},
+    "workload-identity-aks": base("registry-aks") | {("PodDisruptionBudget", "registry-aks")},
 }
 
 

@@ -361,19 +361,29 @@ class Builder:
 
         return self.layer(name, key, build)
 
-    def registry(self, version: int) -> Image:
+    def private_registry(self) -> Image:
+        """Registry 3.1.1 under another name and with another config, so another image ID: what a private mirror
+        serves (tests/node/test_pod_fit.py). Never the preloaded image's ID: once the kubelet (1.36) has pulled an
+        image ID with a pull Secret, a pod without that Secret is made to pull it again (seen on this node: a pod
+        of the preloaded registry:3.1.1 then failed with ErrImagePull, there being no network)."""
+        return self.registry(3, tags=["berth.test/private/registry:3.1.1"], labels={"berth.test/private": "true"})
+
+    def registry(self, version: int, *, tags: Sequence[str] | None = None,
+                 labels: dict[str, str] | None = None) -> Image:
         if version == 2:
             layer = self._registry_layer("registry2", REGISTRY2, _libraries(REGISTRY2))
-            tags = ["docker.io/library/registry:2.8.2", "docker.io/library/registry:2"]
+            default_tags = ["docker.io/library/registry:2.8.2", "docker.io/library/registry:2"]
         else:
             binary = registry3_binary()
             assert binary is not None, f"${REGISTRY3_ENV} is unset"
             layer = self._registry_layer("registry3", binary, ())
-            tags = ["docker.io/library/registry:3.1.1", "docker.io/library/registry:3"]
+            default_tags = ["docker.io/library/registry:3.1.1", "docker.io/library/registry:3"]
         config = {"Entrypoint": ["/entrypoint.sh"], "Cmd": ["/etc/docker/registry/config.yml"],
                   "ExposedPorts": {"5000/tcp": {}}, "Volumes": {"/var/lib/registry": {}},
                   "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}
-        return self.image(tags, [self.busybox(), layer], config)
+        if labels:
+            config["Labels"] = dict(labels)
+        return self.image(list(tags or default_tags), [self.busybox(), layer], config)
 
     def pause(self) -> Image:
         gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout

@@ -263,14 +263,24 @@ def _skopeo(args: list[str], *, timeout: float = 120.0) -> subprocess.CompletedP
 
 
 def push_image(image: OciImage | Path, registry: RegistryProcess | str, reference: str, *,
-               creds: tuple[str, str] | None = None) -> None:
-    """skopeo copy oci:LAYOUT docker://HOST/REFERENCE (TLS not verified, basic auth with `creds`)."""
+               creds: tuple[str, str] | None = None, docker_format: bool = False) -> None:
+    """skopeo copy oci:LAYOUT docker://HOST/REFERENCE (TLS not verified, basic auth with `creds`). docker_format:
+    as a Docker v2 schema 2 manifest (its digests then differ from the layout's): a Distribution 3.1.1 pull-through
+    cache asks its upstream for a tag without accepting OCI manifests."""
     host = registry.host if isinstance(registry, RegistryProcess) else registry
     layout = image.path if isinstance(image, OciImage) else Path(image)
-    args = ["copy", "--dest-tls-verify=false", "--preserve-digests"]
+    args = ["copy", "--dest-tls-verify=false", *(["--format=v2s2"] if docker_format else ["--preserve-digests"])]
     if creds is not None:
         args.append(f"--dest-creds={creds[0]}:{creds[1]}")
     _skopeo([*args, f"oci:{layout}", f"docker://{host}/{reference}"])
+
+
+def push_archive(archive: Path, host: str, reference: str, *, creds: tuple[str, str] | None = None) -> None:
+    """skopeo copy docker-archive:ARCHIVE docker://HOST/REFERENCE (a node image of support.images, say)."""
+    args = ["copy", "--dest-tls-verify=false"]
+    if creds is not None:
+        args.append(f"--dest-creds={creds[0]}:{creds[1]}")
+    _skopeo([*args, f"docker-archive:{archive}", f"docker://{host}/{reference}"], timeout=300)
 
 
 def pull_image(registry: RegistryProcess | str, reference: str, layout: Path, *,

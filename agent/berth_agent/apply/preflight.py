@@ -20,18 +20,16 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
-import http.client
 import re
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
+from . import preflight_http
 from .preflight_azure import azure_target, check_container
 from .preflight_gcs import check_bucket as check_gcs_bucket
 from .preflight_gcs import gcs_target
@@ -170,23 +168,9 @@ def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
         host = f"{target.bucket}.{host}"
     query = {"list-type": "2", "max-keys": "1"}
     headers = sign_v4("GET", host, path, query, target.region, target.access_key, target.secret_key, now=now)
-    canonical_query = _canonical_query(query)
-    connection_class = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-    kwargs: dict[str, Any] = {"timeout": timeout}
-    if scheme == "https":
-        kwargs["context"] = ssl.create_default_context()
-    connection = connection_class(host, **kwargs)
-    try:
-        connection.request("GET", f"{path}?{canonical_query}", headers=headers)
-        response = connection.getresponse()
-        body = response.read(65536)
-        status = response.status
-    except (OSError, http.client.HTTPException) as exc:
-        raise PreflightError(
-            f"{where}: cannot reach the object store at {scheme}://{host}: {type(exc).__name__}"
-        ) from None
-    finally:
-        connection.close()
+    answer = preflight_http.request("GET", f"{scheme}://{host}{path}?{_canonical_query(query)}", headers, None,
+                                    timeout=timeout, where=where, what="the object store")
+    status, body = answer.status, answer.body
     if status == 200:
         return
     code = _error_code(body)

@@ -1,16 +1,115 @@
 """One HTTP(S) request of a pre-flight (cloud storage credentials, a cache's upstream): no redirect followed (it
-would carry the credentials elsewhere), at most 64 KiB of the answer read, the connection closed after it."""
+would carry the credentials elsewhere), at most 64 KiB of the answer read, the connection closed after it.
+
+Through the registry's egress proxy when it has one (issue 36): the operator hands the agent the proxy variables
+of spec.env as BERTH_PREFLIGHT_<name> (under their own names the official Kubernetes client would send the
+agent's API calls through the proxy too). Chosen as the registry's Go net/http chooses
+(golang.org/x/net/http/httpproxy): HTTPS_PROXY for https URLs, HTTP_PROXY for http ones, each in upper case else
+lower case; NO_PROXY's hosts, domains (and their subdomains; a leading dot: subdomains only), IP addresses,
+CIDR ranges and `*` go direct, and so do localhost and loopback addresses. So a pre-flight never calls
+unreachable an upstream the registry reaches, nor the other way round.
+"""
 
 from __future__ import annotations
 
+import base64
 import http.client
+import ipaddress
+import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from berth_api.pod import PREFLIGHT_ENV_PREFIX
 
 from ..core.errors import PreflightError
 
 MAX_BODY = 65536
+
+
+@dataclass(frozen=True)
+class Proxy:
+    host: str
+    port: int
+    authorization: str | None  # Proxy-Authorization, from the proxy URL's user:password
+
+
+def _variable(env: Mapping[str, str], name: str) -> str:
+    return env.get(PREFLIGHT_ENV_PREFIX + name.upper()) or env.get(PREFLIGHT_ENV_PREFIX + name.lower()) or ""
+
+
+def _no_proxy(host: str, port: int, no_proxy: str) -> bool:
+    """Whether httpproxy's NO_PROXY rules (and its loopback exception) send host:port direct."""
+    host = host.lower().strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None and address.is_loopback:
+        return True
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
+                    return True
+                continue
+            except ValueError:
+                pass
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and entry_port != str(port):
+            continue
+        if name.startswith("*."):
+            name = name[1:]
+        if name.startswith("."):
+            if host.endswith(name):
+                return True
+        elif host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def proxy_for(url: SplitResult, env: Mapping[str, str] | None = None) -> Proxy | None:
+    """The egress proxy a request to `url` goes through, None: direct. PreflightError for a proxy URL the
+    pre-flight cannot use (it names the variable, never its value, which may hold a password)."""
+    env = os.environ if env is None else env
+    name = "HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY"
+    value = _variable(env, name)
+    if not value or _no_proxy(url.hostname or "", url.port or (443 if url.scheme == "https" else 80),
+                              _variable(env, "NO_PROXY")):
+        return None
+    proxy = urlsplit(value if "://" in value else f"http://{value}")
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise PreflightError(f"env {name}: the pre-flight can use an http:// proxy only (scheme {proxy.scheme!r})")
+    authorization = None
+    if proxy.username is not None:
+        pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+        authorization = "Basic " + base64.b64encode(pair).decode()
+    return Proxy(proxy.hostname, proxy.port or 80, authorization)
+
+
+def _connection(parts: SplitResult, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """The connection for a request to `parts`, and the request target to send on it."""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    proxy = proxy_for(parts)
+    if parts.scheme == "https":
+        context = ssl.create_default_context()
+        if proxy is None:
+            return http.client.HTTPSConnection(parts.netloc, timeout=timeout, context=context), target
+        connection = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeout, context=context)
+        headers = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+        connection.set_tunnel(parts.hostname or "", parts.port or 443, headers=headers)  # CONNECT, then TLS
+        return connection, target
+    if proxy is None:
+        return http.client.HTTPConnection(parts.netloc, timeout=timeout), target
+    # Plain HTTP through a proxy: the absolute URL as the target (http.client then sends Host from it).
+    return http.client.HTTPConnection(proxy.host, proxy.port, timeout=timeout), f"http://{parts.netloc}{target}"
 
 
 @dataclass(frozen=True)
@@ -25,14 +124,13 @@ def exchange(method: str, url: str, headers: dict[str, str], body: bytes | None 
              timeout: float) -> Answer:
     """The answer to one request; OSError and HTTPException pass up to the caller."""
     parts = urlsplit(url)
-    if parts.scheme == "https":
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.netloc, timeout=timeout, context=ssl.create_default_context())
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    connection, target = _connection(parts, timeout)
+    if parts.scheme == "http" and target.startswith("http://"):
+        proxy = proxy_for(parts)
+        if proxy is not None and proxy.authorization:
+            headers = {**headers, "Proxy-Authorization": proxy.authorization}
     try:
-        connection.request(method, (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
-                           headers=headers)
+        connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
         data = response.read(MAX_BODY)
         found: dict[str, str] = {}
@@ -57,4 +155,4 @@ def request(method: str, url: str, headers: dict[str, str], body: bytes | None, 
                              f"{type(exc).__name__}") from None
 
 
-__all__ = ["Answer", "exchange", "request"]
+__all__ = ["Answer", "Proxy", "exchange", "proxy_for", "request"]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from berth_api import Registry, leases, server
+from berth_api.pod_template import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY_LABEL, NAME_LABEL
 
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-COMPONENT_LABEL = "app.kubernetes.io/component"
+# The label keys are the API's (a user's pod label may not collide with them: berth_api.pod_template).
+__all__ = ["COMPONENT_LABEL", "INSTANCE_LABEL", "MANAGED_BY_LABEL", "NAME_LABEL"]
 
 # Values of the component label.
 REGISTRY_COMPONENT = "registry"

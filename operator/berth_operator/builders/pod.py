@@ -2,14 +2,18 @@
 mount contract (docs/design.md section 3).
 
 Only what needs a new pod may shape this template: the images, which Secrets and claim are mounted, the port,
-the resources. Everything the agent applies hot stays out, so editing it never rolls the pods.
+the resources, and what the user sets on the pod (spec.pod, spec.env, spec.serviceAccount: issue 36). Everything
+the agent applies hot stays out, so editing it never rolls the pods.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from berth_api import Registry
+from berth_api.kube_types import kube_dump
 from berth_api.pod import (
     AGENT_HEALTH_PORT,
     AZURE_VOLUME,
@@ -24,6 +28,7 @@ from berth_api.pod import (
     HTTP_SECRET_VOLUME,
     MOUNT_ROOT,
     NOTIFICATIONS_VOLUME,
+    PREFLIGHT_ENV_PREFIX,
     PROXY_VOLUME,
     REDIS_VOLUME,
     REGISTRY_METRICS_PORT,
@@ -35,6 +40,7 @@ from berth_api.pod import (
     TOKEN_JWKS_VOLUME,
     TOKEN_VOLUME,
 )
+from berth_api.pod_template import PROXY_ENV
 
 from . import names, service, storage
 from .context import ClusterFacts
@@ -78,6 +84,12 @@ IMAGE_REGISTRY_BIN = "/bin/registry"
 REGISTRY_BIN_SIZE = "256Mi"  # the 3.1.1 binary is ~30 MiB, 2.8's ~25 MiB
 # Ports below this need net.ipv4.ip_unprivileged_port_start (a safe, namespaced sysctl) for a non-root process.
 FIRST_UNPRIVILEGED_PORT = 1024
+# The agent's resources unless spec.pod.agentResources says otherwise.
+AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
+# On the pod template: the digest of spec.serviceAccount.annotations (template_metadata).
+SERVICE_ACCOUNT_ANNOTATION = "berth.dev/service-account-annotations"
+# Berth's hostname spread: always present, so scaling never changes the template.
+HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
 def container_security_context() -> dict[str, Any]:
@@ -228,7 +240,8 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             *(arg for volume, config_map in config_map_sources(reg).items()
               for arg in ("--api-configmap", f"{volume}={config_map}")),
         ],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                *preflight_env(reg)],
         "ports": [
             {"name": AGENT_METRICS_PORT_NAME, "containerPort": AGENT_HEALTH_PORT, "protocol": "TCP"},
             {"name": REGISTRY_METRICS_PORT_NAME, "containerPort": REGISTRY_METRICS_PORT, "protocol": "TCP"},
@@ -242,10 +255,27 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         # answering) took the only replica out of its Service for a second, 140 connections refused.
         "readinessProbe": probe("/readyz", periodSeconds=1, failureThreshold=2, timeoutSeconds=1),
         "livenessProbe": probe("/livez", periodSeconds=10, failureThreshold=6),
-        "resources": {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        "resources": agent_resources(reg),
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
+
+
+def agent_resources(reg: Registry) -> dict[str, Any]:
+    wanted = reg.spec.pod.agent_resources
+    return wanted.kube() if wanted is not None else {key: dict(value) for key, value in AGENT_RESOURCES.items()}
+
+
+def user_env(reg: Registry) -> list[dict[str, Any]]:
+    """spec.env as the registry container's env (values, Secret and ConfigMap key references)."""
+    return [kube_dump(var) for var in reg.spec.env]
+
+
+def preflight_env(reg: Registry) -> list[dict[str, Any]]:
+    """The egress proxy variables of spec.env, renamed BERTH_PREFLIGHT_<name> for the agent (its pre-flights read
+    them, agent/berth_agent/apply/preflight_http.py); the same values or references as the registry's."""
+    return [{**kube_dump(var), "name": PREFLIGHT_ENV_PREFIX + var.name}
+            for var in reg.spec.env if var.name in PROXY_ENV]
 
 
 def debug_ports(reg: Registry) -> list[int]:
@@ -277,7 +307,7 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     ]
     if storage.claim_name(reg) is not None:
         mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
-    resources = {key: dict(value) for key, value in reg.spec.resources.model_dump().items() if value}
+    resources = reg.spec.resources.kube()
     return {
         "name": "registry",
         "image": facts.agent_image,
@@ -296,6 +326,8 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"name": "BERTH_DEBUG_PORTS", "value": " ".join(str(port) for port in debug_ports(reg))},
             # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
+            # The user's (an egress proxy...): never REGISTRY_*, BERTH_* or the above (refused at admission).
+            *user_env(reg),
         ],
         "ports": [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}],
         # GET / answers 200 without auth, 503 while a configured health check fails (field-notes section 1):
@@ -320,9 +352,53 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     }
 
 
+def topology_spread(reg: Registry) -> list[dict[str, Any]]:
+    """Berth's hostname spread (ScheduleAnyway), then the user's constraints. A user's constraint on the hostname
+    replaces Berth's (the API server refuses two with the same topologyKey and whenUnsatisfiable, and the user's
+    says what they want); one without labelSelector counts this Registry's pods (without it, it would count none)."""
+    selector = {"matchLabels": names.selector_labels(reg)}
+    users = [{"labelSelector": selector, **kube_dump(constraint)}
+             for constraint in reg.spec.pod.topology_spread_constraints]
+    berths = [{"maxSkew": 1, "topologyKey": HOSTNAME_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+               "labelSelector": selector}]
+    if any(constraint["topologyKey"] == HOSTNAME_KEY for constraint in users):
+        berths = []
+    return [*berths, *users]
+
+
+def placement(reg: Registry) -> dict[str, Any]:
+    """spec.pod's scheduling and image pull fields, as pod spec fields; unset ones left out."""
+    pod = reg.spec.pod
+    fields: dict[str, Any] = {
+        "nodeSelector": dict(pod.node_selector) or None,
+        "tolerations": [kube_dump(t) for t in pod.tolerations] or None,
+        "affinity": kube_dump(pod.affinity) or None,
+        "priorityClassName": pod.priority_class_name,
+        # Pod level: the kubelet uses them for every image of the pod (spec.image and the Berth image).
+        "imagePullSecrets": [kube_dump(ref) for ref in pod.image_pull_secrets] or None,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def template_metadata(reg: Registry) -> dict[str, Any]:
+    """The user's pod labels and annotations under Berth's labels (a collision is refused at admission, and
+    Berth's would win), and the digest of the ServiceAccount's annotations: the EKS and AKS webhooks inject the
+    identity into a pod when it is created, so a pod made before an edit of them would keep the old identity."""
+    pod = reg.spec.pod
+    metadata: dict[str, Any] = {"labels": {**pod.labels, **names.labels(reg, names.REGISTRY_COMPONENT)}}
+    annotations = dict(pod.annotations)
+    identity = reg.spec.service_account.annotations
+    if identity:
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+        annotations[SERVICE_ACCOUNT_ANNOTATION] = digest
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
 def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     return {
-        "metadata": {"labels": names.labels(reg, names.REGISTRY_COMPONENT)},
+        "metadata": template_metadata(reg),
         "spec": {
             "serviceAccountName": names.service_account_name(reg),
             # The token goes to the agent container only, through the agent-token volume.
@@ -334,14 +410,8 @@ def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
             "securityContext": pod_security_context(reg),
             # Always present (not only when replicas > 1), so scaling never changes the template.
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": "kubernetes.io/hostname",
-                    "whenUnsatisfiable": "ScheduleAnyway",
-                    "labelSelector": {"matchLabels": names.selector_labels(reg)},
-                }
-            ],
+            "topologySpreadConstraints": topology_spread(reg),
+            **placement(reg),
             "initContainers": [agent_container(reg, facts), registry_binary_container(reg)],
             "containers": [registry_container(reg, facts)],
             "volumes": volumes(reg, facts),

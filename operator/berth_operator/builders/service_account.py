@@ -12,10 +12,14 @@ from .meta import object_meta
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
+    metadata = object_meta(reg, names.service_account_name(reg), names.AGENT_COMPONENT)
+    annotations = reg.spec.service_account.annotations
+    if annotations:  # workload identity: the cloud's webhook or metadata server keys on these (README)
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": object_meta(reg, names.service_account_name(reg), names.AGENT_COMPONENT),
+        "metadata": metadata,
         # The pod template mounts the token into the agent container only.
         "automountServiceAccountToken": False,
     }

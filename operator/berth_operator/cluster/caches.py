@@ -39,6 +39,7 @@ from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
 from ..core.kinds import CACHED_KINDS, CLASS_KINDS, OPTIONAL_KINDS
 from ..kube.client import Kube, KubeError
 from .discovery import Discovery
+from .pod_status import strip_status
 from .stream import Streams
 
 logger = logging.getLogger("berth.operator.caches")
@@ -48,14 +49,13 @@ RETRY_SECONDS = 2.0
 SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
                  "ownerReferences", "deletionTimestamp")
-POD_STATUS = ("phase",)  # pods are cached for their wakes (a pod deleted, its phase); the reconcile lists them
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
 
 def strip(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields the operator reads. Secrets keep their key names only (values never enter the cache); a
-    Lease keeps its metadata (its spec is the agents'); a Pod its labels and phase."""
+    Lease keeps its metadata (its spec is the agents'); a Pod its labels, phase and why it cannot run (pod_status)."""
     meta = obj.get("metadata") or {}
     kind = obj.get("kind")
     kept: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": kind,
@@ -63,7 +63,7 @@ def strip(obj: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "Secret":
         kept["data"] = {key: "" for key in (obj.get("data") or {})}
     elif kind == "Pod":
-        kept["status"] = {k: v for k, v in (obj.get("status") or {}).items() if k in POD_STATUS}
+        kept["status"] = strip_status(obj.get("status") or {})
     elif kind != "Lease":
         for field, value in obj.items():
             if field not in ("apiVersion", "kind", "metadata"):

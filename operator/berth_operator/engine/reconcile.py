@@ -20,7 +20,7 @@ from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
 from ..core.kinds import CLASS_KINDS, KINDS, NAMED_KINDS
 from ..kube.client import KubeError
-from . import apply, expansion, facts, gc_schedule, status
+from . import apply, expansion, facts, gc_schedule, pod_problems, status
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
@@ -204,6 +204,7 @@ def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, cloc
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
         findings += status.binary_findings(live_pods or [], reg.spec.image)
+        findings += pod_problems.findings(live_pods or [])
 
     outcome.polled = needs_polling(findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)

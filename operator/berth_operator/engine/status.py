@@ -2,7 +2,8 @@
 
 Three conditions, each always present:
 - Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, VolumeShrinkRefused,
-  VolumeExpansionNotAllowed, ReplicasCapped, AgentFailed).
+  VolumeExpansionNotAllowed, ReplicasCapped, AgentFailed, and why a pod cannot run: ImagePullFailed, Unschedulable,
+  ContainerConfigError, OOMKilled, CrashLoopBackOff).
 - Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...,
   ResizingPVC and WaitingForFileSystemResize, which leave Ready as it is: a claim grows online), or busy with
   garbage collection (GarbageCollecting, which leaves Ready alone).
@@ -37,6 +38,12 @@ DEGRADED_REASONS = (
     "ReplicasCapped",
     "AgentFailed",
     "RegistryBinaryMissing",
+    # Why a pod cannot run (engine.pod_problems, issue 36): the kubelet's or the scheduler's own words.
+    "ImagePullFailed",
+    "Unschedulable",
+    "ContainerConfigError",
+    "OOMKilled",
+    "CrashLoopBackOff",
     "MissingMonitoringCRD",
     "MissingGatewayAPI",
     "MissingCertManager",
@@ -52,6 +59,8 @@ PROGRESSING_REASONS = (
     "WaitingForFileSystemResize",
     "GarbageCollecting",
 )
+POD_PROBLEM_REASONS = frozenset({"ImagePullFailed", "Unschedulable", "ContainerConfigError", "OOMKilled",
+                                 "CrashLoopBackOff", "RegistryBinaryMissing"})
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
 _NOT_SERVING = {"InvalidSpec", "ApplyFailed"}
 # Progress that never stops serving, so Ready stays as it is: a claim grows online (expansion.py), and a
@@ -215,8 +224,8 @@ def conditions(obs: Observation) -> dict[str, tuple[str, str, str]]:
     elif dep is not None and dep.wanted == 0 and not waiting:
         ready_c = ("False", "ScaledToZero", "spec.replicas is 0")
     elif waiting:
-        # A missing Secret or claim is why the pods wait: name it rather than the symptom.
-        causes = [f for f in degraded if f.reason.startswith("Missing")]
+        # A missing Secret or claim, or a pod that cannot run, is why the pods wait: name it rather than the symptom.
+        causes = [f for f in degraded if f.reason.startswith("Missing") or f.reason in POD_PROBLEM_REASONS]
         cause = _first(causes, DEGRADED_REASONS) if causes else _first(waiting, PROGRESSING_REASONS)
         ready_c = ("False", cause.reason, _join(causes or waiting))
     elif any(f.reason == "AgentFailed" for f in degraded):
