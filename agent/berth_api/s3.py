@@ -99,10 +99,11 @@ class S3Options(ApiModel):
         """The options set here that Distribution 2 does not have."""
         fields = [name for name, attribute in V3_OPTIONS.items() if getattr(self, attribute) is not None]
         if self.storage_class is not None and self.storage_class not in STORAGE_CLASSES_2:
-            fields.append(f"storageClass {self.storage_class}")
+            fields.append(STORAGE_CLASS_FIELD)
         return fields
 
 
+STORAGE_CLASS_FIELD = f"storageClass {'/'.join(STORAGE_CLASSES_3[3:])}"
 # What Distribution 2 cannot do on storage.s3 (the rules' field names, as v3_fields_set gives them).
 POD_IDENTITY_FIELD = "credentials (left out: the pod's identity, which Distribution 2.8's s3 driver never uses)"
 PATH_STYLE_FIELD = "forcePathStyle (Distribution 2 uses path style exactly when regionEndpoint is set)"
@@ -114,7 +115,7 @@ def v3_options_rules(path: str) -> list[tuple[str, str]]:
     allowed = ", ".join(f"'{c}'" for c in STORAGE_CLASSES_2)
     rules = [(f"has({where}) && has({where}.{name})", name) for name in V3_OPTIONS]
     rules.append((f"has({where}) && has({where}.storageClass) && !({where}.storageClass in [{allowed}])",
-                  "storageClass " + "/".join(STORAGE_CLASSES_3[3:])))
+                  STORAGE_CLASS_FIELD))
     if path == S3_PATH:
         rules.append((f"has({where}) && !has({where}.credentials)", POD_IDENTITY_FIELD))
         rules.append((f"has({where}) && has({where}.forcePathStyle) && "
