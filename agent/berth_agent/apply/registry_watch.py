@@ -1,7 +1,11 @@
 """The registry watch: once a second, what the registry process and its supervisor are doing (issue 9).
 
 - Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
-  disk) answers on its address. That is /readyz (core/health.py) and berth_agent_registry_serving.
+  disk) answers on its address, and its supervisor runs. That is /readyz (core/health.py) and
+  berth_agent_registry_serving. The supervisor is also asked on every /readyz (`nothing_serves`): without it
+  nothing serves (in a pod the runtime ends the container's registries with it), so readiness turns at once.
+  While nothing serves the watch looks every FAST_INTERVAL_SECONDS, so readiness returns soon after a registry
+  answers again.
 - Unexpected exits: berth-supervise writes "pid status seconds" to registry-exit each time a registry exits on
   its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
@@ -27,12 +31,14 @@ from ..core import metrics
 from ..core.health import Health
 from ..sources import Change, Emit
 from ..supervisor.output import first_error, keep_bounded
-from ..supervisor.state import exit_line, supervisor_running, supervisor_started
+from ..supervisor.state import exit_line, supervisor_gone, supervisor_running, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 1.0  # the supervisor pauses a second between failed starts: each one is seen
+FAST_INTERVAL_SECONDS = 0.2  # while nothing serves: /readyz turns 200 within this of a registry answering
+SUPERVISOR_MISSING = "the supervisor (berth-supervise, the registry container's command) is not running: nothing serves"
 # /livez: the watch beats every second; a check takes at most the GET's 2 s timeout plus /proc scans.
 MAX_SILENCE_SECONDS = 15.0
 CRASH_LOOP_EXITS = 3
@@ -73,13 +79,20 @@ class RegistryWatch:
         self._supervisor_seen = False
         self._problem: str | None = None
         self._looked = False
+        health.add_check(self.nothing_serves)
+
+    def nothing_serves(self) -> str | None:
+        """Asked on every /readyz: a supervisor that started and is gone leaves nothing serving (3 small reads)."""
+        return SUPERVISOR_MISSING if supervisor_gone(self.state_dir) else None
 
     def check(self) -> Finding:
         keep_bounded(self.state_dir)
         supervisor = supervisor_running(self.state_dir) or not supervisor_started(self.state_dir)
         last_exit = exit_line(self.state_dir)
         believed = self.applier.current or self.applier.on_disk(set())
-        if believed is None:
+        if not supervisor:
+            serving, reason = False, SUPERVISOR_MISSING  # an orphaned registry still answering dies with its pipe
+        elif believed is None:
             serving, reason = False, "config not written yet"
         elif self.applier.serving(believed) is not None:
             serving, reason = True, ""
@@ -104,7 +117,9 @@ class RegistryWatch:
                     if not stale or not self._looked:
                         self._looked = True
                         await self._act(finding, emit)
-                await asyncio.sleep(self.interval)
+                serving = self.health.serving_now()
+                await asyncio.sleep(self.interval if serving is not False else min(self.interval,
+                                                                                FAST_INTERVAL_SECONDS))
         finally:
             self.health.unregister(self.name)
 
