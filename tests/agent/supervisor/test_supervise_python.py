@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -294,3 +296,29 @@ def test_a_2_8_binary_binds_its_own_listener_whatever_the_listen_addr(supervisor
     assert "no socket activation" in supervisor.log() and "holding" not in supervisor.log()
     environ = open(f"/proc/{registry.pid}/environ", "rb").read().split(b"\0")
     assert b"BERTH_SUPERVISE_SOCKET=1" not in environ and not any(e.startswith(b"LISTEN_FDS") for e in environ)
+
+
+# ---- its command line ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_and_the_environment_and_exits(flag, tmp_path):
+    """Issue 38.6: it used to ignore its arguments and wait for /etc/berth/config.yml."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    env["BERTH_CONFIG"] = str(tmp_path / "never" / "config.yml")  # never written: a wait would hang the test
+    done = subprocess.run([sys.executable, "-m", "berth_agent.supervisor.supervise", flag], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: berth-supervise")
+    for variable in ("BERTH_CONFIG", "BERTH_REGISTRY_BIN", "BERTH_STATE_DIR", "BERTH_HANDOVER", "BERTH_LISTEN_ADDR",
+                     "BERTH_DEBUG_PORTS", "BERTH_DEBUG_HOST"):
+        assert variable in done.stdout
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_unknown_argument_is_refused_with_the_usage(tmp_path):
+    env = {**os.environ, "BERTH_CONFIG": str(tmp_path / "config.yml")}
+    done = subprocess.run([sys.executable, "-m", "berth_agent.supervisor.supervise", "serve"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "usage: berth-supervise" in done.stderr and "takes no arguments, not 'serve'" in done.stderr

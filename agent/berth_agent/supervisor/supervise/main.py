@@ -30,7 +30,7 @@ from pathlib import Path
 from .gc import GcRunner
 from .lines import LineSplitter
 from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
-from .settings import Settings, split_addr
+from .settings import USAGE, Settings, split_addr
 from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
 from .steer import accept_queue, handshakes, holds, inode, point_group_at
 
@@ -625,7 +625,14 @@ def _noted(_signum: int, _frame: object) -> None:
     """The signal's number is in the signal pipe (set_wakeup_fd): the loop acts on it."""
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        wanted = args in (["-h"], ["--help"])
+        print(USAGE, end="", file=sys.stdout if wanted else sys.stderr)
+        if not wanted:
+            print(f"berth-supervise: takes no arguments, not {' '.join(args)!r}", file=sys.stderr)
+        return 0 if wanted else 2
     try:
         settings = Settings.from_env()
         if settings.listen is not None:
