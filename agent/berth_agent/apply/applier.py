@@ -29,6 +29,7 @@ from ..supervisor.procfs import RegistryProcess, find_registry_processes, starte
 from ..supervisor.restart import RestartResult
 from ..supervisor.restarter import Restarter, SupervisorRestarter
 from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
+from ..supervisor.supervise.notify import MAX_WAIT_SECONDS
 from .last_good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render
 from .turns import ReplicaTurn
@@ -43,6 +44,8 @@ START_ALLOWANCE_SECONDS = 10.0
 # waiting the whole restart bound for it would hold the pipeline ~40 s with nothing on status. A supervisor that
 # starts meanwhile writes its pid within ~0.1 s of config.yml appearing; then the full bound applies.
 NO_SUPERVISOR_WAIT_SECONDS = 3.0
+# An old registry replaced on 3.x waits at most this long for its notification queues (supervise/notify.py).
+QUEUE_WAIT_SECONDS = MAX_WAIT_SECONDS
 
 
 def go_duration_seconds(text: str | None) -> float:
@@ -327,9 +330,14 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
+            quick = _read_only(rendered)
             result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
-                                            draining=self.draining, running=running)
+                                            draining=self.draining, running=running, quick=quick)
             action = "restarted"
+            if result.ok and quick and result.handed_over:
+                # GC's read-only switch: done once no writable registry is left (on 3.x an old one waits for its
+                # in-flight requests and notification queues first, supervise/notify.py).
+                timings["writable_gone"] = round(self._wait_gone(result.old, bound + QUEUE_WAIT_SECONDS), 4)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self._verified(rendered)
@@ -359,6 +367,16 @@ class Applier:
         return Outcome("rolled-back", False, detail=detail, restart=result, rollback=rollback,
                        failed_hash=rendered.identity, restored_hash=previous.identity)
 
+    def _wait_gone(self, processes: list[RegistryProcess], bound: float) -> float:
+        began = time.monotonic()
+        while any(p.alive() for p in processes) and time.monotonic() - began < bound:
+            if self.stopping.wait(0.02):
+                break
+        if any(p.alive() for p in processes):
+            log.warning("an old registry still runs after the read-only switch",
+                        extra={"fields": {"pids": [p.pid for p in processes if p.alive()], "waited": bound}})
+        return time.monotonic() - began
+
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:
         # Side files first, config.yml last: the supervisor starts the registry as soon as config.yml exists,
         # and the files it names (htpasswd, TLS) must be there by then.
@@ -366,6 +384,13 @@ class Applier:
         write_atomic(self.config_path, rendered.config)
         if replacing is not None:
             remove_stale(self.config_dir, set(rendered.files), set(replacing.files))
+
+
+def _read_only(rendered: Rendered) -> bool:
+    """storage.maintenance.readonly.enabled: GC's read-only switch (or a read-only registry)."""
+    storage = rendered.document.get("storage") or {}
+    readonly = (storage.get("maintenance") or {}).get("readonly") or {}
+    return readonly.get("enabled") is True
 
 
 def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:

@@ -11,6 +11,8 @@
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
 - A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
 - A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone.
+- Dropped notifications (3.x): what old registries still had queued when their wait after a reload reached its
+  bound, per endpoint (notifications-dropped), counted in berth_agent_notifications_dropped_total and logged.
 
 Problems go to status, an Event and the log through the pipeline (`Pipeline.watch_problem`), cleared when
 they end. When the supervisor comes back, or the registry stops serving, the watch emits
@@ -31,7 +33,7 @@ from ..core import metrics
 from ..core.health import Health
 from ..sources import Change, Emit
 from ..supervisor.output import first_error, keep_bounded
-from ..supervisor.state import exit_line, supervisor_gone, supervisor_running, supervisor_started
+from ..supervisor.state import dropped_events, exit_line, supervisor_gone, supervisor_running, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class Finding:
     supervisor: bool  # berth-supervise runs (or has never been seen: it has not written its pid yet)
     exit_line: str  # the last line of registry-exit ("" when none)
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
+    dropped: dict[str, int] | None = None  # notification events dropped at the bound, per endpoint (cumulative)
 
 
 def exit_reason(status: int, lived_seconds: int) -> str | None:
@@ -79,6 +82,7 @@ class RegistryWatch:
         self._supervisor_seen = False
         self._problem: str | None = None
         self._looked = False
+        self._dropped: dict[str, int] = {}
         health.add_check(self.nothing_serves)
 
     def nothing_serves(self) -> str | None:
@@ -99,7 +103,7 @@ class RegistryWatch:
         else:
             serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
-        return Finding(serving, reason, supervisor, last_exit, said)
+        return Finding(serving, reason, supervisor, last_exit, said, dropped_events(self.state_dir))
 
     async def run(self, emit: Emit) -> None:
         self.health.register(self.name, MAX_SILENCE_SECONDS)
@@ -123,11 +127,24 @@ class RegistryWatch:
         finally:
             self.health.unregister(self.name)
 
+    def _count_dropped(self, dropped: dict[str, int]) -> None:
+        """The supervisor's counts are cumulative since its start: a smaller one is a new supervisor's."""
+        for endpoint, count in sorted(dropped.items()):
+            before = self._dropped.get(endpoint, 0)
+            new = count - before if count >= before else count
+            if new > 0:
+                metrics.notifications_dropped_total.labels(endpoint=endpoint).inc(new)
+                log.warning("notification events dropped", extra={"fields": {
+                    "endpoint": endpoint, "events": new,
+                    "why": "an old registry still held them when its wait after a reload reached its bound"}})
+        self._dropped = dict(dropped)
+
     async def _act(self, finding: Finding, emit: Emit) -> None:
         now = time.monotonic()
         self.health.set_serving(finding.serving, finding.serving_reason)
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
+        self._count_dropped(finding.dropped or {})
         if self._last_exit_line is None:
             self._last_exit_line = finding.exit_line  # at the agent's start: an exit from before is not news
         elif finding.exit_line != self._last_exit_line:

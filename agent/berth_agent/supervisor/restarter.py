@@ -21,9 +21,10 @@ from .restart import RestartResult, restart_registry
 class Restarter(Protocol):
     def restart(self, endpoint: Endpoint, *, timeout: float, stop: threading.Event | None = None,
                 draining: set[RegistryProcess] | None = None,
-                running: list[RegistryProcess] | None = None) -> RestartResult:
+                running: list[RegistryProcess] | None = None, quick: bool = False) -> RestartResult:
         """Replace the registry serving the config by a new one on the config as it is now; wait until it
-        answers (up to timeout). `draining`: registries handed over earlier, never signalled again."""
+        answers (up to timeout). `draining`: registries handed over earlier, never signalled again. `quick`:
+        the old one waits for no kept-alive client (GC's read-only switch)."""
         ...
 
     def holds_socket(self, running: list[RegistryProcess] | None = None) -> bool:
@@ -46,7 +47,7 @@ class SupervisorRestarter:
 
     def restart(self, endpoint: Endpoint, *, timeout: float, stop: threading.Event | None = None,
                 draining: set[RegistryProcess] | None = None,
-                running: list[RegistryProcess] | None = None) -> RestartResult:
+                running: list[RegistryProcess] | None = None, quick: bool = False) -> RestartResult:
         draining = draining if draining is not None else set()
         for process in [p for p in draining if not p.alive(self.proc)]:
             draining.discard(process)
@@ -59,7 +60,7 @@ class SupervisorRestarter:
             old = self._running(draining)
         if self.holds_socket(old):
             return replace_on_held_socket(self.config_path, self.state_dir, endpoint, old, timeout=timeout,
-                                          draining=draining, proc=self.proc, stop=stop)
+                                          draining=draining, proc=self.proc, stop=stop, quick=quick)
         return restart_registry(self.config_path, endpoint, timeout=timeout, proc=self.proc, stop=stop,
                                 draining=draining, running=old)
 

@@ -1,0 +1,143 @@
+"""Issue 38: on 3.x a reload loses no notification. The real agent, berth-supervise and registry 3.1.1, a real HTTP
+receiver that takes 1 s per request, skopeo pushes throughout, reloads (edits and header-Secret rotations) among
+them: every manifest and blob event arrives, counted by event id (duplicates counted apart). And an endpoint that
+is down throughout: reloads still complete, each old registry is retired at its bound, what it held is counted in
+berth_agent_notifications_dropped_total and logged by endpoint name."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from support.notifications import running_receiver
+from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.ports import free_port
+from support.registry import REGISTRY3_BINARY, make_oci_image, push_image, requires_registry3
+from support.secretdir import swap_secret_dir, write_secret_dir
+from support.supervisor import wait_for
+
+pytestmark = [pytest.mark.e2e, requires_registry3]
+
+TOKEN = "Bearer reload-n0tif1cation-token-{}"
+
+
+def _spec(pod: RegistryPod, url: str, level: str) -> dict:
+    spec = on_distribution(filesystem_spec(pod.port, http={"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "10s"}),
+                           "3")
+    spec["config"]["log"]["level"] = level
+    spec["config"]["notifications"] = {"secretName": "hooks", "endpoints": [{
+        "name": "scanner", "url": url, "timeout": "2s", "threshold": 3, "backoff": "1s",
+        "ignore": {"actions": ["pull"]},  # a scanner's or an audit sink's: what was pushed (skopeo's HEADs are pulls)
+        "headers": [{"name": "Authorization", "secretKey": "token"}]}]}
+    return registry_object(spec)
+
+
+def _start(pod: RegistryPod, url: str) -> None:
+    write_secret_dir(pod.mounts / "notifications", {"token": TOKEN.format(0)})
+    pod.write_registry_file(_spec(pod, url, "info"))
+    pod.start_agent()
+    pod.start_supervisor()
+    pod.wait_serving()
+
+
+def _reload(pod: RegistryPod, url: str, index: int) -> None:
+    """An edit (the log level) or a rotation of the header Secret, alternately; waits for its restart."""
+    restarts = len(pod.actions("restarted"))
+    if index % 2:
+        swap_secret_dir(pod.mounts / "notifications", {"token": TOKEN.format(index)})
+    else:
+        pod.write_registry_file(_spec(pod, url, "warn" if index % 4 == 2 else "info"))
+    wait_for(lambda: len(pod.actions("restarted")) > restarts, timeout=60,
+             what=lambda: f"reload {index}\n{pod.agent_log_text()[-3000:]}")
+
+
+def _push_stream(pod: RegistryPod, images: list, pushes: int, done: list[tuple[str, object]]) -> threading.Thread:
+    def run() -> None:
+        for index in range(pushes):
+            image = images[index // 5]  # a new image (new layer and config blobs) every 5th push
+            push_image(image, pod.host, f"demo/stream:{index}")
+            done.append((str(index), image))
+            time.sleep(0.5)  # a stream, not a burst: 40 pushes in about half a minute
+
+    thread = threading.Thread(target=run, daemon=True, name="pushes")
+    thread.start()
+    return thread
+
+
+def test_no_event_is_lost_across_twenty_reloads_with_a_slow_receiver(tmp_path):
+    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
+    pushes, reloads = 40, 20
+    images = [make_oci_image(tmp_path / f"image-{n}", layer_size=8 * 1024) for n in range(pushes // 5)]
+    with running_receiver(delay=1.0) as receiver:
+        try:
+            _start(pod, receiver.url)
+            done: list[tuple[str, object]] = []
+            pusher = _push_stream(pod, images, pushes, done)
+            for index in range(reloads):
+                _reload(pod, receiver.url, index + 1)
+                if len(done) < pushes:  # a reload every 2 pushes: they fall among the pushes
+                    wait_for(_more_than(done, min(pushes - 1, len(done) + 1)), timeout=60, what="the next pushes")
+            pusher.join(300)
+            assert len(done) == pushes, "a push failed"
+            expected_tags = {str(i) for i in range(pushes)}
+            expected_blobs = {digest for image in images for digest in image.blobs if digest != image.manifest_digest}
+
+            def arrived() -> bool:
+                events = receiver.events("push")
+                tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/stream"}
+                blobs = {e["target"]["digest"] for _, e in events}
+                return expected_tags <= tags and expected_blobs <= blobs
+
+            wait_for(arrived, timeout=240, interval=0.5, what=lambda: _missing(receiver, expected_tags,
+                                                                               expected_blobs, pod))
+            wait_for(lambda: len(pod.supervisor.registries()) == 1, timeout=60, what="the old registries retired")
+        finally:
+            pod.stop()
+    ids = Counter(e["id"] for _, e in receiver.events())
+    log = (tmp_path / "pod" / "registry.log").read_text(errors="replace")
+    print(f"v3, receiver 1 s per request: {pushes} pushes, {reloads} reloads, {len(ids)} events received "
+          f"({sum(c - 1 for c in ids.values())} duplicates), {log.count('dropped')} drops in the supervisor's log, "
+          f"waits ended: {log.count('which drains: empty after')} empty")
+    assert "dropped" not in log
+    assert "n0tif1cation" not in log + pod.agent_log_text()
+
+
+def _more_than(done: list, count: int):
+    return lambda: len(done) > count
+
+
+def _missing(receiver, tags: set[str], blobs: set[str], pod: RegistryPod) -> str:
+    events = receiver.events("push")
+    got_tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/stream"}
+    got_blobs = {e["target"]["digest"] for _, e in events}
+    log = (pod.root / "registry.log").read_text(errors="replace")
+    return (f"every event: missing tags {sorted(tags - got_tags, key=int)}, {len(blobs - got_blobs)} blobs missing\n"
+            + "\n".join(line for line in log.splitlines() if "berth-supervise" in line)[-4000:])
+
+
+def test_an_endpoint_down_throughout_holds_no_reload_and_its_events_are_counted_dropped(tmp_path):
+    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
+    down = f"http://127.0.0.1:{free_port()}/events"  # nothing listens there
+    image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)
+    try:
+        _start(pod, down)
+        for index in range(3):
+            push_image(image, pod.host, f"demo/down:{index}")
+            began = time.monotonic()
+            _reload(pod, down, index + 1)
+            assert time.monotonic() - began < 30  # the reload is done at once, the old registry waits
+        # Each old registry is retired at its bound: threshold 3 x timeout 2s + backoff 1s + timeout 2s = 9s
+        # without a delivery; the registries started on the config they waited with.
+        wait_for(lambda: len(pod.supervisor.registries()) == 1, timeout=60, what="the old registries retired")
+        log = pod.supervisor.log()
+        assert "queued for notification endpoint scanner" in log, log[-3000:]
+        wait_for(lambda: pod.metric("notifications_dropped_total", 'endpoint="scanner"') >= 1,
+                 what=lambda: f"the drops counted\n{pod.agent_log_text()[-3000:]}")
+        dropped = pod.actions("notification events dropped")
+        assert dropped and dropped[0]["endpoint"] == "scanner" and dropped[0]["events"] >= 1
+        assert "n0tif1cation" not in log + pod.agent_log_text() + pod.metrics_text()
+    finally:
+        pod.stop()
