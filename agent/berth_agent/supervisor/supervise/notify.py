@@ -158,7 +158,8 @@ class Waiting:
         return None
 
     def _unreadable(self, now: float) -> str | None:
-        self.unreadable_since = self.unreadable_since or now
+        if self.unreadable_since is None:
+            self.unreadable_since = now
         return "debug port unreadable" if now - self.unreadable_since >= UNREADABLE_SECONDS else None
 
 
