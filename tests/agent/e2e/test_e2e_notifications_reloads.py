@@ -24,14 +24,18 @@ pytestmark = [pytest.mark.e2e, requires_registry3]
 TOKEN = "Bearer reload-n0tif1cation-token-{}"
 
 
+def _spec_notifications(url: str) -> dict:
+    return {"secretName": "hooks", "endpoints": [{
+        "name": "scanner", "url": url, "timeout": "2s", "threshold": 3, "backoff": "1s",
+        "ignore": {"actions": ["pull"]},  # a scanner's or an audit sink's: what was pushed (skopeo's HEADs are pulls)
+        "headers": [{"name": "Authorization", "secretKey": "token"}]}]}
+
+
 def _spec(pod: RegistryPod, url: str, level: str) -> dict:
     spec = on_distribution(filesystem_spec(pod.port, http={"addr": f"127.0.0.1:{pod.port}", "drainTimeout": "10s"}),
                            "3")
     spec["config"]["log"]["level"] = level
-    spec["config"]["notifications"] = {"secretName": "hooks", "endpoints": [{
-        "name": "scanner", "url": url, "timeout": "2s", "threshold": 3, "backoff": "1s",
-        "ignore": {"actions": ["pull"]},  # a scanner's or an audit sink's: what was pushed (skopeo's HEADs are pulls)
-        "headers": [{"name": "Authorization", "secretKey": "token"}]}]}
+    spec["config"]["notifications"] = _spec_notifications(url)
     return registry_object(spec)
 
 
@@ -141,3 +145,63 @@ def test_an_endpoint_down_throughout_holds_no_reload_and_its_events_are_counted_
         assert "n0tif1cation" not in log + pod.agent_log_text() + pod.metrics_text()
     finally:
         pod.stop()
+
+
+def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
+    """The same with two replicas (API mode, taking turns through the reload Lease) behind a balancer that follows
+    each agent's /readyz, as the Service does: every push event arrives, whichever pod took the push."""
+    from support.balancer import Balancer
+    from support.replicas import backends, running_replicas
+
+    with running_receiver(delay=1.0) as receiver:
+        port = free_port()
+        spec = on_distribution(filesystem_spec(port, http={"addr": f"127.0.0.1:{port}", "drainTimeout": "10s"}), "3")
+        spec["config"]["notifications"] = _spec_notifications(receiver.url)
+        pushes, reloads = 20, 10
+        images = [make_oci_image(tmp_path / f"image-{n}", layer_size=8 * 1024) for n in range(pushes // 5)]
+        with running_replicas(tmp_path / "pods", kube_api, spec, count=2, binary=REGISTRY3_BINARY,
+                              mounts={"notifications": {"token": TOKEN.format(0)}}) as pods:
+            balancer = Balancer(backends(pods)).start()
+            try:
+                done: list[tuple[str, object]] = []
+
+                def run() -> None:
+                    for index in range(pushes):
+                        push_image(images[index // 5], balancer.host, f"demo/two:{index}")
+                        done.append((str(index), None))
+                        time.sleep(0.5)
+
+                pusher = threading.Thread(target=run, daemon=True)
+                pusher.start()
+                for index in range(1, reloads + 1):
+                    counts = {name: len(pod.actions("restarted")) for name, pod in pods.items()}
+                    if index % 2:
+                        for pod in pods.values():
+                            swap_secret_dir(pod.mounts / "notifications", {"token": TOKEN.format(index)})
+                    else:
+                        kube_api.patch("berth.dev/v1alpha1/registries", "default", "reg",
+                                       {"spec": {"config": {"log": {"level": "warn" if index % 4 == 2 else "info"}}}})
+                    wait_for(lambda counts=counts: all(len(pod.actions("restarted")) > counts[name]
+                                                       for name, pod in pods.items()),
+                             timeout=60, what=f"reload {index} on both pods")
+                    if len(done) < pushes:
+                        wait_for(_more_than(done, min(pushes - 1, len(done) + 1)), timeout=60, what="the next pushes")
+                pusher.join(300)
+                assert len(done) == pushes, "a push failed"
+                expected = {str(i) for i in range(pushes)}
+                expected_blobs = {d for image in images for d in image.blobs if d != image.manifest_digest}
+
+                def arrived() -> bool:
+                    events = receiver.events("push")
+                    tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/two"}
+                    return expected <= tags and expected_blobs <= {e["target"]["digest"] for _, e in events}
+
+                wait_for(arrived, timeout=240, interval=0.5, what=lambda: "\n".join(
+                    _missing(receiver, expected, expected_blobs, pod) for pod in pods.values()))
+            finally:
+                balancer.stop()
+        ids = Counter(e["id"] for _, e in receiver.events())
+        print(f"v3, 2 replicas, receiver 1 s per request: {pushes} pushes, {reloads} reloads, {len(ids)} events "
+              f"({sum(c - 1 for c in ids.values())} duplicates)")
+        for pod in pods.values():
+            assert "dropped" not in pod.supervisor.log()
