@@ -205,3 +205,46 @@ def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
               f"({sum(c - 1 for c in ids.values())} duplicates)")
         for pod in pods.values():
             assert "dropped" not in pod.supervisor.log()
+
+
+def test_kept_alive_clients_lose_no_request_across_twenty_reloads(tmp_path):
+    """Issue 38.7: Python's http.client reusing one connection with no retry (GET, and a blob upload whose PUT has
+    a body) and skopeo pushes, across 20 reloads: 0 failed requests. The old registry is stopped only once its
+    clients have closed their connections (at most 90 s; this run is shorter)."""
+    from support.kept_alive import KeptAliveClient
+
+    pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
+    image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)
+    with running_receiver() as receiver:
+        try:
+            _start(pod, receiver.url)
+            failed: list[str] = []
+            pushed: list[int] = []
+
+            def pushes() -> None:
+                for index in range(1000):
+                    if stop.is_set():
+                        return
+                    try:
+                        push_image(image, pod.host, f"demo/kept:{index}")
+                        pushed.append(index)
+                    except RuntimeError as error:
+                        failed.append(str(error)[-300:])
+
+            stop = threading.Event()
+            pusher = threading.Thread(target=pushes, daemon=True)
+            with KeptAliveClient("127.0.0.1", pod.port) as first, KeptAliveClient("127.0.0.1", pod.port) as second:
+                pusher.start()
+                for index in range(1, 21):
+                    _reload(pod, receiver.url, index)
+                    time.sleep(0.3)
+                stop.set()
+                pusher.join(120)
+            counts = [first.stats, second.stats]
+        finally:
+            pod.stop()
+    print(f"kept-alive across 20 reloads: {sum(c.requests for c in counts)} requests on "
+          f"{sum(c.connections for c in counts)} connections, failures {[c.failures[:3] for c in counts]}; "
+          f"{len(pushed)} skopeo pushes, {len(failed)} failed")
+    assert all(c.requests > 50 and not c.failures for c in counts), [c.failures[:5] for c in counts]
+    assert pushed and not failed, failed[:3]
