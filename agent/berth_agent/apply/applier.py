@@ -29,7 +29,6 @@ from ..supervisor.procfs import RegistryProcess, find_registry_processes, starte
 from ..supervisor.restart import RestartResult
 from ..supervisor.restarter import Restarter, SupervisorRestarter
 from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
-from ..supervisor.supervise.notify import MAX_WAIT_SECONDS
 from .last_good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render
 from .turns import ReplicaTurn
@@ -44,8 +43,6 @@ START_ALLOWANCE_SECONDS = 10.0
 # waiting the whole restart bound for it would hold the pipeline ~40 s with nothing on status. A supervisor that
 # starts meanwhile writes its pid within ~0.1 s of config.yml appearing; then the full bound applies.
 NO_SUPERVISOR_WAIT_SECONDS = 3.0
-# An old registry replaced on 3.x waits at most this long for its notification queues (supervise/notify.py).
-QUEUE_WAIT_SECONDS = MAX_WAIT_SECONDS
 
 
 def go_duration_seconds(text: str | None) -> float:
@@ -330,14 +327,12 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
-            quick = _read_only(rendered)
+            # GC's read-only switch: the old (writable) registry waits for no kept-alive client, only for its
+            # in-flight requests and queues (supervise/notify.py); GC's acknowledgement waits until it is gone
+            # (gc/ack.py).
             result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
-                                            draining=self.draining, running=running, quick=quick)
+                                            draining=self.draining, running=running, quick=_read_only(rendered))
             action = "restarted"
-            if result.ok and quick and result.handed_over:
-                # GC's read-only switch: done once no writable registry is left (on 3.x an old one waits for its
-                # in-flight requests and notification queues first, supervise/notify.py).
-                timings["writable_gone"] = round(self._wait_gone(result.old, bound + QUEUE_WAIT_SECONDS), 4)
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
             self._verified(rendered)
@@ -366,16 +361,6 @@ class Applier:
             self.current = None
         return Outcome("rolled-back", False, detail=detail, restart=result, rollback=rollback,
                        failed_hash=rendered.identity, restored_hash=previous.identity)
-
-    def _wait_gone(self, processes: list[RegistryProcess], bound: float) -> float:
-        began = time.monotonic()
-        while any(p.alive() for p in processes) and time.monotonic() - began < bound:
-            if self.stopping.wait(0.02):
-                break
-        if any(p.alive() for p in processes):
-            log.warning("an old registry still runs after the read-only switch",
-                        extra={"fields": {"pids": [p.pid for p in processes if p.alive()], "waited": bound}})
-        return time.monotonic() - began
 
     def _write(self, rendered: Rendered, replacing: Rendered | None) -> None:
         # Side files first, config.yml last: the supervisor starts the registry as soon as config.yml exists,
