@@ -58,12 +58,12 @@ def _reload(pod: RegistryPod, url: str, index: int) -> None:
              what=lambda: f"reload {index}\n{pod.agent_log_text()[-3000:]}")
 
 
-def _push_stream(pod: RegistryPod, images: list, pushes: int, done: list[tuple[str, object]]) -> threading.Thread:
+def _push_stream(host: str, repo: str, images: list, pushes: int, done: list[str]) -> threading.Thread:
     def run() -> None:
         for index in range(pushes):
             image = images[index // 5]  # a new image (new layer and config blobs) every 5th push
-            push_image(image, pod.host, f"demo/stream:{index}")
-            done.append((str(index), image))
+            push_image(image, host, f"{repo}:{index}")
+            done.append(str(index))
             time.sleep(0.5)  # a stream, not a burst: 40 pushes in about half a minute
 
     thread = threading.Thread(target=run, daemon=True, name="pushes")
@@ -78,25 +78,12 @@ def test_no_event_is_lost_across_twenty_reloads_with_a_slow_receiver(tmp_path):
     with running_receiver(delay=1.0) as receiver:
         try:
             _start(pod, receiver.url)
-            done: list[tuple[str, object]] = []
-            pusher = _push_stream(pod, images, pushes, done)
+            done: list[str] = []
+            pusher = _push_stream(pod.host, "demo/stream", images, pushes, done)
             for index in range(reloads):
                 _reload(pod, receiver.url, index + 1)
-                if len(done) < pushes:  # a reload every 2 pushes: they fall among the pushes
-                    wait_for(_more_than(done, min(pushes - 1, len(done) + 1)), timeout=60, what="the next pushes")
-            pusher.join(300)
-            assert len(done) == pushes, "a push failed"
-            expected_tags = {str(i) for i in range(pushes)}
-            expected_blobs = {digest for image in images for digest in image.blobs if digest != image.manifest_digest}
-
-            def arrived() -> bool:
-                events = receiver.events("push")
-                tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/stream"}
-                blobs = {e["target"]["digest"] for _, e in events}
-                return expected_tags <= tags and expected_blobs <= blobs
-
-            wait_for(arrived, timeout=240, interval=0.5, what=lambda: _missing(receiver, expected_tags,
-                                                                               expected_blobs, pod))
+                _next_pushes(done, pushes)
+            _every_event(receiver, "demo/stream", pusher, done, pushes, images, [pod])
             wait_for(lambda: len(pod.supervisor.registries()) == 1, timeout=60, what="the old registries retired")
         finally:
             pod.stop()
@@ -109,17 +96,32 @@ def test_no_event_is_lost_across_twenty_reloads_with_a_slow_receiver(tmp_path):
     assert "n0tif1cation" not in log + pod.agent_log_text()
 
 
-def _more_than(done: list, count: int):
-    return lambda: len(done) > count
+def _next_pushes(done: list[str], pushes: int) -> None:
+    """A reload every 2 pushes: they fall among the pushes."""
+    if len(done) < pushes:
+        count = min(pushes - 1, len(done) + 1)
+        wait_for(lambda: len(done) > count, timeout=60, what="the next pushes")
 
 
-def _missing(receiver, tags: set[str], blobs: set[str], pod: RegistryPod) -> str:
-    events = receiver.events("push")
-    got_tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/stream"}
-    got_blobs = {e["target"]["digest"] for _, e in events}
-    log = (pod.root / "registry.log").read_text(errors="replace")
-    return (f"every event: missing tags {sorted(tags - got_tags, key=int)}, {len(blobs - got_blobs)} blobs missing\n"
-            + "\n".join(line for line in log.splitlines() if "berth-supervise" in line)[-4000:])
+def _every_event(receiver, repo: str, pusher: threading.Thread, done: list[str], pushes: int, images: list,
+                 pods: list[RegistryPod]) -> None:
+    """Every push made, and every manifest (by tag) and blob push event received."""
+    pusher.join(300)
+    assert len(done) == pushes, "a push failed"
+    tags = {str(i) for i in range(pushes)}
+    blobs = {digest for image in images for digest in image.blobs if digest != image.manifest_digest}
+
+    def missing() -> tuple[set[str], set[str]]:
+        events = receiver.events("push")
+        got = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == repo}
+        return tags - got, blobs - {e["target"]["digest"] for _, e in events}
+
+    def logs() -> str:
+        lines = [line for pod in pods for line in (pod.root / "registry.log").read_text(errors="replace").splitlines()
+                 if "berth-supervise" in line]
+        return f"every event: missing {missing()}\n" + "\n".join(lines)[-4000:]
+
+    wait_for(lambda: missing() == (set(), set()), timeout=240, interval=0.5, what=logs)
 
 
 def test_an_endpoint_down_throughout_holds_no_reload_and_its_events_are_counted_dropped(tmp_path):
@@ -163,16 +165,8 @@ def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
                               mounts={"notifications": {"token": TOKEN.format(0)}}) as pods:
             balancer = Balancer(backends(pods)).start()
             try:
-                done: list[tuple[str, object]] = []
-
-                def run() -> None:
-                    for index in range(pushes):
-                        push_image(images[index // 5], balancer.host, f"demo/two:{index}")
-                        done.append((str(index), None))
-                        time.sleep(0.5)
-
-                pusher = threading.Thread(target=run, daemon=True)
-                pusher.start()
+                done: list[str] = []
+                pusher = _push_stream(balancer.host, "demo/two", images, pushes, done)
                 for index in range(1, reloads + 1):
                     counts = {name: len(pod.actions("restarted")) for name, pod in pods.items()}
                     if index % 2:
@@ -184,20 +178,8 @@ def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
                     wait_for(lambda counts=counts: all(len(pod.actions("restarted")) > counts[name]
                                                        for name, pod in pods.items()),
                              timeout=60, what=f"reload {index} on both pods")
-                    if len(done) < pushes:
-                        wait_for(_more_than(done, min(pushes - 1, len(done) + 1)), timeout=60, what="the next pushes")
-                pusher.join(300)
-                assert len(done) == pushes, "a push failed"
-                expected = {str(i) for i in range(pushes)}
-                expected_blobs = {d for image in images for d in image.blobs if d != image.manifest_digest}
-
-                def arrived() -> bool:
-                    events = receiver.events("push")
-                    tags = {e["target"].get("tag") for _, e in events if e["target"].get("repository") == "demo/two"}
-                    return expected <= tags and expected_blobs <= {e["target"]["digest"] for _, e in events}
-
-                wait_for(arrived, timeout=240, interval=0.5, what=lambda: "\n".join(
-                    _missing(receiver, expected, expected_blobs, pod) for pod in pods.values()))
+                    _next_pushes(done, pushes)
+                _every_event(receiver, "demo/two", pusher, done, pushes, images, list(pods.values()))
             finally:
                 balancer.stop()
         ids = Counter(e["id"] for _, e in receiver.events())
