@@ -50,8 +50,9 @@ def drain_seconds(config: bytes) -> float:
     return go_seconds(match.group(1).decode(errors="replace")) if match else 0.0
 
 
-def http_get(host: str, port: int, path: str, timeout: float = 1.0, limit: int = 1 << 22) -> bytes | None:
-    """The body of a 200 answer to GET path, or None."""
+def http_get(host: str, port: int, path: str, timeout: float = 0.5, limit: int = 1 << 22) -> bytes | None:
+    """The body of a 200 answer to GET path, or None. Asked from the supervisor's one loop: a short timeout (a
+    registry's debug port answers in milliseconds; one that does not is "unreadable" within UNREADABLE_SECONDS)."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
             conn.sendall(f"GET {path} HTTP/1.0\r\nHost: berth-supervise\r\n\r\n".encode())
