@@ -6,10 +6,12 @@ from the new process."""
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
+from datetime import datetime
 
-from berth_api.pod import REGISTRY_METRICS_PORT
+from berth_api.pod import AGENT_HEALTH_PORT, REGISTRY_METRICS_PORT
 from support.new_connections import NewConnectionLoop
 from support.node import Node
 from support.node_berth import (
@@ -24,6 +26,7 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
+from support.readyz import ReadyzProbe
 
 RELOADS = 10
 
@@ -91,7 +94,10 @@ def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_
     counts = restart_counts(pod)
     url = urllib.parse.urlsplit(service_url(kube_node, node_namespace, "killed"))
     supervisor = container_pid(kube_node, pod, "registry")
-    with NewConnectionLoop(url.hostname, url.port, timeout=2.0) as loop:
+    # Issue 38.5: the agent's /readyz, asked every 10 ms at the pod's own address, never says 200 once the agent has
+    # logged that nothing serves, until it logs the supervisor back.
+    with ReadyzProbe(AGENT_HEALTH_PORT, host=pod["status"]["podIP"]) as probe, \
+            NewConnectionLoop(url.hostname, url.port, timeout=2.0) as loop:
         wait_for(lambda: loop.counts.answered > 5, "pulls through the Service", 30)
         os.kill(supervisor, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -101,9 +107,23 @@ def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_
         wait_for(lambda: loop.counts.answered > before + 20, "answers again after the restart", 60)
         back_after = time.monotonic() - killed_at
     counts_after = loop.counts
+    agent_log = [json.loads(line) for line in kube_node.kubectl(
+        "logs", "-n", node_namespace, pod["metadata"]["name"], "-c", "agent").splitlines() if line.startswith("{")]
+    missing = [_wall(line) for line in agent_log if line.get("msg") == "registry problem"]
+    back = [_wall(line) for line in agent_log if line.get("msg") == "supervisor is back"]
+    assert missing, "the agent logged the missing supervisor"
+    until = min([t for t in back if t > missing[0]] or [float("inf")])
+    asked = probe.answers_after(missing[0], until)
+    print(f"/readyz asked {len(asked)} times between the agent's 'registry problem' and 'supervisor is back': "
+          f"{sorted({status for _, status in asked}, key=str)}")
+    assert asked and all(status != 200 for _, status in asked), [a for a in asked if a[1] == 200][:5]
     print(f"kill -9 of berth-supervise: the container restarted, answers again within {back_after:.1f} s; "
           f"{counts_after.refused} refused, {counts_after.closed_without_response} closed without a response, "
           f"{counts_after.failed} failed meanwhile")
     (after,) = registry_pods(kube_node, node_namespace, "killed")
     assert after["metadata"]["uid"] == pod["metadata"]["uid"]
     assert container_pid(kube_node, after, "registry") != supervisor
+
+
+def _wall(line: dict) -> float:
+    return datetime.fromisoformat(line["time"]).timestamp()

@@ -327,8 +327,11 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
+            # GC's read-only switch: the old (writable) registry waits for no kept-alive client, only for its
+            # in-flight requests and queues (supervise/notify.py); GC's acknowledgement waits until it is gone
+            # (gc/ack.py).
             result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
-                                            draining=self.draining, running=running)
+                                            draining=self.draining, running=running, quick=_read_only(rendered))
             action = "restarted"
         timings["restart"] = round(result.seconds, 4)
         if result.ok:
@@ -366,6 +369,13 @@ class Applier:
         write_atomic(self.config_path, rendered.config)
         if replacing is not None:
             remove_stale(self.config_dir, set(rendered.files), set(replacing.files))
+
+
+def _read_only(rendered: Rendered) -> bool:
+    """storage.maintenance.readonly.enabled: GC's read-only switch (or a read-only registry)."""
+    storage = rendered.document.get("storage") or {}
+    readonly = (storage.get("maintenance") or {}).get("readonly") or {}
+    return readonly.get("enabled") is True
 
 
 def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:

@@ -1,12 +1,18 @@
 """The registry watch: once a second, what the registry process and its supervisor are doing (issue 9).
 
 - Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
-  disk) answers on its address. That is /readyz (core/health.py) and berth_agent_registry_serving.
+  disk) answers on its address, and its supervisor runs. That is /readyz (core/health.py) and
+  berth_agent_registry_serving. The supervisor is also asked on every /readyz (`nothing_serves`): without it
+  nothing serves (in a pod the runtime ends the container's registries with it), so readiness turns at once.
+  While nothing serves the watch looks every FAST_INTERVAL_SECONDS, so readiness returns soon after a registry
+  answers again.
 - Unexpected exits: berth-supervise writes "pid status seconds" to registry-exit each time a registry exits on
   its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
 - A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
 - A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone.
+- Dropped notifications (3.x): what old registries still had queued when their wait after a reload reached its
+  bound, per endpoint (notifications-dropped), counted in berth_agent_notifications_dropped_total and logged.
 
 Problems go to status, an Event and the log through the pipeline (`Pipeline.watch_problem`), cleared when
 they end. When the supervisor comes back, or the registry stops serving, the watch emits
@@ -27,12 +33,14 @@ from ..core import metrics
 from ..core.health import Health
 from ..sources import Change, Emit
 from ..supervisor.output import first_error, keep_bounded
-from ..supervisor.state import exit_line, supervisor_running, supervisor_started
+from ..supervisor.state import dropped_events, exit_line, supervisor_gone, supervisor_running, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 1.0  # the supervisor pauses a second between failed starts: each one is seen
+FAST_INTERVAL_SECONDS = 0.2  # while nothing serves: /readyz turns 200 within this of a registry answering
+SUPERVISOR_MISSING = "the supervisor (berth-supervise, the registry container's command) is not running: nothing serves"
 # /livez: the watch beats every second; a check takes at most the GET's 2 s timeout plus /proc scans.
 MAX_SILENCE_SECONDS = 15.0
 CRASH_LOOP_EXITS = 3
@@ -46,6 +54,7 @@ class Finding:
     supervisor: bool  # berth-supervise runs (or has never been seen: it has not written its pid yet)
     exit_line: str  # the last line of registry-exit ("" when none)
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
+    dropped: dict[str, int] | None = None  # notification events dropped at the bound, per endpoint (cumulative)
 
 
 def exit_reason(status: int, lived_seconds: int) -> str | None:
@@ -73,20 +82,28 @@ class RegistryWatch:
         self._supervisor_seen = False
         self._problem: str | None = None
         self._looked = False
+        self._dropped: dict[str, int] = {}
+        health.add_check(self.nothing_serves)
+
+    def nothing_serves(self) -> str | None:
+        """Asked on every /readyz: a supervisor that started and is gone leaves nothing serving (3 small reads)."""
+        return SUPERVISOR_MISSING if supervisor_gone(self.state_dir) else None
 
     def check(self) -> Finding:
         keep_bounded(self.state_dir)
         supervisor = supervisor_running(self.state_dir) or not supervisor_started(self.state_dir)
         last_exit = exit_line(self.state_dir)
         believed = self.applier.current or self.applier.on_disk(set())
-        if believed is None:
+        if not supervisor:
+            serving, reason = False, SUPERVISOR_MISSING  # an orphaned registry still answering dies with its pipe
+        elif believed is None:
             serving, reason = False, "config not written yet"
         elif self.applier.serving(believed) is not None:
             serving, reason = True, ""
         else:
             serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
-        return Finding(serving, reason, supervisor, last_exit, said)
+        return Finding(serving, reason, supervisor, last_exit, said, dropped_events(self.state_dir))
 
     async def run(self, emit: Emit) -> None:
         self.health.register(self.name, MAX_SILENCE_SECONDS)
@@ -104,15 +121,30 @@ class RegistryWatch:
                     if not stale or not self._looked:
                         self._looked = True
                         await self._act(finding, emit)
-                await asyncio.sleep(self.interval)
+                serving = self.health.serving_now()
+                await asyncio.sleep(self.interval if serving is not False else min(self.interval,
+                                                                                FAST_INTERVAL_SECONDS))
         finally:
             self.health.unregister(self.name)
+
+    def _count_dropped(self, dropped: dict[str, int]) -> None:
+        """The supervisor's counts are cumulative since its start: a smaller one is a new supervisor's."""
+        for endpoint, count in sorted(dropped.items()):
+            before = self._dropped.get(endpoint, 0)
+            new = count - before if count >= before else count
+            if new > 0:
+                metrics.notifications_dropped_total.labels(endpoint=endpoint).inc(new)
+                log.warning("notification events dropped", extra={"fields": {
+                    "endpoint": endpoint, "events": new,
+                    "why": "an old registry still held them when its wait after a reload reached its bound"}})
+        self._dropped = dict(dropped)
 
     async def _act(self, finding: Finding, emit: Emit) -> None:
         now = time.monotonic()
         self.health.set_serving(finding.serving, finding.serving_reason)
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
+        self._count_dropped(finding.dropped or {})
         if self._last_exit_line is None:
             self._last_exit_line = finding.exit_line  # at the agent's start: an exit from before is not news
         elif finding.exit_line != self._last_exit_line:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -29,6 +30,9 @@ class Health:
         self._config_written = False
         self._ready = True
         self._serving: tuple[bool, str] | None = None  # from the registry watch; None: no watch (unit tests)
+        # Asked on every /readyz: facts cheap enough to read per probe (a missing supervisor), so the answer
+        # turns the moment they do, not at the registry watch's next look.
+        self._checks: list[Callable[[], str | None]] = []
 
     def register(self, name: str, max_silence_seconds: float) -> None:
         """From now on `name` must beat at least every `max_silence_seconds` for /livez to pass."""
@@ -58,9 +62,17 @@ class Health:
         """False while this replica leaves the Service for a reload (apply/turns.py), whatever the registry does."""
         self._ready = ready
 
+    def add_check(self, check: Callable[[], str | None]) -> None:
+        """`check()` runs on every readiness question and returns why nothing serves, or None."""
+        self._checks.append(check)
+
     def set_serving(self, ok: bool, reason: str = "") -> None:
         """The registry watch's finding: a registry started on the believed config answers (or why not)."""
         self._serving = (ok, reason)
+
+    def serving_now(self) -> bool | None:
+        """The last finding on the registry (None: none yet)."""
+        return None if self._serving is None else self._serving[0]
 
     def startup_ok(self) -> bool:
         """config.yml is on disk, so the registry container may start: written by this agent, or by an earlier
@@ -72,6 +84,9 @@ class Health:
     def not_ready_reason(self) -> str | None:
         if not self.startup_ok():
             return "config not written yet"
+        for check in self._checks:
+            if (reason := check()) is not None:
+                return reason
         if not self._ready:
             return "leaving the Service for a reload"
         if self._serving is not None and not self._serving[0]:

@@ -41,6 +41,9 @@ config_info = Gauge(_P + "config_info", "1 for the identity of the config the re
 # start, a config or a port it refuses), and whether berth-supervise runs.
 registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent did not ask for, by reason.",
                                ["reason"])
+notifications_dropped_total = Counter(
+    _P + "notifications_dropped", "Notification events an old registry still held when its wait after a reload "
+    "reached its bound (3.x), by endpoint name.", ["endpoint"])
 supervisor_up = Gauge(_P + "supervisor_up", "1 while berth-supervise (the registry container's command) runs, else 0.")
 registry_serving = Gauge(_P + "registry_serving",
                          "1 while a registry started on the config the agent believes runs answers, else 0.")
@@ -128,6 +131,7 @@ __all__ = [
     "pvc_capacity_bytes",
     "pvc_free_bytes",
     "pvc_ok",
+    "notifications_dropped_total",
     "registry_exits_total",
     "registry_serving",
     "reload_failures_total",

@@ -275,6 +275,8 @@ class Pipeline:
         self._show_current()  # config_info names what is verified serving, or nothing
         failed = outcome.failed_hash or rendered.identity
         message = f"config {failed[:12]} not applied: {outcome.detail}"
+        if self.applier.current is None and outcome.detail != STOPPED:
+            self.health.set_serving(False, message)  # nothing verified serves: /readyz says so now
         if outcome.action == "preflight-failed":
             metrics.reload_failures_total.labels(reason="preflight").inc()
         elif outcome.detail != STOPPED:

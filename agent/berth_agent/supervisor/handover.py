@@ -12,7 +12,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from .files import HANDOVER_NAME
+from .files import HANDOVER_NAME, QUICK_WORD
 from .procfs import PROC, RegistryProcess, parent_pid, send_signal, takes_handover
 
 
@@ -32,13 +32,16 @@ def read_handover(config_path: Path, proc: Path = PROC) -> set[RegistryProcess]:
     return found
 
 
-def write_handover(config_path: Path, processes: set[RegistryProcess]) -> None:
+def write_handover(config_path: Path, processes: set[RegistryProcess], *, quick: bool = False) -> None:
     """The handover file names the registries that may be replaced while they drain ("pid start_ticks" lines).
+    `quick` (a line of its own, 3.x): the old registry waits for no kept-alive client (GC's read-only switch: a
+    writable registry must not linger), only for its in-flight requests and notification queues.
 
     Written before the SIGTERM, so nothing but a signal stands between the old listener closing and the new
     registry starting. Not fsynced: it only matters while both processes run (a restart of the pod clears it).
     """
     lines = "".join(f"{p.pid} {p.start_ticks}\n" for p in sorted(processes, key=lambda p: p.pid))
+    lines += QUICK_WORD + "\n" if quick else ""
     target = config_path.parent / HANDOVER_NAME
     temp = target.with_name(f".{HANDOVER_NAME}.{os.getpid()}.tmp")
     temp.write_text(lines)

@@ -34,13 +34,13 @@ def on_held_socket(process: RegistryProcess, proc: Path = PROC) -> bool:
 
 def replace_on_held_socket(
     config_path: Path, state_dir: Path, endpoint: Endpoint, old: list[RegistryProcess], *, timeout: float,
-    draining: set[RegistryProcess], proc: Path = PROC, stop: threading.Event | None = None,
+    draining: set[RegistryProcess], proc: Path = PROC, stop: threading.Event | None = None, quick: bool = False,
 ) -> RestartResult:
     """Ask the supervisors of `old` for successors on their held socket; wait until one serves (up to timeout)."""
     began, wall = time.monotonic(), time.time()
     result = RestartResult(ok=False, old=old, new=None, seconds=0.0, started_at=wall, handed_over=True)
     before = exit_line(state_dir).split()
-    write_handover(config_path, draining | set(old))
+    write_handover(config_path, draining | set(old), quick=quick)
     for pid in {parent_pid(p, proc) for p in old} - {None}:
         send_signal(pid, signal.SIGHUP)
     old_pids = {p.pid for p in old}

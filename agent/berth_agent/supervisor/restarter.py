@@ -21,9 +21,10 @@ from .restart import RestartResult, restart_registry
 class Restarter(Protocol):
     def restart(self, endpoint: Endpoint, *, timeout: float, stop: threading.Event | None = None,
                 draining: set[RegistryProcess] | None = None,
-                running: list[RegistryProcess] | None = None) -> RestartResult:
+                running: list[RegistryProcess] | None = None, quick: bool = False) -> RestartResult:
         """Replace the registry serving the config by a new one on the config as it is now; wait until it
-        answers (up to timeout). `draining`: registries handed over earlier, never signalled again."""
+        answers (up to timeout). `draining`: registries handed over earlier, never signalled again. `quick`:
+        the old one waits for no kept-alive client (GC's read-only switch)."""
         ...
 
     def holds_socket(self, running: list[RegistryProcess] | None = None) -> bool:
@@ -46,15 +47,20 @@ class SupervisorRestarter:
 
     def restart(self, endpoint: Endpoint, *, timeout: float, stop: threading.Event | None = None,
                 draining: set[RegistryProcess] | None = None,
-                running: list[RegistryProcess] | None = None) -> RestartResult:
+                running: list[RegistryProcess] | None = None, quick: bool = False) -> RestartResult:
         draining = draining if draining is not None else set()
         for process in [p for p in draining if not p.alive(self.proc)]:
             draining.discard(process)
-        old = [p for p in (running if running is not None else self._running(draining))
-               if p not in draining and p.alive(self.proc)]
+        old = [p for p in (running or []) if p not in draining and p.alive(self.proc)]
+        if not old or len(old) < len(running or []):
+            # Scanned before config.yml was written: a registry that the supervisor started meanwhile (it came
+            # back after a kill -9, or restarted a crashed one) read the config before the write, and would pass
+            # for the new one. Looked for again now, it is replaced like any other: whatever starts after this
+            # scan reads the config as written.
+            old = self._running(draining)
         if self.holds_socket(old):
             return replace_on_held_socket(self.config_path, self.state_dir, endpoint, old, timeout=timeout,
-                                          draining=draining, proc=self.proc, stop=stop)
+                                          draining=draining, proc=self.proc, stop=stop, quick=quick)
         return restart_registry(self.config_path, endpoint, timeout=timeout, proc=self.proc, stop=stop,
                                 draining=draining, running=old)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .output import supervisor_pid
-from .supervise.names import EXIT_NAME, METRICS_NAME, SUPERVISOR_PID_NAME
+from .supervise.names import DROPPED_NAME, EXIT_NAME, METRICS_NAME, SUPERVISOR_PID_NAME
 
 
 def supervisor_started(state_dir: Path) -> bool:
@@ -36,6 +36,21 @@ def exit_line(state_dir: Path) -> str:
         return ""
 
 
+def dropped_events(state_dir: Path) -> dict[str, int]:
+    """Notification events dropped at the bound so far, per endpoint (notifications-dropped: "NAME COUNT" lines,
+    counted since the supervisor started)."""
+    try:
+        lines = (Path(state_dir) / DROPPED_NAME).read_text().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, count = line.rpartition(" ")
+        if name and count.isdigit():
+            found[name] = int(count)
+    return found
+
+
 def current_pid(state_dir: Path) -> int | None:
     """The registry the supervisor names current (registry-metrics: "PID PORT" or "PID -"), if any."""
     try:
@@ -44,4 +59,4 @@ def current_pid(state_dir: Path) -> int | None:
         return None
 
 
-__all__ = ["current_pid", "exit_line", "supervisor_gone", "supervisor_running", "supervisor_started"]
+__all__ = ["current_pid", "dropped_events", "exit_line", "supervisor_gone", "supervisor_running", "supervisor_started"]

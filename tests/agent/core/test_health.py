@@ -104,3 +104,18 @@ def test_config_info_keeps_only_the_current_hash():
     text = generate_latest(REGISTRY).decode()
     assert 'berth_agent_config_info{hash="second"} 1.0' in text
     assert 'hash="first"' not in text
+
+
+def test_a_check_asked_on_every_question_turns_readiness_at_once(tmp_path):
+    """Issue 38.5: a fact read per probe (the supervisor is gone) wins over the registry watch's last look."""
+    config = tmp_path / "config.yml"
+    config.write_text("version: 0.1\n")
+    health = Health(config_path=config)
+    health.set_serving(True)
+    gone: list[str] = []
+    health.add_check(lambda: gone[0] if gone else None)
+    assert health.ready_ok()
+    gone.append("the supervisor is not running: nothing serves")
+    assert health.not_ready_reason() == "the supervisor is not running: nothing serves"
+    gone.clear()
+    assert health.ready_ok()

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
+from datetime import datetime
 
 import pytest
 
 from support.pod import filesystem_spec, on_distribution
+from support.readyz import ReadyzProbe
 from support.registry import registry_binaries
 from support.secretdir import write_secret_dir
 from support.supervisor import wait_for
@@ -39,6 +42,10 @@ def _start(pod, spec=None) -> None:
     pod.start_supervisor()
     pod.wait_serving()
     wait_for(lambda: pod.actions("written"), what=lambda: f"the first config applied\n{pod.agent_log_text()}")
+
+
+def _wall(line: dict) -> float:
+    return datetime.fromisoformat(line["time"]).timestamp()
 
 
 def _errors(pod) -> list[str]:
@@ -104,21 +111,30 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
     again), without an agent restart."""
     major = dist[0]
     _start(pod, on_distribution(_spec(pod), major))
-    pod.supervisor.process.kill()
-    pod.supervisor.process.wait(5)
-    wait_for(lambda: pod.metric("supervisor_up") == 0 and pod.actions("registry problem"),
-             what=lambda: f"the missing supervisor reported\n{pod.agent_log_text()}")
-    assert "supervisor" in pod.actions("registry problem")[0]["error"]
-    wait_for(lambda: not pod.serving(), what="the registry container gone")
-    wait_for(lambda: pod.health("/readyz") == 503, what="/readyz 503 while nothing serves")
+    wait_for(lambda: pod.health("/readyz") == 200, what="/readyz 200 before the kill")
+    with ReadyzProbe(pod.health_port) as probe:  # issue 38.5: asked every 10 ms throughout
+        pod.supervisor.process.kill()
+        pod.supervisor.process.wait(5)
+        dead = time.time()  # reaped: from here on nothing serves (the harness ends the container's rest)
+        wait_for(lambda: pod.metric("supervisor_up") == 0 and pod.actions("registry problem"),
+                 what=lambda: f"the missing supervisor reported\n{pod.agent_log_text()}")
+        assert "supervisor" in pod.actions("registry problem")[0]["error"]
+        wait_for(lambda: not pod.serving(), what="the registry container gone")
+        wait_for(lambda: pod.health("/readyz") == 503, what="/readyz 503 while nothing serves")
 
-    pod.write_registry_file(on_distribution(_spec(pod, log={"level": "warn"}), major))
-    wait_for(lambda: any("supervisor" in e and "not running" in e for e in _errors(pod)),
-             what=lambda: f"the edit refused while the supervisor is gone\n{pod.agent_log_text()}")
-    assert not pod.actions("rolled back") and not pod.actions("restarted")
-    assert b"level: warn" not in (pod.config_dir / "config.yml").read_bytes()
-
-    pod.start_supervisor()  # the kubelet starts the registry container again
+        pod.write_registry_file(on_distribution(_spec(pod, log={"level": "warn"}), major))
+        wait_for(lambda: any("supervisor" in e and "not running" in e for e in _errors(pod)),
+                 what=lambda: f"the edit refused while the supervisor is gone\n{pod.agent_log_text()}")
+        assert not pod.actions("rolled back") and not pod.actions("restarted")
+        assert b"level: warn" not in (pod.config_dir / "config.yml").read_bytes()
+        back = time.time()
+        pod.start_supervisor()  # the kubelet starts the registry container again
+    # Not one 200 once the supervisor was gone (nor once the agent logged it) until a supervisor was started again.
+    logged = min(_wall(line) for line in pod.actions("registry problem") + pod.actions("failed"))
+    asked = probe.answers_after(dead, back)
+    assert len(asked) >= 3 and all(status != 200 for _sent, status in asked), \
+        [a for a in asked if a[1] == 200][:5]
+    assert all(status != 200 for _sent, status in probe.answers_after(logged, back))
     wait_for(lambda: pod.actions("restarted"), timeout=60,
              what=lambda: f"the wanted config applied once the supervisor is back\n{pod.agent_log_text()}")
     wait_for(pod.serving, what="the registry serving the new config")

@@ -8,6 +8,7 @@ import pytest
 from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
+from berth_agent.supervisor.procfs import started_after
 from berth_agent.supervisor.restarter import SupervisorRestarter
 from support.new_connections import NewConnectionLoop
 from support.ports import free_port
@@ -70,3 +71,18 @@ def test_a_config_refused_at_start_fails_the_restart_and_the_old_registry_serves
     # The failed successor had a socket of its own that no connection was steered to: it dropped none.
     assert loop.counts.refused == 0 and loop.counts.failed == 0 and loop.counts.closed_without_response == 0, \
         loop.counts
+
+
+def test_a_registry_missed_by_a_scan_before_the_write_is_replaced_not_taken_for_the_new_one(held):
+    """Issue 38.5, the CI failure of test_e2e_truth's missing supervisor on 3.x: the agent scanned /proc before
+    writing config.yml and found nothing (the supervisor, just back, was starting its registry); that registry read
+    the old config. Taken for the new one, the restart said "restarted" while the old config served, and the
+    registry watch rightly kept /readyz 503 for ever. Looked for again after the write, it is replaced."""
+    supervisor, endpoint, config, restarter = held
+    before = supervisor.registry()
+    write_atomic(supervisor.config_path, config.replace(b"level: error", b"level: warn"))
+    result = restarter.restart(endpoint, timeout=15, draining=set(), running=[])  # the scan of before the write
+    assert result.ok, result.detail
+    assert result.new is not None and result.new.pid != before.pid
+    assert started_after(result.new, supervisor.config_path)
+    assert before in result.old

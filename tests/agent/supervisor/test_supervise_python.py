@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -115,6 +117,13 @@ def test_the_container_log_and_registry_output_never_hold_the_headers(supervisor
 # ---- the state files the agent reads (supervisor/state.py, output.py, metrics.py) ---------------------------
 
 
+def _bytes(path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
 def test_the_state_files_say_who_runs_what_ran_and_what_it_said(supervisor_factory, registry_port, tmp_path):
     state = tmp_path / "state"
     port = free_port()
@@ -125,7 +134,8 @@ def test_the_state_files_say_who_runs_what_ran_and_what_it_said(supervisor_facto
     wait_for(lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200, what="the registry to answer")
     assert (state / "supervisor.pid").read_text() == f"{supervisor.pid}\n"
     assert (state / "registry-metrics").read_text() == f"{first.pid} {port}\n"
-    wait_for(lambda: b"listening on" in (state / "registry-output").read_bytes(), what="the registry's words")
+    # The registry may answer before the supervisor has read its first line off the pipe (and made the file).
+    wait_for(lambda: b"listening on" in _bytes(state / "registry-output"), what="the registry's words")
     assert not (state / "registry-exit").exists()
     assert not any(p.name.endswith(".yml") for p in state.iterdir())  # only its own files, not the config
 
@@ -137,7 +147,7 @@ def test_the_state_files_say_who_runs_what_ran_and_what_it_said(supervisor_facto
              what="the new registry named current, on the port the killed one let go")
     said = (state / "registry-output.1").read_bytes()
     assert b"listening on" in said, said  # what the killed registry said, kept for the agent
-    wait_for(lambda: b"listening on" in (state / "registry-output").read_bytes(), what="the new registry's words")
+    wait_for(lambda: b"listening on" in _bytes(state / "registry-output"), what="the new registry's words")
     assert (state / "registry-output").read_bytes().count(b"listening on") == 1  # it began on an empty file
 
 
@@ -199,7 +209,9 @@ def test_reloads_on_the_held_socket_refuse_nothing_while_an_upload_drains(superv
     assert len(set(pids)) == 6
     log = supervisor.log()
     assert log.count("answers on its debug port: new connections go to it") == 5, log
-    assert log.count("once its accept queue is empty") == 5 and log.count(", which drains") == 5, log
+    assert log.count("once its accept queue is empty") == 5, log
+    # Each old registry goes once its clients' connections have closed (the upload's holds the first one's).
+    wait_for(lambda: supervisor.log().count(", which drains") == 5, what=supervisor.log)
     wait_for(lambda: f"registry (pid {first.pid}) exited with status 0 after draining" in supervisor.log(),
              what="the first registry to finish its upload and exit 0")
     assert supervisor.alive()
@@ -294,3 +306,29 @@ def test_a_2_8_binary_binds_its_own_listener_whatever_the_listen_addr(supervisor
     assert "no socket activation" in supervisor.log() and "holding" not in supervisor.log()
     environ = open(f"/proc/{registry.pid}/environ", "rb").read().split(b"\0")
     assert b"BERTH_SUPERVISE_SOCKET=1" not in environ and not any(e.startswith(b"LISTEN_FDS") for e in environ)
+
+
+# ---- its command line ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_and_the_environment_and_exits(flag, tmp_path):
+    """Issue 38.6: it used to ignore its arguments and wait for /etc/berth/config.yml."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    env["BERTH_CONFIG"] = str(tmp_path / "never" / "config.yml")  # never written: a wait would hang the test
+    done = subprocess.run([sys.executable, "-m", "berth_agent.supervisor.supervise", flag], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: berth-supervise")
+    for variable in ("BERTH_CONFIG", "BERTH_REGISTRY_BIN", "BERTH_STATE_DIR", "BERTH_HANDOVER", "BERTH_LISTEN_ADDR",
+                     "BERTH_DEBUG_PORTS", "BERTH_DEBUG_HOST"):
+        assert variable in done.stdout
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_unknown_argument_is_refused_with_the_usage(tmp_path):
+    env = {**os.environ, "BERTH_CONFIG": str(tmp_path / "config.yml")}
+    done = subprocess.run([sys.executable, "-m", "berth_agent.supervisor.supervise", "serve"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "usage: berth-supervise" in done.stderr and "takes no arguments, not 'serve'" in done.stderr

@@ -29,10 +29,19 @@ from pathlib import Path
 
 from .gc import GcRunner
 from .lines import LineSplitter
-from .names import EXIT_NAME, METRICS_NAME, OUTPUT_NAME, PREVIOUS_OUTPUT_NAME, SUPERVISOR_PID_NAME
-from .settings import Settings, split_addr
+from .names import (
+    DROPPED_NAME,
+    EXIT_NAME,
+    METRICS_NAME,
+    OUTPUT_NAME,
+    PREVIOUS_OUTPUT_NAME,
+    QUICK_WORD,
+    SUPERVISOR_PID_NAME,
+)
+from .notify import Waiting, drain_seconds
+from .settings import USAGE, Settings, split_addr
 from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
-from .steer import accept_queue, handshakes, holds, inode, point_group_at
+from .steer import accept_queue, client_connections, handshakes, holds, inode, point_group_at
 
 CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
@@ -47,7 +56,11 @@ SUCCESSOR_RETRIES = 5  # successors that lost their debug port to another proces
 SETTLE_SECONDS = 0.02
 HANDSHAKE_LOOK_SECONDS = 0.02
 RETIRE_SECONDS = 2.0
-LINGER_SECONDS = 5.0  # longest wait for a closed socket to leave the group before a handover goes on regardless
+LINGER_SECONDS = 5.0  # longest look for a closed socket leaving the group (its registry exit says it too)
+# Steered-away registries that wait for their notification queues (notify.py): looked at every WAIT_POLL_SECONDS;
+# at most MAX_WAITING at a time (each is a whole registry process): a newer one retires the oldest at once.
+WAIT_POLL_SECONDS = 0.1
+MAX_WAITING = 4
 DEBUG_BIND_ERROR = b"error listening on debug interface"
 # `registry --version`: 3.x ".../distribution/distribution/v3 v3.1.1", 2.8 ".../docker/distribution 2.8.2"
 ACTIVATION = re.compile(rb"distribution/v3\b|\sv3\.\d")
@@ -66,6 +79,9 @@ class Registry:
         self.splitter = LineSplitter()
         self.lost_debug_port = False  # it said it could not bind its debug port
         self.sock: socket.socket | None = None  # its listening socket (3.x), held by the supervisor too
+        self.sock_inode: int | None = None
+        self.quick = False  # replaced on GC's read-only switch: waits for no kept-alive client
+        self.drain = 0.0  # http.draintimeout of the config it started on
 
 
 class Supervisor:
@@ -94,7 +110,14 @@ class Supervisor:
         self.stale: dict[int, int | None] = {}  # behind it (successors that never answered)
         self.handshakes_seen_at = 0.0  # the last look for handshakes under way (a scan of the whole TCP table)
         self.pointed = 0  # the group's program: the index new connections go to
-        self.replace_due: float | None = None  # a SIGHUP waiting for an old socket to leave the group (since)
+        # The reuseport group as the kernel keeps it (socket inodes in join order; one that leaves gets the last
+        # one moved into its slot), so the program can name the current registry's socket whoever else is in it.
+        self.group: list[int] = []
+        self.waiting: list[tuple[Waiting, Registry]] = []  # steered away, SIGTERMed once their queues are empty
+        self.waiting_due = 0.0
+        self.dropped: dict[str, int] = {}  # events dropped at the bound, per endpoint, since this supervisor started
+        self.replace_due: float | None = None  # a SIGHUP waiting for the last steered-away registry's queue (since)
+        self.quick = False  # the handover said: the old registry waits for no kept-alive client (GC's switch)
         self.lingering_since: float | None = None
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
         self.gc = GcRunner(settings.state, settings.registry_bin, settings.config, self.base_env, put, self.log)
@@ -152,6 +175,9 @@ class Supervisor:
             self.probe_successor()
         if self.steering and not self.stopping:
             self.retire()
+            if self.waiting and now >= self.waiting_due:
+                self.waiting_due = now + WAIT_POLL_SECONDS
+                self.check_waiting(now)
             self.regroup()
         self.gc_due = self.gc.tick(now)
 
@@ -160,6 +186,8 @@ class Supervisor:
         due = [t for t in (self.restart_at, self.gc_due) if t is not None]
         if self.successor is not None or self.retiring is not None or self.behind or self.replace_due is not None:
             due.append(now + PROBE_SECONDS)
+        if self.waiting:
+            due.append(self.waiting_due)
         return max(0.0, min(due) - now) if due else None
 
     def take_signals(self) -> list[int]:
@@ -206,6 +234,7 @@ class Supervisor:
             try:
                 self.listener = listening_socket(host, port, reuse_port=True)
                 self.log(f"holding the registry's listening socket on {self.s.listen}")
+                self.group = [inode(self.listener)]
                 self.steering = self.steer(0)
             except OSError as exc:
                 self.log(f"cannot listen on {self.s.listen}: {exc}; trying again in 1s")
@@ -236,6 +265,11 @@ class Supervisor:
         os.set_blocking(read_end, False)
         registry = Registry(pid, time.monotonic(), port, read_end)
         registry.sock = sock
+        registry.sock_inode = inode(sock) if sock is not None and self.steering else None
+        try:
+            registry.drain = drain_seconds(self.s.config.read_bytes())  # what it read a moment ago
+        except OSError:
+            pass
         self.registries[pid] = registry
         self.selector.register(read_end, selectors.EVENT_READ, registry)
         metrics = f", metrics on {self.s.debug_host}:{port}" if port is not None else ""
@@ -264,6 +298,10 @@ class Supervisor:
         self.had_current = self.current is not None
         self.gc.stop()
         self.retiring = None
+        for _waiting, registry in self.waiting:  # SIGTERMed above, among the draining ones
+            self.log(f"registry (pid {registry.pid}) stops with its notification queues as they are (the supervisor "
+                     "stops)")
+        self.waiting = []
         for registry in ordered:
             if registry.sock is not None and registry.sock is not self.listener:
                 registry.sock.close()
@@ -292,6 +330,7 @@ class Supervisor:
             lines = self.s.handover.read_text().splitlines()
         except OSError:
             return False
+        self.quick = QUICK_WORD in lines
         return any(line.split()[:1] == [str(self.current.pid)] for line in lines)
 
     def take_handover(self) -> None:
@@ -314,8 +353,8 @@ class Supervisor:
             return
         if not self.named_in_handover():
             return
-        if self.steering and (self.retiring is not None or self.behind):
-            self.replace_due = self.replace_due or time.monotonic()  # the current socket is not yet first: soon
+        if self.steering and self.retiring is not None:
+            self.replace_due = self.replace_due or time.monotonic()  # one steered-away registry at a time: soon
             return
         self.replace_due = None
         if self.successor is not None:
@@ -339,8 +378,8 @@ class Supervisor:
             return  # a stopped successor's socket still sits between: its index would be wrong
         old, self.current, self.successor = self.current, successor, None
         if own:
-            self.steer(1)  # the group is [old, successor]: every new connection to the successor from now on
             old_sock, self.listener = self.listener, successor.sock
+            self.point_at_current()  # every new connection to the successor from now on
         if old is None or not own:
             self.write_metrics(successor)
         if old is None:
@@ -349,6 +388,7 @@ class Supervisor:
                 self.drop_socket(old_sock, self.behind, None)
             return
         self.draining.append(old)
+        old.quick = self.quick
         if own and old_sock is not None:
             self.log(f"registry (pid {successor.pid}) answers on its debug port: new connections go to it; "
                      f"stopping registry (pid {old.pid}) once its accept queue is empty")
@@ -384,21 +424,84 @@ class Supervisor:
             # Named only now: the agent's restart is done once registry-metrics names the successor, and its next
             # one then finds the old registry stopping, as without steering (its debug port soon free again).
             self.write_metrics(self.current)
+        if old.pid in self.registries and old.debug_port is not None:
+            # Its queued notifications die with it (field-notes §9): it goes once they are delivered (notify.py).
+            note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
+            self.log(f"registry (pid {old.pid}) no longer gets connections{note}; stopping it once its clients "
+                     "have closed theirs and its notification queues are empty")
+            port = sock.getsockname()[1]
+            connections = None if old.quick else (lambda pid=old.pid: client_connections(pid, port))
+            self.waiting.append((Waiting(old.pid, self.s.debug_host, old.debug_port, old.drain, time.monotonic(),
+                                         connections), old))
+            self.waiting_due = time.monotonic()
+            while len(self.waiting) > MAX_WAITING:
+                self.release(*self.waiting[0], f"more than {MAX_WAITING} registries waiting")
+            return
         if old.pid in self.registries:
             note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
             self.log(f"stopping registry (pid {old.pid}), which drains{note}")
             _signal(old.pid, signal.SIGTERM)
         self.drop_socket(sock, self.behind, old.pid if alive else None)
 
-    def regroup(self) -> None:
-        """Once the closed sockets have left the group, the current one is first again: point the program at it,
-        and take a SIGHUP that waited for that."""
-        if self.retiring is not None or not self.left_group(self.behind):
+    def check_waiting(self, now: float) -> None:
+        if self.behind or self.retiring is not None:
+            # A socket is leaving the group (the program may name the wrong one until that is seen) or one is being
+            # steered away: a waiting registry may be given a connection meanwhile. Looked at again after.
             return
-        if self.pointed != 0 and self.successor is None:
-            self.steer(0)
-        if self.replace_due is not None:
+        for waiting, registry in list(self.waiting):
+            reason = waiting.check(now)
+            if reason is None:
+                continue
+            try:
+                queued = accept_queue(registry.sock) if registry.sock is not None and registry.sock.fileno() >= 0 else 0
+            except OSError:
+                queued = 0
+            if not queued:  # else it has connections to take first: looked at again
+                self.release(waiting, registry, reason)
+
+    def release(self, waiting: Waiting, registry: Registry, reason: str) -> None:
+        """SIGTERM a waiting registry (it drains); what it still had queued is dropped, counted per endpoint."""
+        self.waiting.remove((waiting, registry))
+        seconds = time.monotonic() - waiting.since
+        dropped = {name: count for name, count in waiting.pending.items() if count > 0}
+        if dropped:
+            for name, count in sorted(dropped.items()):
+                self.dropped[name] = self.dropped.get(name, 0) + count
+                self.log(f"registry (pid {registry.pid}) still had {count} events queued for notification endpoint "
+                         f"{name} after {seconds:.1f}s ({reason}): dropped")
+            put(self.s.state / DROPPED_NAME, "\n".join(f"{n} {c}" for n, c in sorted(self.dropped.items())))
+        self.log(f"stopping registry (pid {registry.pid}), which drains: {reason} after {seconds:.1f}s")
+        _signal(registry.pid, signal.SIGTERM)
+        self.drop_socket(registry.sock, self.behind, registry.pid)
+
+    def regroup(self) -> None:
+        """Follow the sockets that left the group, keep the program on the current registry's, and take a SIGHUP
+        that waited for the last steered-away registry."""
+        self.left_group(self.behind)
+        self.left_group(self.stale)
+        self.point_at_current()
+        if self.replace_due is not None and self.retiring is None:
             self.take_replacement()
+
+    def point_at_current(self) -> None:
+        if self.listener is None or not self.steering:
+            return
+        try:
+            index = self.group.index(inode(self.listener))
+        except (ValueError, OSError):
+            return
+        if index != self.pointed:
+            self.steer(index)
+
+    def joined(self, sock: socket.socket) -> None:
+        self.group.append(inode(sock))
+
+    def left(self, number: int) -> None:
+        """The kernel's reuseport_detach_sock: the last socket takes the slot of the one that left."""
+        if number in self.group:
+            slot = self.group.index(number)
+            self.group[slot] = self.group[-1]
+            self.group.pop()
 
     def successor_socket(self) -> socket.socket | None:
         """A socket of the successor's own in the current one's group (steered past it until it answers)."""
@@ -406,10 +509,12 @@ class Supervisor:
             return self.listener
         host, port = split_addr(self.s.listen or "")
         try:
-            return listening_socket(host, port, reuse_port=True)
+            sock = listening_socket(host, port, reuse_port=True)
         except OSError as exc:
             self.log(f"cannot open a second socket on {self.s.listen} ({exc}): the successor shares the current one")
             return self.listener
+        self.joined(sock)
+        return sock
 
     def steer(self, index: int) -> bool:
         """Point the group's program at socket `index`; False (logged) where the kernel cannot."""
@@ -435,6 +540,7 @@ class Supervisor:
         for number, holder in list(inodes.items()):
             if holder is None or not holds(holder, number):
                 del inodes[number]  # its last holder closed it: it left the group
+                self.left(number)
         if not inodes:
             self.lingering_since = None
             return True
@@ -442,8 +548,8 @@ class Supervisor:
         self.lingering_since = self.lingering_since or now
         if now - self.lingering_since < LINGER_SECONDS:
             return False
-        self.log(f"{len(inodes)} closed sockets still listen after {LINGER_SECONDS:g}s: going on regardless")
-        inodes.clear()
+        self.log(f"{len(inodes)} closed sockets still listen after {LINGER_SECONDS:g}s: no longer looked at")
+        inodes.clear()  # still in `group`: their holder's exit takes them out (exited)
         self.lingering_since = None
         return True
 
@@ -467,6 +573,12 @@ class Supervisor:
         self.read_output(registry, until_end=True)
         self.statuses[registry.pid] = status
         lived = time.monotonic() - registry.started
+        for waiting, held in list(self.waiting):
+            if held is registry:  # it died while waiting (a crash, a kill -9): its queue went with it
+                self.waiting.remove((waiting, held))
+                self.drop_socket(registry.sock, self.behind, None)
+        if registry.sock_inode is not None and (registry.sock is None or registry.sock.fileno() < 0):
+            self.left(registry.sock_inode)  # our copy closed, its holder gone: it left the group
         if registry in self.draining:
             self.draining.remove(registry)
             self.log(f"registry (pid {registry.pid}) exited with status {status} after draining")
@@ -625,7 +737,14 @@ def _noted(_signum: int, _frame: object) -> None:
     """The signal's number is in the signal pipe (set_wakeup_fd): the loop acts on it."""
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        wanted = args in (["-h"], ["--help"])
+        print(USAGE, end="", file=sys.stdout if wanted else sys.stderr)
+        if not wanted:
+            print(f"berth-supervise: takes no arguments, not {' '.join(args)!r}", file=sys.stderr)
+        return 0 if wanted else 2
     try:
         settings = Settings.from_env()
         if settings.listen is not None:

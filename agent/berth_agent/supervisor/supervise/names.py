@@ -9,6 +9,7 @@ CONFIG_NAME = "config.yml"  # berth_api.pod.CONFIG_NAME (tests/agent/supervisor/
 
 # Beside config.yml.
 HANDOVER_NAME = "handover"  # "pid start_ticks" of each registry the agent asks to replace
+QUICK_WORD = "quick"  # a line of the handover file: the old registry waits for no kept-alive client (3.x)
 
 # In the state dir.
 SUPERVISOR_PID_NAME = "supervisor.pid"  # the supervisor's pid: a missing supervisor told from a quiet one
@@ -21,6 +22,7 @@ GC_OUTPUT_NAME = "gc-output"  # what garbage-collect prints
 GC_RESULT_NAME = "gc-result"  # "ID STATUS" once it ended
 GC_HEARTBEAT_NAME = "gc-heartbeat"  # touched by the agent while it runs: 10 s without and the command is stopped
 METRICS_NAME = "registry-metrics"  # "PID PORT" of the current registry's debug (metrics) port, "PID -" without one
+DROPPED_NAME = "notifications-dropped"  # "ENDPOINT COUNT" per line: events old registries still held at their bound
 
 # In the environment of each registry it starts: what its supervisor understands (an older one dies of a signal it
 # does not handle, so the agent sends none it has not seen marked).
@@ -29,7 +31,7 @@ GC_MARKER = b"BERTH_SUPERVISE_GC=1"  # SIGUSR2 runs garbage-collect
 SOCKET_MARKER = b"BERTH_SUPERVISE_SOCKET=1"  # SIGHUP replaces the registry on the held socket (3.x)
 
 __all__ = [
-    "CONFIG_NAME", "EXIT_NAME", "GC_HEARTBEAT_NAME", "GC_MARKER", "GC_OUTPUT_NAME", "GC_PID_NAME", "GC_REQUEST_NAME",
-    "GC_RESULT_NAME", "HANDOVER_MARKER", "HANDOVER_NAME", "METRICS_NAME", "OUTPUT_NAME", "PREVIOUS_OUTPUT_NAME",
-    "SOCKET_MARKER", "SUPERVISOR_PID_NAME",
+    "CONFIG_NAME", "DROPPED_NAME", "EXIT_NAME", "GC_HEARTBEAT_NAME", "GC_MARKER", "GC_OUTPUT_NAME", "GC_PID_NAME",
+    "GC_REQUEST_NAME", "GC_RESULT_NAME", "HANDOVER_MARKER", "HANDOVER_NAME", "METRICS_NAME", "OUTPUT_NAME",
+    "PREVIOUS_OUTPUT_NAME", "QUICK_WORD", "SOCKET_MARKER", "SUPERVISOR_PID_NAME",
 ]

@@ -9,6 +9,27 @@ from .names import CONFIG_NAME, HANDOVER_NAME
 
 DEFAULT_CONFIG = "/etc/berth/" + CONFIG_NAME  # berth_api.pod.CONFIG_DIR
 
+USAGE = f"""usage: berth-supervise [-h | --help]
+
+The registry container's command: runs `$BERTH_REGISTRY_BIN serve $BERTH_CONFIG` as a child once the config
+exists, restarts it when it exits, starts a successor when the agent asks (SIGUSR1 on 2.8, SIGHUP on the held
+socket of 3.x), runs garbage-collect on SIGUSR2, and passes SIGTERM and SIGINT on as SIGTERM. It takes no
+arguments; it reads its environment:
+
+  BERTH_CONFIG        the registry's config file (default {DEFAULT_CONFIG}); waited for until it exists
+  BERTH_REGISTRY_BIN  the registry binary, a path or a name in PATH (default registry)
+  BERTH_STATE_DIR     where it writes supervisor.pid, registry-exit, registry-output, registry-metrics and the
+                      garbage-collect files (default: the config's directory)
+  BERTH_HANDOVER      the file naming the registry to replace (default: {HANDOVER_NAME} beside the config)
+  BERTH_LISTEN_ADDR   HOST:PORT or :PORT: on Distribution 3, hold this listening socket for every registry
+                      (socket activation); unset, each registry binds http.addr itself
+  BERTH_DEBUG_PORTS   loopback ports (space-separated) for each registry's debug listener and metrics;
+                      unset, no debug listener
+  BERTH_DEBUG_HOST    the debug listeners' address (default 127.0.0.1)
+
+docs/design.md section 4.2 describes it.
+"""
+
 
 class Settings:
     """A plain class, not a dataclass: dataclasses imports inspect, a megabyte and a half of every pod's memory."""

@@ -31,7 +31,9 @@ NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
 NLM_DUMP = 0x301  # NLM_F_REQUEST | NLM_F_DUMP
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 DIAG_SYN_RECV = 1 << 3 | 1 << 12  # TCPF_SYN_RECV | TCPF_NEW_SYN_RECV (request sockets)
+DIAG_CONNECTED = 1 << 1 | 1 << 8  # TCPF_ESTABLISHED | TCPF_CLOSE_WAIT: a client's connection, kept alive or not
 SYN_RECV = b"03"  # TCP_SYN_RECV in /proc/net/tcp's st column
+CONNECTED = (b"01", b"08")
 
 
 def point_group_at(sock: socket.socket, index: int) -> None:
@@ -61,16 +63,45 @@ def handshakes(port: int, begun_before: float) -> int:
         requests = _diag_requests()
     except OSError:
         requests = _proc_requests()
-    return sum(1 for local_port, retransmits, left in requests if local_port == port
+    return sum(1 for local_port, retransmits, left, _inode in requests if local_port == port
                and (retransmits or SYNACK_TIMEOUT - left >= begun_before - 0.01))
 
 
-def _diag_requests() -> list[tuple[int, int, float]]:
-    """(local port, retransmits, seconds left on its timer) of every SYN_RECV request, IPv4 and IPv6."""
+def client_connections(pid: int, port: int) -> int:
+    """Connections to `port` that process `pid` holds (ESTABLISHED or CLOSE_WAIT): a steered-away registry's kept-alive
+    clients, which could still send it a request (and so an event) until they close."""
+    held = _socket_inodes(pid)
+    if not held:
+        return 0
+    try:
+        found = _diag_requests(DIAG_CONNECTED)
+    except OSError:
+        found = _proc_connected()
+    return sum(1 for local_port, _r, _t, number in found if local_port == port and number in held)
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def _diag_requests(states: int = DIAG_SYN_RECV) -> list[tuple[int, int, float, int]]:
+    """(local port, retransmits, seconds left on its timer, inode) of every TCP socket in `states`, IPv4 and IPv6."""
     found = []
     for family in (socket.AF_INET, socket.AF_INET6):
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as diag:
-            request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, DIAG_SYN_RECV) + bytes(48)
+            request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, states) + bytes(48)
             diag.sendto(struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_DUMP, 1, 0) + request,
                         (0, 0))
             while (message := _diag_messages(diag.recv(65536), found)) is None:
@@ -80,7 +111,7 @@ def _diag_requests() -> list[tuple[int, int, float]]:
     return found
 
 
-def _diag_messages(data: bytes, found: list[tuple[int, int, float]]) -> bool | None:
+def _diag_messages(data: bytes, found: list[tuple[int, int, float, int]]) -> bool | None:
     """Append the inet_diag_msg records in one datagram; True at the dump's end, False on an error, else None."""
     offset = 0
     while offset + 16 <= len(data):
@@ -92,12 +123,26 @@ def _diag_messages(data: bytes, found: list[tuple[int, int, float]]) -> bool | N
         _family, _state, _timer, retransmits = struct.unpack_from("=BBBB", data, offset + 16)
         (local_port,) = struct.unpack_from("!H", data, offset + 20)
         (expires_ms,) = struct.unpack_from("=I", data, offset + 68)
-        found.append((local_port, retransmits, expires_ms / 1000))
+        (number,) = struct.unpack_from("=I", data, offset + 84)  # idiag_inode
+        found.append((local_port, retransmits, expires_ms / 1000, number))
         offset += (length + 3) & ~3
     return None
 
 
-def _proc_requests() -> list[tuple[int, int, float]]:
+def _proc_connected() -> list[tuple[int, int, float, int]]:
+    found = []
+    for line in _lines():
+        fields = line.split()
+        if len(fields) < 10 or fields[3] not in CONNECTED:
+            continue
+        try:
+            found.append((int(fields[1].rpartition(b":")[2], 16), 0, 0.0, int(fields[9])))
+        except ValueError:
+            continue
+    return found
+
+
+def _proc_requests() -> list[tuple[int, int, float, int]]:
     found = []
     for line in _lines():
         if b" 03 " not in line:  # most lines are not a handshake: skip the split
@@ -107,7 +152,7 @@ def _proc_requests() -> list[tuple[int, int, float]]:
             continue
         try:
             found.append((int(fields[1].rpartition(b":")[2], 16), int(fields[6], 16),
-                          int(fields[5].partition(b":")[2], 16) / CLOCK_TICKS))
+                          int(fields[5].partition(b":")[2], 16) / CLOCK_TICKS, 0))
         except ValueError:
             continue
     return found
@@ -138,4 +183,4 @@ def _lines():
             continue
 
 
-__all__ = ["accept_queue", "handshakes", "holds", "inode", "point_group_at"]
+__all__ = ["accept_queue", "client_connections", "handshakes", "holds", "inode", "point_group_at"]
