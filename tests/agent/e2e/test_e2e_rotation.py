@@ -60,17 +60,23 @@ def volume(fmt: str) -> str:
     return "s3" if fmt == "s3" else "cosi"
 
 
+def serve_on_s3(pod, moto, fmt: str, dist, key):
+    """The pod serving from moto with `key` in its `fmt` Secret: the supervisor."""
+    write_secret_dir(pod.mounts / volume(fmt), cosi_secret(fmt, moto.endpoint, key))
+    pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port, fmt, moto.endpoint), dist[0])))
+    pod.start_agent()
+    supervisor = pod.start_supervisor()
+    pod.wait_serving()
+    return supervisor
+
+
 @pytest.mark.parametrize("dist", registry_binaries())
 @pytest.mark.parametrize("fmt", ["v1alpha1", "v1alpha2", "s3"])
 def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
-        write_secret_dir(pod.mounts / volume(fmt), cosi_secret(fmt, moto.endpoint, key1))
-        pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port, fmt, moto.endpoint), dist[0])))
-        pod.start_agent()
-        supervisor = pod.start_supervisor()
-        pod.wait_serving()
+        supervisor = serve_on_s3(pod, moto, fmt, dist, key1)
 
         image = make_oci_image(tmp_path / "image", layer_size=64 * 1024)
         push_image(image, pod.host, "demo/app:1")
@@ -125,11 +131,7 @@ def test_ten_rotations_of_a_secret_key_under_pulls(pod, tmp_path, dist):
     with running_moto(tmp_path / "moto") as moto:
         key = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
-        write_secret_dir(pod.mounts / "s3", cosi_secret("s3", moto.endpoint, key))
-        pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port, "s3", moto.endpoint), dist[0])))
-        pod.start_agent()
-        supervisor = pod.start_supervisor()
-        pod.wait_serving()
+        supervisor = serve_on_s3(pod, moto, "s3", dist, key)
         image = make_oci_image(tmp_path / "image", layer_size=64 * 1024)
         push_image(image, pod.host, "demo/app:1")
         layer = image.layer_digests[0]
