@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit
 
 from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
-from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
+from ..render.paths import S3_KEYS_ORIGIN, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
 from . import preflight_http
 from .preflight_azure import azure_target, check_container
@@ -155,11 +155,11 @@ def check_config(rendered: Rendered, *, timeout: float = TIMEOUT_SECONDS) -> Non
     target = rendered.s3
     if target is not None and (target.access_key or target.secret_key):
         # Without a key the registry uses the pod's identity, which only its SDK resolves: nothing to sign with.
-        check_bucket(target, timeout=timeout)
+        check_bucket(target, timeout=timeout, origin=rendered.origins.get(S3_KEYS_ORIGIN))
 
 
 def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
-                 now: datetime.datetime | None = None) -> None:
+                 now: datetime.datetime | None = None, origin: str | None = None) -> None:
     """One signed ListObjectsV2 on the bucket: 200 passes, anything else raises PreflightError."""
     where = "storage.s3"
     if not target.access_key or not target.secret_key:
@@ -179,7 +179,7 @@ def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
     code = _error_code(body)
     raise PreflightError(
         f"{where}: the bucket {target.bucket!r} refused the new credentials "
-        f"(HTTP {status}{', ' + code if code else ''}); keeping the running config"
+        f"(HTTP {status}{', ' + code if code else ''}){' from ' + origin if origin else ''}; keeping the running config"
     )
 
 

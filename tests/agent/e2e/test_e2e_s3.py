@@ -92,7 +92,7 @@ def test_every_option_reaches_the_registry_and_a_wrong_key_is_refused_with_the_s
         swap_secret_dir(pod.mounts / "s3", keys(dead))
         wait_for(lambda: "refused the new credentials" in pod.agent_log_text(), timeout=60,
                  what=lambda: f"the pre-flight refusal\n{pod.agent_log_text()[-3000:]}")
-        assert "storage.s3" in pod.agent_log_text()
+        assert "from spec.config.storage.s3.credentials" in pod.agent_log_text()
         assert pod.registry_pid() == pid and pod.registry_starts() == 1
         assert pull_image(pod.host, "demo/app:1", tmp_path / "pulled2").blobs == image.blobs
         assert dead.secret_access_key not in pod.agent_log_text()
