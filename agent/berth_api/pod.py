@@ -32,13 +32,20 @@ PROXY_VOLUME = "proxy"  # spec.config.proxy.credentials.secretName: the upstream
 NOTIFICATIONS_VOLUME = "notifications"  # spec.config.notifications.secretName: header values (Authorization tokens)
 AZURE_VOLUME = "azure"  # spec.config.storage.azure.credentials.secret: the account key or the client secret
 GCS_VOLUME = "gcs"  # spec.config.storage.gcs.credentials.secret: the service account's JSON key
+S3_VOLUME = "s3"  # spec.config.storage.s3.credentials.secretName: the access key (COSI's keys are at cosi/)
 SECRET_VOLUMES = (COSI_VOLUME, HTPASSWD_VOLUME, HTTP_SECRET_VOLUME, REDIS_VOLUME, TLS_VOLUME, PROXY_VOLUME,
-                  NOTIFICATIONS_VOLUME, AZURE_VOLUME, GCS_VOLUME)
+                  NOTIFICATIONS_VOLUME, AZURE_VOLUME, GCS_VOLUME, S3_VOLUME)
 # The token auth trust volumes, each a Secret or a ConfigMap (spec.config.auth.token.rootCertBundle and
 # .jwks), mounted whole at MOUNT_ROOT/<name> like the Secrets.
 TOKEN_BUNDLE_VOLUME = "token-bundle"
 TOKEN_JWKS_VOLUME = "token-jwks"
-TRUST_VOLUMES = (TOKEN_BUNDLE_VOLUME, TOKEN_JWKS_VOLUME)
+S3_CA_VOLUME = "s3-ca"  # spec.config.storage.s3.ca: the S3 endpoint's CA certificate
+TRUST_VOLUMES = (TOKEN_BUNDLE_VOLUME, TOKEN_JWKS_VOLUME, S3_CA_VOLUME)
+# Where the registry finds the S3 endpoint's CA: a directory of the config volume (the agent writes the CA there,
+# render/paths.py S3_CA_FILE), given to the registry as SSL_CERT_DIR before the system's (docs/design.md, "A private
+# CA for S3"). AWS_CA_BUNDLE is never given to it: 2.8 panics with it, 3.1.1 trusts nothing else.
+S3_CA_DIR = f"{CONFIG_DIR}/s3-ca"
+SYSTEM_CERT_DIRS = ("/etc/ssl/certs", "/etc/pki/tls/certs")
 INPUT_VOLUMES = SECRET_VOLUMES + TRUST_VOLUMES  # every mounted input volume
 
 # Keys of the Secrets.
@@ -56,7 +63,8 @@ PREFLIGHT_ENV_PREFIX = "BERTH_PREFLIGHT_"
 __all__ = [
     "AGENT_HEALTH_PORT", "AZURE_VOLUME", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR",
     "DATA_VOLUME", "GCS_VOLUME", "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES",
-    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME", "PREFLIGHT_ENV_PREFIX",
+    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME", "PREFLIGHT_ENV_PREFIX", "S3_CA_DIR", "S3_CA_VOLUME", "S3_VOLUME",
+    "SYSTEM_CERT_DIRS",
     "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
     "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",
     "SECRET_VOLUMES",

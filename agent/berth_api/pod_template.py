@@ -37,7 +37,9 @@ RESERVED_PREFIX = "berth.dev/"
 # Distribution reads REGISTRY_* as config overrides (field-notes §1), and berth-supervise reads BERTH_*: either would
 # bypass the config the agent renders. OTEL_TRACES_EXPORTER is set by Berth (field-notes §1).
 RESERVED_ENV_PREFIXES = ("REGISTRY_", "BERTH_")
-RESERVED_ENV = ("OTEL_TRACES_EXPORTER",)
+# AWS_CA_BUNDLE: Distribution 2.8 panics at start with it set, and 3.1.1 then trusts that file alone (docs/design.md,
+# "A private CA for S3"): storage.s3.ca is the way.
+RESERVED_ENV = ("OTEL_TRACES_EXPORTER", "AWS_CA_BUNDLE")
 # An egress proxy's variables: Go's net/http (golang.org/x/net/http/httpproxy FromEnvironment) reads each in upper
 # case, else lower case; the agent's pre-flights are given the same (agent/berth_agent/apply/preflight_http.py).
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
@@ -50,7 +52,8 @@ LABELS_MESSAGE = (f"collides with Berth's own labels ({', '.join(RESERVED_LABELS
                   "Berth sets and selects by them")
 ANNOTATIONS_MESSAGE = f"collides with Berth's own annotations ({RESERVED_PREFIX}*)"
 ENV_MESSAGE = ("names a variable reserved by Berth: REGISTRY_* would override the config the agent renders "
-               "(Distribution reads them as config), BERTH_* and OTEL_TRACES_EXPORTER are Berth's own")
+               "(Distribution reads them as config), BERTH_* and OTEL_TRACES_EXPORTER are Berth's own, "
+               "AWS_CA_BUNDLE panics Distribution 2.8 (give an S3 endpoint's CA in config.storage.s3.ca)")
 
 
 def _cel_not_reserved_key(reserved: tuple[str, ...]) -> str:

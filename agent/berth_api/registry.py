@@ -25,6 +25,7 @@ from .monitoring import Monitoring
 from .notifications import Notifications, notifications_v3_message
 from .pod_template import EnvVar, PodOverrides, Resources, ServiceAccountSettings, env_names
 from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
+from .s3 import OBJECT_STORAGE_PATH, S3_PATH, v3_options_rules
 from .server import Health, Http, Redis, Validation
 from .storage import Storage
 from .types import INT32_MAX, ApiModel, v3_only_message
@@ -128,6 +129,10 @@ class RegistrySpec(ApiModel):
                     "rule": f"!has(self.config.storage.{path.rsplit('.', 1)[1]}) || !{_RUNS_2}",
                     "message": v3_only_message(path.removeprefix("spec.")),
                 } for path in (AZURE_PATH, GCS_PATH)),
+                *({
+                    "rule": f"!({condition}) || !{_RUNS_2}",
+                    "message": v3_only_message(f"{path.removeprefix('spec.')}.{field}"),
+                } for path in (OBJECT_STORAGE_PATH, S3_PATH) for condition, field in v3_options_rules(path)),
                 {
                     "rule": f"!has(self.config.notifications) || !has(self.config.notifications.events) || !{_RUNS_2}",
                     "message": notifications_v3_message("events.includeReferences"),
@@ -218,6 +223,9 @@ class RegistrySpec(ApiModel):
         for path, backend in ((AZURE_PATH, storage.azure), (GCS_PATH, storage.gcs)):
             if backend is not None:
                 yield v3_only_message(path.removeprefix("spec."))
+        for path, s3 in ((OBJECT_STORAGE_PATH, storage.object_storage), (S3_PATH, storage.s3)):
+            if s3 is not None:
+                yield from (v3_only_message(f"{path.removeprefix('spec.')}.{field}") for field in s3.v3_fields_set())
         if self.config.proxy is not None:
             yield from (proxy_v3_message(field) for field in self.config.proxy.v3_fields_set())
         if self.config.notifications is not None:
@@ -354,7 +362,7 @@ class RegistryStatus(ApiModel):
         description="Where the registry is reached from outside the cluster, as seen by the operator: the "
         "Ingress's or HTTPRoute's first host (https:// or http://), the LoadBalancer's address and port, or "
         "NODE:<nodePort> (any node's address). Absent: only in the cluster.")
-    storage: Literal["filesystem", "objectStorage", "azure", "gcs", "inmemory"] | None = Field(
+    storage: Literal["filesystem", "objectStorage", "s3", "azure", "gcs", "inmemory"] | None = Field(
         None,
         # A printer column is a JSONPath, which cannot print which key of spec.config.storage is set.
         description="Storage backend in use (the key set in spec.config.storage), shown by kubectl get; written "

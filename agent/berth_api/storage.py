@@ -13,13 +13,12 @@ from pydantic import Field, model_validator
 
 from .auth import Auth
 from .cloud_storage import AzureStorage, GcsStorage
+from .s3 import S3Options, S3Storage
 from .types import INT32_MAX, ApiModel, Duration, ObjectName, Quantity
 
-# Smallest chunk S3 accepts for a multipart upload part, and the registry's own floor.
-MIN_CHUNK_SIZE = 5 * 1024 * 1024
-# Largest part S3 accepts; both registry versions refuse a larger chunksize at start (s3-aws driver, maxChunkSize).
-MAX_CHUNK_SIZE = 5 * 1024 * 1024 * 1024
-BACKENDS_MESSAGE = "set exactly one storage backend: filesystem, objectStorage, azure, gcs or inmemory"
+BACKENDS_MESSAGE = "set exactly one storage backend: filesystem, objectStorage, s3, azure, gcs or inmemory"
+# The filesystem driver's floor for maxthreads: it silently raises a smaller value to this (base/regulator.go).
+MIN_THREADS = 25
 
 
 class FilesystemStorage(ApiModel):
@@ -45,6 +44,9 @@ class FilesystemStorage(ApiModel):
         description="StorageClass from which the operator creates a PersistentVolumeClaim for this registry.",
     )
     size: Quantity = Field("10Gi", description="Requested size of the claim created from storageClass.")
+    max_threads: int | None = Field(
+        None, alias="maxThreads", ge=MIN_THREADS, le=INT32_MAX,
+        description="Most concurrent filesystem operations (at least 25, Distribution's floor; default 100).")
 
     @model_validator(mode="after")
     def _claim_xor_class(self) -> FilesystemStorage:
@@ -53,12 +55,13 @@ class FilesystemStorage(ApiModel):
         return self
 
 
-class ObjectStorage(ApiModel):
-    """Registry data in an S3 bucket provisioned through COSI (objectstorage.k8s.io)."""
+class ObjectStorage(S3Options):
+    """Registry data in an S3 bucket provisioned through COSI (objectstorage.k8s.io), with the s3 options."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
+                *S3Options.model_config["json_schema_extra"]["x-kubernetes-validations"],
                 {
                     "rule": "has(self.bucketClaim) != has(self.bucketClass)",
                     "message": "set exactly one of bucketClaim and bucketClass",
@@ -81,14 +84,6 @@ class ObjectStorage(ApiModel):
     bucket_access_class: ObjectName | None = Field(
         None, alias="bucketAccessClass", description="BucketAccessClass from which the operator creates a BucketAccess."
     )
-    chunk_size: int | None = Field(
-        None,
-        alias="chunkSize",
-        ge=MIN_CHUNK_SIZE,
-        le=MAX_CHUNK_SIZE,
-        description="Size in bytes of each part of a multipart upload to S3 (5 MiB to 5 GiB).",
-    )
-
     @model_validator(mode="after")
     def _exactly_one_each(self) -> ObjectStorage:
         if (self.bucket_claim is None) == (self.bucket_class is None):
@@ -138,14 +133,14 @@ class Maintenance(ApiModel):
 
 
 class Storage(ApiModel):
-    """Exactly one backend (filesystem, objectStorage, azure, gcs or inmemory) plus storage options."""
+    """Exactly one backend (filesystem, objectStorage, s3, azure, gcs or inmemory) plus storage options."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.filesystem), has(self.objectStorage), has(self.azure), has(self.gcs), "
-                    "has(self.inmemory)].filter(x, x).size() == 1",
+                    "rule": "[has(self.filesystem), has(self.objectStorage), has(self.s3), has(self.azure), "
+                    "has(self.gcs), has(self.inmemory)].filter(x, x).size() == 1",
                     "message": BACKENDS_MESSAGE,
                 }
             ]
@@ -156,6 +151,8 @@ class Storage(ApiModel):
     object_storage: ObjectStorage | None = Field(
         None, alias="objectStorage", description="Store data in an S3 bucket through COSI."
     )
+    s3: S3Storage | None = Field(None, description="Store data in an existing S3 or S3-compatible bucket, with an "
+                                 "access key from a Secret or the pod's own identity.")
     azure: AzureStorage | None = Field(
         None, description="Store data in an Azure Blob Storage container (Distribution 3 only).")
     gcs: GcsStorage | None = Field(
@@ -170,17 +167,19 @@ class Storage(ApiModel):
 
     @model_validator(mode="after")
     def _exactly_one_backend(self) -> Storage:
-        backends = [self.filesystem, self.object_storage, self.azure, self.gcs, self.inmemory]
+        backends = [self.filesystem, self.object_storage, self.s3, self.azure, self.gcs, self.inmemory]
         if sum(b is not None for b in backends) != 1:
             raise ValueError(BACKENDS_MESSAGE)
         return self
 
     @property
-    def backend(self) -> Literal["filesystem", "objectStorage", "azure", "gcs", "inmemory"]:
+    def backend(self) -> Literal["filesystem", "objectStorage", "s3", "azure", "gcs", "inmemory"]:
         if self.filesystem is not None:
             return "filesystem"
         if self.object_storage is not None:
             return "objectStorage"
+        if self.s3 is not None:
+            return "s3"
         if self.azure is not None:
             return "azure"
         if self.gcs is not None:

@@ -167,6 +167,29 @@ def cloud_storage_documents() -> list[dict[str, Any]]:
     return documents
 
 
+def s3_documents() -> list[dict[str, Any]]:
+    """spec.config.storage.s3 and the S3 options on s3 and objectStorage (issue 37): each 3-only option, storage
+    classes of 2 and of 3 only, keyId with and without encrypt, forcePathStyle with and without an endpoint, keys
+    and the pod's identity, on Distribution 3 and 2."""
+    keys = {"credentials": {"secretName": "s3-keys"}}
+    base = {"bucket": "registry-data", **keys}
+    options = [{}, {"useDualStack": True}, {"accelerate": False}, {"logLevel": "debug"},
+               {"storageClass": "REDUCED_REDUNDANCY"}, {"storageClass": "GLACIER_IR"}, {"keyId": "k"},
+               {"encrypt": True, "keyId": "k"}, {"encrypt": False, "keyId": "k"}, {"skipVerify": True},
+               {"chunkSize": 5242880, "multipartCopyThresholdSize": 0, "multipartCopyMaxConcurrency": 1}]
+    shapes = [{**base, **option} for option in options]
+    shapes += [{"bucket": "registry-data"}, {**base, "forcePathStyle": True},
+               {**base, "forcePathStyle": False, "regionEndpoint": "https://minio.example:9000"},
+               {**base, "forcePathStyle": True, "regionEndpoint": "https://minio.example:9000"}]
+    cosi = {"bucketClaim": "claim", "bucketAccess": "access"}
+    where = [{"image": "registry:3"}, {"image": "registry:2.8.3"}]
+    documents = [{**extra, "config": {"storage": {"s3": shape}}} for shape in shapes for extra in where]
+    documents += [{**extra, "config": {"storage": {"objectStorage": {**cosi, **option}}}}
+                  for option in options for extra in where]
+    documents.append({"config": {"storage": {"s3": base, "inmemory": {}}}})  # two backends
+    return documents
+
+
 def exposure_documents() -> list[dict[str, Any]]:
     """spec.service, spec.ingress.tls and spec.http.tls (issue 30): each Service type with each type-bound field,
     TLS from a Secret, an issuer, both or neither, dnsNames with and without an issuer."""
@@ -186,7 +209,8 @@ def exposure_documents() -> list[dict[str, Any]]:
 
 
 SPECS = (auth_documents() + storage_documents() + cache_documents() + gc_documents() + gc_storage_documents()
-         + proxy_documents() + notifications_documents() + cloud_storage_documents() + exposure_documents())
+         + proxy_documents() + notifications_documents() + cloud_storage_documents() + exposure_documents()
+         + s3_documents())
 
 
 def model_problems(document: dict[str, Any]) -> set[tuple[str, str]]:

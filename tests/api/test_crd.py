@@ -45,6 +45,7 @@ from berth_api.notifications import (
 )
 from berth_api.pod_template import ANNOTATIONS_MESSAGE, ENV_MESSAGE, LABELS_MESSAGE
 from berth_api.proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, proxy_v3_message
+from berth_api.s3 import KEY_ID_MESSAGE, OBJECT_STORAGE_PATH, S3_PATH, v3_options_rules
 from berth_api.storage import BACKENDS_MESSAGE
 from berth_api.types import v3_only_message
 
@@ -247,6 +248,11 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.config.storage.filesystem", "set exactly one of persistentVolumeClaim and storageClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketClaim and bucketClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketAccess and bucketAccessClass"),
+        # issue 37: the S3 options on both S3 backends, storage.s3's CA, and what Distribution 2 cannot do
+        *((f"spec.config.storage.{backend}", KEY_ID_MESSAGE) for backend in ("objectStorage", "s3")),
+        ("spec.config.storage.s3.ca", "set exactly one of secret and configMap"),
+        *(("spec", v3_only_message(f"{path.removeprefix('spec.')}.{field}"))
+          for path in (OBJECT_STORAGE_PATH, S3_PATH) for _, field in v3_options_rules(path)),
         ("spec", "config.storage.cache.blobdescriptor redis needs spec.redis"),
         ("spec.garbageCollection.readOnlyTimeout", "readOnlyTimeout must be between 1m and 24h"),
         ("spec", GC_STORAGE_MESSAGE),
@@ -365,7 +371,7 @@ def test_printer_columns() -> None:
             continue
         assert schema_at(column["jsonPath"])["type"] == column["type"], column["name"]
     storage = schema_at(next(c["jsonPath"] for c in columns if c["name"] == "Storage"))
-    assert storage["enum"] == ["filesystem", "objectStorage", "azure", "gcs", "inmemory"]
+    assert storage["enum"] == ["filesystem", "objectStorage", "s3", "azure", "gcs", "inmemory"]
     # Every backend the spec offers can be written there: a missing one made the API server refuse the operator's
     # status patch (422) for azure and gcs Registries, which then never got a status.
     backends = schema_at(".spec.config.storage")["properties"]

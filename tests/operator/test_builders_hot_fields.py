@@ -41,6 +41,8 @@ POD_SHAPING = {
     "config.notifications.secretName",  # the notification headers' Secret volume (issue 21)
     "config.storage.azure.credentials.secret.name",  # the azure credentials' Secret volume (issue 31)
     "config.storage.gcs.credentials.secret.name",  # the gcs key's Secret volume (issue 31)
+    "config.storage.s3.credentials.secretName",  # storage.s3's key Secret volume (issue 37)
+    *(f"config.storage.s3.ca.{kind}.name" for kind in ("secret", "configMap")),  # the CA's volume
     # Never valid alone: to or from default_credentials the Secret (its volume) comes or goes with it. Between
     # shared_key and client_secret (the IDs come or go) the volume stays, which the walk cannot reach.
     "config.storage.azure.credentials.type", "config.storage.gcs.credentials.type",
@@ -65,6 +67,9 @@ POD_SHAPING_SECTIONS = {
     "config.notifications",  # with secretName: its Secret volume
     "config.storage.azure", "config.storage.gcs",  # with a Secret: its volume
     "config.storage.azure.credentials.secret", "config.storage.gcs.credentials.secret",
+    # storage.s3: with credentials their Secret volume; the CA its volume and the registry's SSL_CERT_DIR
+    "config.storage.s3", "config.storage.s3.credentials", "config.storage.s3.ca",
+    "config.storage.s3.ca.secret", "config.storage.s3.ca.configMap",
     "config.auth",  # removing it (with a provider in it) removes that provider's volumes, as for each provider
 }
 
@@ -174,7 +179,8 @@ BASES = [
     ("filesystem-class", _with_storage({"filesystem": {"storageClass": "standard", "size": "20Gi"}}),
      ClusterFacts(AGENT_IMAGE)),
     ("cosi-classes", _with_storage({"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw",
-                                                      "chunkSize": 10 * 1024 * 1024}}, replicas=3),
+                                                      "chunkSize": 10 * 1024 * 1024, "encrypt": True,
+                                                      "keyId": "arn:aws:kms:k"}}, replicas=3),
      ClusterFacts(AGENT_IMAGE)),
     ("cosi-existing", _with_storage({"objectStorage": {"bucketClaim": "c", "bucketAccess": "a"}}),
      ClusterFacts(AGENT_IMAGE, bucket_access_secret="a-credentials")),
@@ -213,6 +219,20 @@ BASES = [
      ClusterFacts(AGENT_IMAGE)),
     ("gcs-default", _with_storage({"gcs": {"bucket": "berth-registry",
                                            "credentials": {"type": "default_credentials"}}}),
+     ClusterFacts(AGENT_IMAGE)),
+    # issue 37: storage.s3 with every option, keys from a Secret and a CA from a Secret; with the CA from a
+    # ConfigMap and the pod's identity
+    ("s3-secret", _with_storage({"s3": {
+        "bucket": "registry-data", "region": "eu-west-1", "regionEndpoint": "https://minio.example:9000",
+        "forcePathStyle": True, "credentials": {"secretName": "s3", "accessKeyIdKey": "id",
+                                                "secretAccessKeyKey": "key"},
+        "ca": {"secret": {"name": "s3-ca", "field": "ca.crt"}}, "encrypt": True, "keyId": "arn:aws:kms:k",
+        "secure": True, "skipVerify": False, "v4auth": True, "chunkSize": 5242880,
+        "multipartCopyChunkSize": 5242880, "multipartCopyMaxConcurrency": 4, "multipartCopyThresholdSize": 5242880,
+        "rootDirectory": "reg", "storageClass": "STANDARD", "objectAcl": "private", "useDualStack": False,
+        "accelerate": False, "logLevel": "off"}}, replicas=2), ClusterFacts(AGENT_IMAGE)),
+    ("s3-identity", _with_storage({"s3": {"bucket": "registry-data",
+                                          "ca": {"configMap": {"name": "s3-ca", "field": "ca.crt"}}}}),
      ClusterFacts(AGENT_IMAGE)),
 ]
 
@@ -530,6 +550,12 @@ POD_SHAPING_CHANGES = [
      _set(_spec(TOP["gcs-key"]), ["config", "storage", "gcs", "credentials"], {"type": "default_credentials"}),
      BASES[0][2]),
     ("objectStorage -> azure", _spec(2), BASES[2][2], _spec(TOP["azure-shared-key"]), BASES[0][2]),
+    ("config.storage.s3.credentials.secretName", _spec(TOP["s3-secret"]), BASES[0][2],
+     _set(_spec(TOP["s3-secret"]), ["config", "storage", "s3", "credentials", "secretName"], "other"), BASES[0][2]),
+    ("config.storage.s3.ca.secret.name", _spec(TOP["s3-secret"]), BASES[0][2],
+     _set(_spec(TOP["s3-secret"]), ["config", "storage", "s3", "ca", "secret", "name"], "other"), BASES[0][2]),
+    ("config.storage.s3.ca.configMap.name", _spec(TOP["s3-identity"]), BASES[0][2],
+     _set(_spec(TOP["s3-identity"]), ["config", "storage", "s3", "ca", "configMap", "name"], "other"), BASES[0][2]),
 ]
 
 

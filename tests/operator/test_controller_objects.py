@@ -61,6 +61,8 @@ SEEDS: dict[str, list[dict[str, Any]]] = {
     "monitored": [secret("registry-hooks", token="Bearer planted-token")],
     "azure-shared-key": [secret("registry-azure", accountKey="a2V5"), secret("registry-http-secret", secret="s")],
     "gcs-key": [secret("registry-gcs", **{"key.json": "{}"}), secret("registry-http-secret", secret="s")],
+    "s3-secret": [secret("registry-s3", AWS_ACCESS_KEY_ID="AKIA", AWS_SECRET_ACCESS_KEY="planted")],
+    "gcs-s3-hmac": [secret("registry-gcs-hmac", AWS_ACCESS_KEY_ID="GOOG1E", AWS_SECRET_ACCESS_KEY="planted")],
 }
 
 # Our own Registries for the modes the examples leave out.
@@ -104,6 +106,9 @@ EXPECTED = {
     "workload-identity-eks": base("registry-eks") | {("PersistentVolumeClaim", "registry-eks-data")},
     "workload-identity-gke": base("registry-gke") | {("PodDisruptionBudget", "registry-gke")},
     "workload-identity-aks": base("registry-aks") | {("PodDisruptionBudget", "registry-aks")},
+    "s3-secret": base("registry-s3") | {("PodDisruptionBudget", "registry-s3")},
+    "s3-irsa-eks": base("registry-s3-irsa"),
+    "gcs-s3-hmac": base("registry-gcs-hmac"),
 }
 
 

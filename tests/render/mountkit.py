@@ -95,6 +95,13 @@ def write_mounts_for(spec: RegistrySpec, root: Path, *, s3: S3Target | None = No
             raise ValueError("an objectStorage Registry needs an S3Target")
         write_secret_dir(root / "cosi", cosi_secret(s3, cosi_format))
         mounts.secret_values += [s3.access_key_id, s3.secret_access_key]
+    if storage.s3 is not None and storage.s3.credentials is not None:
+        if s3 is None:
+            raise ValueError("an s3 Registry with credentials needs an S3Target (its keys)")
+        creds = storage.s3.credentials
+        write_secret_dir(root / "s3", {creds.access_key_id_key: s3.access_key_id,
+                                       creds.secret_access_key_key: s3.secret_access_key})
+        mounts.secret_values += [s3.access_key_id, s3.secret_access_key]
     if storage.auth.htpasswd is not None:
         user = ("pusher", secrets.token_urlsafe(12))
         write_secret_dir(root / "htpasswd", {storage.auth.htpasswd.secret.field: htpasswd_entry(*user) + b"\n"})

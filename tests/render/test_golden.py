@@ -72,7 +72,20 @@ FEATURE_INPUTS = MountedInputs(
     tls_key=b"-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n",
 )
 
-CASES = {path.stem: (yaml.safe_load(path.read_text()), INPUTS) for path in sorted(EXAMPLES.glob("*.yaml"))}
+
+
+def example_inputs(document: dict) -> MountedInputs:
+    """INPUTS, with storage.s3's bucket from the example and the fixed key (none for the pod's identity)."""
+    s3 = Registry.model_validate(document).spec.config.storage.s3
+    if s3 is None:
+        return INPUTS
+    key = (INPUTS.s3.access_key_id, INPUTS.s3.secret_access_key) if s3.credentials else ("", "")
+    return dataclasses.replace(INPUTS, s3=S3Credentials(
+        s3.bucket, s3.region_endpoint, s3.region, *key, addressing_style="path" if s3.path_style else "virtual"))
+
+
+CASES = {path.stem: (document, example_inputs(document))
+         for path in sorted(EXAMPLES.glob("*.yaml")) for document in [yaml.safe_load(path.read_text())]}
 CASES["features"] = (FEATURES, FEATURE_INPUTS)
 
 # Key paths ("a.b.c"; list items as "a[]") of each version's configuration reference that the renderer may use.
@@ -80,6 +93,11 @@ _COMMON = {
     "version", "log.level", "storage.filesystem.rootdirectory", "storage.inmemory",
     "storage.s3.accesskey", "storage.s3.secretkey", "storage.s3.region", "storage.s3.regionendpoint",
     "storage.s3.bucket", "storage.s3.secure", "storage.s3.v4auth", "storage.s3.chunksize",
+    # the s3 options (issue 37; s3-aws/s3.go FromParameters at v2.8.2 and v3.1.1), filesystem's maxthreads
+    *(f"storage.s3.{key}" for key in ("encrypt", "keyid", "skipverify", "multipartcopychunksize",
+                                      "multipartcopymaxconcurrency", "multipartcopythresholdsize", "rootdirectory",
+                                      "storageclass", "objectacl")),
+    "storage.filesystem.maxthreads",
     "storage.delete.enabled", "storage.redirect.disable", "storage.cache.blobdescriptor",
     "storage.maintenance.uploadpurging.enabled", "storage.maintenance.uploadpurging.age",
     "storage.maintenance.uploadpurging.interval", "storage.maintenance.uploadpurging.dryrun",
@@ -101,6 +119,7 @@ V2_REFERENCE = _COMMON | {
 }
 V3_REFERENCE = _COMMON | {
     "storage.s3.forcepathstyle", "storage.cache.blobdescriptorsize", "http.h2c.enabled",
+    "storage.s3.usedualstack", "storage.s3.accelerate", "storage.s3.loglevel",
     # v3.1 turns redis TLS on with rootcas; `tls.enabled` in its configuration.md example is not a key of its
     # parser (configuration.go v3.1.1) and is ignored (tests/render/test_real_redis.py)
     "redis.tls.rootcas",
@@ -133,8 +152,10 @@ def key_paths(node, prefix: str = "") -> set[str]:
 
 
 def v3_only(name: str) -> bool:
-    """A Distribution 3 only backend (azure, gcs): refused on 2.8, so there is no 2.8 render to compare."""
-    return Registry.model_validate(CASES[name][0]).spec.config.storage.backend in ("azure", "gcs")
+    """A Distribution 3 only spec (azure, gcs, s3 with the pod's identity): refused on 2.8, so there is no 2.8
+    render to compare."""
+    storage = Registry.model_validate(CASES[name][0]).spec.config.storage
+    return storage.backend in ("azure", "gcs") or (storage.s3 is not None and storage.s3.credentials is None)
 
 
 def render_case(name: str, major: str) -> bytes:

@@ -97,9 +97,10 @@ def serve_and_check(config: Path, mounts: Mounts, tmp_path: Path, binary: str | 
 
 
 def _cloud_storage(name: str) -> bool:
-    """Azure Blob and GCS examples need their emulators: tests/render/test_real_cloud_storage.py serves those."""
+    """Azure Blob and GCS examples need their emulators: tests/render/test_real_cloud_storage.py serves those;
+    storage.s3 examples name real buckets: tests/agent/e2e/test_e2e_s3.py serves storage.s3 from moto."""
     storage = load(name)["spec"]["config"].get("storage", {})
-    return "azure" in storage or "gcs" in storage
+    return "azure" in storage or "gcs" in storage or "s3" in storage
 
 
 @pytest.mark.parametrize("name", [n for n in example_names()

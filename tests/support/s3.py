@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -67,10 +68,12 @@ class MotoServer:
     admin: AccessKey | None = None
     enforced: bool = False
     _log_file: object = field(default=None, repr=False)
+    ca_file: Path | None = None  # served over TLS with a certificate this CA signed (start_moto(tls=True))
+    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://{self.host}:{self.port}"
 
     def client(self, service: str, key: AccessKey | None = None):
         """A boto3 client for this server, with `key` (default: the admin key, or moto's test key)."""
@@ -82,6 +85,7 @@ class MotoServer:
         return boto3.client(
             service,
             endpoint_url=self.endpoint,
+            verify=str(self.ca_file) if self.ca_file else None,
             region_name=REGION,
             aws_access_key_id=key.access_key_id if key else "testing",
             aws_secret_access_key=key.secret_access_key if key else "testing",
@@ -120,14 +124,20 @@ class MotoServer:
         """Revoke a key. Deleting is the only revocation moto honours (an Inactive key is still accepted)."""
         self.client("iam").delete_access_key(UserName=user, AccessKeyId=access_key_id)
 
-    def enforce_iam(self) -> None:
-        """From now on every request must be signed by a live key whose policies allow it."""
+    def enforce_iam(self, unchecked: int = 0) -> None:
+        """From now on every request must be signed by a live key whose policies allow it, but the next
+        `unchecked` (moto cannot check an unsigned STS AssumeRoleWithWebIdentity under enforcement)."""
         self._ensure_admin()
-        request = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                         headers={"Content-Type": "text/plain"})  # a form type would hide the body
-        with urllib.request.urlopen(request, timeout=10) as response:
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", data=str(unchecked).encode(),
+                                         method="POST", headers={"Content-Type": "text/plain"})  # not a form type
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             response.read()
         self.enforced = True
+
+    def create_kms_key(self) -> str:
+        """A key in moto's KMS; its ARN (moto's S3 records the key id it is given, so use a real one)."""
+        return self.client("kms").create_key(Description="berth-test")["KeyMetadata"]["Arn"]
 
     def list_objects(self, bucket: str, key: AccessKey | None = None) -> list[str]:
         client = self.client("s3", key)
@@ -139,21 +149,35 @@ class MotoServer:
         self._log_file = None
 
 
-def start_moto(workdir: Path, *, port: int | None = None, timeout: float = 30.0) -> MotoServer:
+def start_moto(workdir: Path, *, port: int | None = None, timeout: float = 30.0, tls: bool = False,
+               host: str = "127.0.0.1") -> MotoServer:
     """moto_server on `port` (default: a free one), once its own process listens there. A free port is only free
     until someone binds it: another server binding port 0 meanwhile can be handed the same one (the clean-clone CI
     at 4b2b656: the kmock emulator's), and then a connect succeeds against the stranger while moto fails to bind.
     So the listener must be held by moto's process; on a port picked here, a stranger there means another try
     on another port."""
     tries = 1 if port is not None else 3
+    ca_file = _tls_files(Path(workdir)) if tls else None
     for _ in range(tries):
-        server = _start_moto_once(workdir, port or free_port(), timeout)
+        server = _start_moto_once(workdir, port or free_port(), timeout, ca_file, host)
         if server is not None:
             return server
     raise RuntimeError(f"moto_server: another process held its port ({tries} tries)")
 
 
-def _start_moto_once(workdir: Path, port: int, timeout: float) -> MotoServer | None:
+def _tls_files(workdir: Path) -> Path:
+    """A private CA and a server pair it signed, in workdir (ca.crt, server.crt, server.key): moto's own TLS."""
+    from .certs import private_ca_and_leaf
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca, cert, key = private_ca_and_leaf()
+    for name, data in (("ca.crt", ca), ("server.crt", cert), ("server.key", key)):
+        (workdir / name).write_bytes(data)
+    return workdir / "ca.crt"
+
+
+def _start_moto_once(workdir: Path, port: int, timeout: float, ca_file: Path | None = None,
+                     host: str = "127.0.0.1") -> MotoServer | None:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "moto.log"
@@ -161,15 +185,16 @@ def _start_moto_once(workdir: Path, port: int, timeout: float) -> MotoServer | N
     env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
     env.setdefault("AWS_DEFAULT_REGION", REGION)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    process = subprocess.Popen([sys.executable, "-m", "support.s3", "127.0.0.1", str(port)], stdout=log_file,
-                               stderr=subprocess.STDOUT, env=env, cwd=workdir)
-    server = MotoServer(process, port, log_path, _log_file=log_file)
+    tls = [str(ca_file.parent / "server.crt"), str(ca_file.parent / "server.key")] if ca_file else []
+    process = subprocess.Popen([sys.executable, "-m", "support.s3", host, str(port), *tls],
+                               stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+    server = MotoServer(process, port, log_path, _log_file=log_file, ca_file=ca_file, host=host)
     try:
-        wait_listening(process, port, "moto_server", timeout=timeout)
+        wait_listening(process, port, "moto_server", timeout=timeout, host=host)
         return server
     except RuntimeError as error:
         server.stop()
-        if listener_inodes("127.0.0.1", port):
+        if listener_inodes(host, port):
             return None  # it could not bind: the port was someone else's by then
         raise RuntimeError(f"{error}: {log_path.read_text()}") from None
     except BaseException:
@@ -178,8 +203,9 @@ def _start_moto_once(workdir: Path, port: int, timeout: float) -> MotoServer | N
 
 
 @contextlib.contextmanager
-def running_moto(workdir: Path) -> Iterator[MotoServer]:
-    server = start_moto(workdir)
+def running_moto(workdir: Path, *, tls: bool = False, host: str = "127.0.0.1") -> Iterator[MotoServer]:
+    """`host`: another address of this machine (the node tier's bridge, which pods reach)."""
+    server = start_moto(workdir, tls=tls, host=host)
     try:
         yield server
     finally:
@@ -193,7 +219,7 @@ def moto_server(tmp_path: Path) -> Iterator[MotoServer]:
         yield server
 
 
-def _serve(host: str, port: int) -> None:
+def _serve(host: str, port: int, cert: str | None = None, key: str | None = None) -> None:
     """Run moto_server with request.url keeping the query string as sent (see the module docstring)."""
     from urllib.parse import quote
 
@@ -208,8 +234,8 @@ def _serve(host: str, port: int) -> None:
         return base + "?" + quote(self.query_string, safe="!$&'()*+,/:;=?@%")
 
     werkzeug_request.Request.url = property(url_with_raw_query)  # type: ignore[assignment]
-    main(["-H", host, "-p", str(port)])
+    main(["-H", host, "-p", str(port), *(["-c", cert, "-k", key] if cert and key else [])])
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], int(sys.argv[2]))
+    _serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:5])

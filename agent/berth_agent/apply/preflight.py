@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit
 
 from ..core.errors import PreflightError
 from ..render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
-from ..render.paths import TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
+from ..render.paths import S3_KEYS_ORIGIN, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from ..render.targets import RedisTarget, S3Target, split_addr
 from . import preflight_http
 from .preflight_azure import azure_target, check_container
@@ -43,6 +43,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 SILLY_WARNING = ("auth.silly (spec.config.auth.silly or spec.config.storage.auth.silly) lets in any request that "
                  "carries an Authorization header, whatever it holds: for tests only, never in production")
 TIMEOUT_SECONDS = 5.0
+S3_CA_FIELD = "spec.config.storage.s3.ca"
 
 
 @dataclass(frozen=True)
@@ -152,12 +153,13 @@ def _redis_fields(target: RedisTarget | None) -> tuple:
 def check_config(rendered: Rendered, *, timeout: float = TIMEOUT_SECONDS) -> None:
     """Raise PreflightError when the rendered config's storage cannot be reached with its credentials."""
     target = rendered.s3
-    if target is not None:
-        check_bucket(target, timeout=timeout)
+    if target is not None and (target.access_key or target.secret_key):
+        # Without a key the registry uses the pod's identity, which only its SDK resolves: nothing to sign with.
+        check_bucket(target, timeout=timeout, origin=rendered.origins.get(S3_KEYS_ORIGIN))
 
 
 def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
-                 now: datetime.datetime | None = None) -> None:
+                 now: datetime.datetime | None = None, origin: str | None = None) -> None:
     """One signed ListObjectsV2 on the bucket: 200 passes, anything else raises PreflightError."""
     where = "storage.s3"
     if not target.access_key or not target.secret_key:
@@ -168,15 +170,16 @@ def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
         host = f"{target.bucket}.{host}"
     query = {"list-type": "2", "max-keys": "1"}
     headers = sign_v4("GET", host, path, query, target.region, target.access_key, target.secret_key, now=now)
+    trust = preflight_http.Trust(target.ca, target.skip_verify, S3_CA_FIELD)
     answer = preflight_http.request("GET", f"{scheme}://{host}{path}?{_canonical_query(query)}", headers, None,
-                                    timeout=timeout, where=where, what="the object store")
+                                    timeout=timeout, where=where, what="the object store", trust=trust)
     status, body = answer.status, answer.body
     if status == 200:
         return
     code = _error_code(body)
     raise PreflightError(
         f"{where}: the bucket {target.bucket!r} refused the new credentials "
-        f"(HTTP {status}{', ' + code if code else ''}); keeping the running config"
+        f"(HTTP {status}{', ' + code if code else ''}){' from ' + origin if origin else ''}; keeping the running config"
     )
 
 

@@ -94,12 +94,18 @@ def proxy_for(url: SplitResult, env: Mapping[str, str] | None = None) -> Proxy |
     return Proxy(proxy.hostname, proxy.port or 80, authorization)
 
 
-def _connection(parts: SplitResult, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+def _connection(parts: SplitResult, timeout: float, trust: Trust | None = None
+                ) -> tuple[http.client.HTTPConnection, str]:
     """The connection for a request to `parts`, and the request target to send on it."""
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     proxy = proxy_for(parts)
     if parts.scheme == "https":
         context = ssl.create_default_context()
+        if trust is not None and trust.ca:
+            context.load_verify_locations(cadata=trust.ca.decode("ascii", "replace"))  # besides the system's
+        if trust is not None and trust.skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
         if proxy is None:
             return http.client.HTTPSConnection(parts.netloc, timeout=timeout, context=context), target
         connection = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeout, context=context)
@@ -113,6 +119,16 @@ def _connection(parts: SplitResult, timeout: float) -> tuple[http.client.HTTPCon
 
 
 @dataclass(frozen=True)
+class Trust:
+    """What the registry trusts for one endpoint besides the system roots: `ca` (PEM), or nothing (skip_verify).
+    `field` names where the CA is given, for a refusal."""
+
+    ca: bytes | None = None
+    skip_verify: bool = False
+    field: str | None = None
+
+
+@dataclass(frozen=True)
 class Answer:
     status: int
     reason: str
@@ -121,10 +137,10 @@ class Answer:
 
 
 def exchange(method: str, url: str, headers: dict[str, str], body: bytes | None = None, *,
-             timeout: float) -> Answer:
+             timeout: float, trust: Trust | None = None) -> Answer:
     """The answer to one request; OSError and HTTPException pass up to the caller."""
     parts = urlsplit(url)
-    connection, target = _connection(parts, timeout)
+    connection, target = _connection(parts, timeout, trust)
     if parts.scheme == "http" and target.startswith("http://"):
         proxy = proxy_for(parts)
         if proxy is not None and proxy.authorization:
@@ -143,16 +159,22 @@ def exchange(method: str, url: str, headers: dict[str, str], body: bytes | None 
 
 
 def request(method: str, url: str, headers: dict[str, str], body: bytes | None, *, timeout: float, where: str,
-            what: str) -> Answer:
+            what: str, trust: Trust | None = None) -> Answer:
     """`exchange`, a failure to get any answer raised as PreflightError naming `where` and the service."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise PreflightError(f"{where}: {what} is not an http(s) URL")
     try:
-        return exchange(method, url, headers, body, timeout=timeout)
+        return exchange(method, url, headers, body, timeout=timeout, trust=trust)
+    except ssl.SSLCertVerificationError as exc:
+        field = trust.field if trust is not None and trust.field else None
+        hint = (f"; the CA that signed it belongs in {field}" if field and not (trust and trust.ca)
+                else f" by {field}" if field else "")
+        raise PreflightError(f"{where}: {what} at {parts.scheme}://{parts.netloc} has a certificate that is not "
+                             f"trusted ({exc.verify_message}){hint}") from None
     except (OSError, http.client.HTTPException) as exc:
         raise PreflightError(f"{where}: cannot reach {what} at {parts.scheme}://{parts.netloc}: "
                              f"{type(exc).__name__}") from None
 
 
-__all__ = ["Answer", "Proxy", "exchange", "proxy_for", "request"]
+__all__ = ["Answer", "Proxy", "Trust", "exchange", "proxy_for", "request"]

@@ -58,6 +58,11 @@ class S3Credentials:
     secret_access_key: str
     addressing_style: Literal["path", "virtual"] | None = None
 
+    @property
+    def has_key(self) -> bool:
+        """False for the pod's own identity (storage.s3 without credentials): the SDK finds the key itself."""
+        return bool(self.access_key_id and self.secret_access_key)
+
     def __repr__(self) -> str:
         return (
             f"S3Credentials(bucket={self.bucket!r}, endpoint={self.endpoint!r}, region={self.region!r}, "

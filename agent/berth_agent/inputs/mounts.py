@@ -27,11 +27,14 @@ from berth_api.pod import (
     PROXY_PASSWORD_KEY,
     PROXY_USERNAME_KEY,
     PROXY_VOLUME,
+    S3_CA_VOLUME,
+    S3_VOLUME,
     TLS_CERT_KEY,
     TLS_KEY_KEY,
     TOKEN_BUNDLE_VOLUME,
     TOKEN_JWKS_VOLUME,
 )
+from berth_api.s3 import S3_PATH, S3Storage
 
 from ..core.errors import InputError
 from .cosi import S3Credentials, read_cosi
@@ -67,6 +70,7 @@ class MountedInputs:
     notification_headers: dict[str, str] | None = None  # notifications.secretName: header value by key
     azure_secret: str | None = None  # storage.azure.credentials.secret: the account key or the client secret
     gcs_key: GcsKey | None = None  # storage.gcs.credentials.secret: the service account's JSON key
+    s3_ca: bytes | None = None  # storage.s3.ca: the S3 endpoint's CA certificate (PEM)
 
     def __repr__(self) -> str:
         parts = [f"s3={self.s3!r}"]
@@ -159,6 +163,14 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
 
     if storage.object_storage is not None:
         values["s3"] = read_cosi(root("cosi") / "cosi")
+    if storage.s3 is not None:
+        values["s3"] = read_s3(storage.s3, root(S3_VOLUME))
+        if storage.s3.ca is not None:
+            ca = storage.s3.ca
+            data = read_key(root(S3_CA_VOLUME), S3_CA_VOLUME, ca.ref.field, limit=TRUST_LIMIT,
+                            why=f"{S3_PATH}.ca, {trust_origin(ca)}")
+            _check_pem(data, f"{S3_CA_VOLUME}/{ca.ref.field}", b"CERTIFICATE-----", "certificate")
+            values["s3_ca"] = data
 
     auth_path, auth = spec.config.auth_in_use
     if auth.htpasswd is not None:
@@ -221,6 +233,24 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
 
     values.update(_cloud_storage(spec, root))
     return MountedInputs(**values)
+
+
+def read_s3(s3: S3Storage, mount_root: Path) -> S3Credentials:
+    """storage.s3 as the same credentials a COSI Secret gives: the bucket from the spec, the key from its Secret
+    (none: the pod's identity), so the render and the pre-flight are COSI's."""
+    access_key_id = secret_access_key = ""
+    if s3.credentials is not None:
+        why = f"{S3_PATH}.credentials"
+        values = []
+        for key in (s3.credentials.access_key_id_key, s3.credentials.secret_access_key_key):
+            value = read_text(mount_root, S3_VOLUME, key, why=why)
+            if not value:
+                raise InputError(f"{S3_VOLUME}/{key}", f"is empty (asked for by {why})")
+            values.append(value)
+        access_key_id, secret_access_key = values
+    return S3Credentials(bucket=s3.bucket, endpoint=s3.region_endpoint.rstrip("/") if s3.region_endpoint else None,
+                         region=s3.region, access_key_id=access_key_id, secret_access_key=secret_access_key,
+                         addressing_style="path" if s3.path_style else "virtual")
 
 
 def _cloud_storage(spec: RegistrySpec, root: Callable[[str], Path]) -> dict[str, object]:

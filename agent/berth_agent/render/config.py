@@ -14,10 +14,19 @@ import yaml
 
 from berth_api import RegistrySpec
 from berth_api.auth import TokenAuth
+from berth_api.s3 import S3_PATH
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, trust_origin
-from .paths import HTPASSWD_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE, RenderPaths
+from .paths import (
+    HTPASSWD_FILE,
+    S3_KEYS_ORIGIN,
+    TLS_CERT_FILE,
+    TLS_KEY_FILE,
+    TOKEN_BUNDLE_FILE,
+    TOKEN_JWKS_FILE,
+    RenderPaths,
+)
 from .rendered import Rendered
 from .storage import storage_section
 
@@ -61,6 +70,10 @@ def render(
     if spec.config.notifications is not None:
         config["notifications"] = _notifications(spec, inputs, major)
     config["http"] = _http(spec, inputs, major, paths, files, origins, registry)
+    storage = spec.config.storage
+    if storage.s3 is not None or storage.object_storage is not None:  # for the pre-flight's refusal of a key
+        origins[S3_KEYS_ORIGIN] = (f"{S3_PATH}.credentials" if storage.s3 is not None
+                                   else "spec.config.storage.objectStorage (the BucketAccess's Secret)")
     if spec.redis is not None:
         config["redis"] = _redis(spec, inputs, major, paths)
     health = _health(spec)

@@ -15,6 +15,9 @@ TLS_KEY_FILE = f"tls/{TLS_KEY_KEY}"
 TOKEN_BUNDLE_FILE = "token/rootcertbundle.pem"  # auth.token.rootcertbundle
 TOKEN_JWKS_FILE = "token/jwks.json"  # auth.token.jwks (Distribution 3)
 GCS_KEY_FILE = "gcs/key.json"  # storage.gcs keyfile: the service account's JSON key, as the Secret holds it
+# Not a file: Rendered.origins' key for where the S3 key came from (the pre-flight names it when it refuses).
+S3_KEYS_ORIGIN = "storage.s3 keys"
+S3_CA_FILE = "s3-ca/ca.crt"  # storage.s3.ca, in berth_api.pod.S3_CA_DIR (the registry's SSL_CERT_DIR)
 
 
 @dataclass(frozen=True)
@@ -26,5 +29,5 @@ class RenderPaths:
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE",
-           "RenderPaths"]
+__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "S3_CA_FILE", "S3_KEYS_ORIGIN", "TLS_CERT_FILE", "TLS_KEY_FILE",
+           "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]

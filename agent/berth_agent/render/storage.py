@@ -7,10 +7,21 @@ from urllib.parse import urlsplit
 
 from berth_api import RegistrySpec
 from berth_api.cloud_storage import AZURE_PATH, GCS_PATH, AzureStorage, GcsStorage
+from berth_api.s3 import S3_PATH, S3Options
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, S3Credentials
-from .paths import GCS_KEY_FILE, RenderPaths
+from .paths import GCS_KEY_FILE, S3_CA_FILE, RenderPaths
+
+# S3Options attribute -> the s3-aws driver's parameter (docs/design.md, "The S3 options").
+S3_PARAMETERS = {
+    "encrypt": "encrypt", "key_id": "keyid", "secure": "secure", "skip_verify": "skipverify", "v4auth": "v4auth",
+    "chunk_size": "chunksize", "multipart_copy_chunk_size": "multipartcopychunksize",
+    "multipart_copy_max_concurrency": "multipartcopymaxconcurrency",
+    "multipart_copy_threshold_size": "multipartcopythresholdsize", "root_directory": "rootdirectory",
+    "storage_class": "storageclass", "object_acl": "objectacl", "use_dual_stack": "usedualstack",
+    "accelerate": "accelerate", "log_level": "loglevel",
+}
 
 
 def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2", "3"],
@@ -20,10 +31,19 @@ def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2
     section: dict[str, Any]
     if storage.filesystem is not None:
         section = {"filesystem": {"rootdirectory": str(paths.data_dir)}}
-    elif storage.object_storage is not None:
+        if storage.filesystem.max_threads is not None:
+            section["filesystem"]["maxthreads"] = storage.filesystem.max_threads
+    elif storage.object_storage is not None or storage.s3 is not None:
+        options: S3Options = storage.object_storage or storage.s3  # type: ignore[assignment]
         if inputs.s3 is None:
-            raise InputError("spec.config.storage.objectStorage", "is set but no COSI credentials were read")
-        section = {"s3": _s3(inputs.s3, storage.object_storage.chunk_size, major)}
+            raise InputError("spec.config.storage.objectStorage" if storage.s3 is None else S3_PATH,
+                             "is set but no credentials were read")
+        path = "spec.config.storage.objectStorage" if storage.s3 is None else S3_PATH
+        for field in options.v3_fields_set() if major == "2" else ():  # --distribution 2 over a 3 spec
+            raise InputError(f"{path}.{field}", "needs Distribution 3; this registry runs Distribution 2")
+        section = {"s3": _s3(inputs.s3, options, major)}
+        if inputs.s3_ca is not None:
+            files[S3_CA_FILE] = inputs.s3_ca  # the registry's SSL_CERT_DIR (berth_api.pod.S3_CA_DIR)
     elif storage.azure is not None or storage.gcs is not None:
         if major == "2":  # the model refuses these for the spec's own distribution; --distribution may say 2
             raise InputError(AZURE_PATH if storage.azure is not None else GCS_PATH,
@@ -100,12 +120,12 @@ def _gcs(gcs: GcsStorage, inputs: MountedInputs, paths: RenderPaths, files: dict
     return section
 
 
-def _s3(creds: S3Credentials, chunk_size: int | None, major: Literal["2", "3"]) -> dict[str, Any]:
-    s3: dict[str, Any] = {
-        "accesskey": creds.access_key_id,
-        "secretkey": creds.secret_access_key,
-        "region": creds.region,
-    }
+def _s3(creds: S3Credentials, options: S3Options, major: Literal["2", "3"]) -> dict[str, Any]:
+    """COSI's and storage.s3's bucket and key alike, with the options both share. Without a key (the pod's
+    identity) no accesskey is written: the SDK's default chain finds one (Distribution 3, docs/design.md)."""
+    s3: dict[str, Any] = {"accesskey": creds.access_key_id, "secretkey": creds.secret_access_key} if creds.has_key \
+        else {}
+    s3["region"] = creds.region
     secure = True
     if creds.endpoint:
         s3["regionendpoint"] = creds.endpoint
@@ -119,6 +139,8 @@ def _s3(creds: S3Credentials, chunk_size: int | None, major: Literal["2", "3"]) 
     s3["bucket"] = creds.bucket
     s3["secure"] = secure
     s3["v4auth"] = True
-    if chunk_size is not None:
-        s3["chunksize"] = chunk_size
+    for attribute, parameter in S3_PARAMETERS.items():
+        value = getattr(options, attribute)
+        if value is not None:
+            s3[parameter] = value
     return s3

@@ -60,13 +60,16 @@ class S3Target:
     endpoint: str | None  # scheme://host[:port]; None means AWS
     secure: bool = True
     path_style: bool = True
+    ca: bytes | None = None  # storage.s3.ca, trusted besides the system roots
+    skip_verify: bool = False
 
     def __repr__(self) -> str:
         return f"S3Target(bucket={self.bucket!r}, region={self.region!r}, endpoint={self.endpoint!r}, keys=<hidden>)"
 
 
-def s3_target(config: dict[str, Any]) -> S3Target | None:
-    """The S3 bucket and key a rendered config uses, or None for other storage."""
+def s3_target(config: dict[str, Any], ca: bytes | None = None) -> S3Target | None:
+    """The S3 bucket and key a rendered config uses, or None for other storage; `ca`: the file the registry
+    trusts for it (render/paths.py S3_CA_FILE)."""
     s3 = (config.get("storage") or {}).get("s3")
     if not isinstance(s3, dict):
         return None
@@ -82,6 +85,8 @@ def s3_target(config: dict[str, Any]) -> S3Target | None:
         endpoint=str(endpoint) if endpoint else None,
         secure=secure,
         path_style=path_style,
+        ca=ca,
+        skip_verify=bool(s3.get("skipverify", False)),
     )
 
 

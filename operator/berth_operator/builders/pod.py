@@ -32,7 +32,11 @@ from berth_api.pod import (
     PROXY_VOLUME,
     REDIS_VOLUME,
     REGISTRY_METRICS_PORT,
+    S3_CA_DIR,
+    S3_CA_VOLUME,
+    S3_VOLUME,
     STATE_DIR,
+    SYSTEM_CERT_DIRS,
     TLS_VOLUME,
     TMP_DIR,
     TMP_VOLUME,
@@ -148,15 +152,19 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     for volume, backend in ((AZURE_VOLUME, spec.config.storage.azure), (GCS_VOLUME, spec.config.storage.gcs)):
         if backend is not None and backend.credentials.secret is not None:
             sources[volume] = backend.credentials.secret.name
+    s3 = spec.config.storage.s3
+    if s3 is not None and s3.credentials is not None:
+        sources[S3_VOLUME] = s3.credentials.secret_name
     return sources
 
 
 def trust_sources(reg: Registry) -> dict[str, tuple[str, str]]:
-    """Volume name -> (Secret or ConfigMap, its name): token auth's root certificate bundle and JWKS."""
+    """Volume name -> (Secret or ConfigMap, its name): token auth's root certificate bundle and JWKS, the S3
+    endpoint's CA."""
     token = reg.spec.config.auth_in_use.auth.token
-    if token is None:
-        return {}
-    refs = ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle), (TOKEN_JWKS_VOLUME, token.jwks))
+    s3 = reg.spec.config.storage.s3
+    refs = ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle if token else None),
+            (TOKEN_JWKS_VOLUME, token.jwks if token else None), (S3_CA_VOLUME, s3.ca if s3 else None))
     return {volume: (ref.kind, ref.ref.name) for volume, ref in refs if ref is not None}
 
 
@@ -278,6 +286,16 @@ def preflight_env(reg: Registry) -> list[dict[str, Any]]:
             for var in reg.spec.env if var.name in PROXY_ENV]
 
 
+def s3_ca_env(reg: Registry) -> list[dict[str, Any]]:
+    """storage.s3.ca: Go's SSL_CERT_DIR, the agent's copy of the CA before the system's directories (additive, so
+    public endpoints keep working; docs/design.md, "A private CA for S3"). Whether a CA is given shapes the
+    template; the CA itself is applied hot (the agent writes it and restarts the registry)."""
+    s3 = reg.spec.config.storage.s3
+    if s3 is None or s3.ca is None:
+        return []
+    return [{"name": "SSL_CERT_DIR", "value": ":".join((S3_CA_DIR, *SYSTEM_CERT_DIRS))}]
+
+
 def debug_ports(reg: Registry) -> list[int]:
     """The two loopback debug ports berth-supervise gives its registries, never the registry's own port."""
     return [port for port in DEBUG_PORTS if port != reg.spec.http.port][:2]
@@ -326,6 +344,7 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             {"name": "BERTH_DEBUG_PORTS", "value": " ".join(str(port) for port in debug_ports(reg))},
             # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
+            *s3_ca_env(reg),
             # The user's (an egress proxy...): never REGISTRY_*, BERTH_* or the above (refused at admission).
             *user_env(reg),
         ],

@@ -87,6 +87,12 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
         if cloud is not None and cloud.credentials.secret is not None:
             ref = cloud.credentials.secret
             refs.append((ref.name, f"spec.config.storage.{backend}.credentials.secret", (ref.field,)))
+    s3 = spec.config.storage.s3
+    if s3 is not None and s3.credentials is not None:
+        refs.append((s3.credentials.secret_name, "spec.config.storage.s3.credentials.secretName",
+                     (s3.credentials.access_key_id_key, s3.credentials.secret_access_key_key)))
+    if s3 is not None and s3.ca is not None and s3.ca.secret is not None:
+        refs.append((s3.ca.secret.name, "spec.config.storage.s3.ca.secret", (s3.ca.secret.field,)))
     return refs
 
 
@@ -111,6 +117,9 @@ def _config_map_refs(reg: Registry) -> list[tuple[str, str, str]]:
         if ref is not None and ref.config_map is not None:
             refs.append((ref.config_map.name, f"{auth_path}.token.{name}.configMap",
                          ref.config_map.field))
+    s3 = reg.spec.config.storage.s3
+    if s3 is not None and s3.ca is not None and s3.ca.config_map is not None:
+        refs.append((s3.ca.config_map.name, "spec.config.storage.s3.ca.configMap", s3.ca.config_map.field))
     return refs
 
 

@@ -1,4 +1,5 @@
-"""Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats (issue 3, acceptance "Rotation").
+"""Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats (issue 3, acceptance "Rotation") and
+storage.s3's own Secret (issue 37: the same code path, ten rotations).
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
 key 2, delete key 1 once the old registry drained (as the README says). The registry restarts in place under
@@ -26,6 +27,8 @@ BUCKET = "registry-data"
 
 
 def cosi_secret(fmt: str, endpoint: str, key) -> dict[str, str]:
+    if fmt == "s3":  # storage.s3.credentials, its own key names
+        return {"id": key.access_key_id, "secret": key.secret_access_key}
     if fmt == "v1alpha1":
         info = {"metadata": {"name": "bc-7f3e"}, "spec": {
             "bucketName": BUCKET, "authenticationType": "Key", "protocols": ["S3"], "secretAzure": None,
@@ -37,12 +40,15 @@ def cosi_secret(fmt: str, endpoint: str, key) -> dict[str, str]:
             "COSI_S3_ACCESS_SECRET_KEY": key.secret_access_key}
 
 
-def s3_spec(port: int) -> dict:
+def s3_spec(port: int, fmt: str = "v1alpha2", endpoint: str = "") -> dict:
+    backend = {"s3": {"bucket": BUCKET, "region": REGION, "regionEndpoint": endpoint, "credentials": {
+        "secretName": "s3-keys", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"}}} if fmt == "s3" else {
+        "objectStorage": {"bucketClaim": "data", "bucketAccess": "data-access"}}
     return {
         "image": "docker.io/library/registry:2",
         "distribution": "2",
         "config": {"storage": {
-            "objectStorage": {"bucketClaim": "data", "bucketAccess": "data-access"},
+            **backend,
             # Presigned redirects fail under IAM enforcement (field-notes §6): serve blobs through the registry.
             "redirect": {"disabled": True},
         }},
@@ -50,17 +56,27 @@ def s3_spec(port: int) -> dict:
     }
 
 
+def volume(fmt: str) -> str:
+    return "s3" if fmt == "s3" else "cosi"
+
+
+def serve_on_s3(pod, moto, fmt: str, dist, key):
+    """The pod serving from moto with `key` in its `fmt` Secret: the supervisor."""
+    write_secret_dir(pod.mounts / volume(fmt), cosi_secret(fmt, moto.endpoint, key))
+    pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port, fmt, moto.endpoint), dist[0])))
+    pod.start_agent()
+    supervisor = pod.start_supervisor()
+    pod.wait_serving()
+    return supervisor
+
+
 @pytest.mark.parametrize("dist", registry_binaries())
-@pytest.mark.parametrize("fmt", ["v1alpha1", "v1alpha2"])
+@pytest.mark.parametrize("fmt", ["v1alpha1", "v1alpha2", "s3"])
 def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist):
     with running_moto(tmp_path / "moto") as moto:
         key1 = moto.create_s3_user("registry", bucket=BUCKET)
         moto.enforce_iam()
-        write_secret_dir(pod.mounts / "cosi", cosi_secret(fmt, moto.endpoint, key1))
-        pod.write_registry_file(registry_object(on_distribution(s3_spec(pod.port), dist[0])))
-        pod.start_agent()
-        supervisor = pod.start_supervisor()
-        pod.wait_serving()
+        supervisor = serve_on_s3(pod, moto, fmt, dist, key1)
 
         image = make_oci_image(tmp_path / "image", layer_size=64 * 1024)
         push_image(image, pod.host, "demo/app:1")
@@ -72,7 +88,7 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
         wait_for(lambda: loop.stats.successes >= 5, what="the pull loop to get going")
 
         key2 = moto.create_access_key("registry")
-        swap_secret_dir(pod.mounts / "cosi", cosi_secret(fmt, moto.endpoint, key2))
+        swap_secret_dir(pod.mounts / volume(fmt), cosi_secret(fmt, moto.endpoint, key2))
         wait_for(lambda: pod.actions("restarted"),
                  what=lambda: f"the agent to restart the registry\n{pod.agent_log_text()}")
         # Revoke key 1 as the README says: once the old registry finished the pulls it had (with key 1) and
@@ -105,3 +121,40 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
         log = pod.agent_log_text()
         for key in (key1, key2):
             assert key.secret_access_key not in log and key.access_key_id not in log
+
+
+@pytest.mark.parametrize("dist", registry_binaries())
+def test_ten_rotations_of_a_secret_key_under_pulls(pod, tmp_path, dist):
+    """storage.s3 with its key in a Secret: ten rotations while a pull loop runs, the old key deleted after each
+    (once its registry drained, as README says), no failed pull, one registry restart per rotation."""
+    rotations = 10
+    with running_moto(tmp_path / "moto") as moto:
+        key = moto.create_s3_user("registry", bucket=BUCKET)
+        moto.enforce_iam()
+        supervisor = serve_on_s3(pod, moto, "s3", dist, key)
+        image = make_oci_image(tmp_path / "image", layer_size=64 * 1024)
+        push_image(image, pod.host, "demo/app:1")
+        layer = image.layer_digests[0]
+        loop = PullLoop(f"{pod.url}/v2/demo/app/blobs/{layer}", image.blobs[layer])
+        loop.start()
+        wait_for(lambda: loop.stats.successes >= 5, what="the pull loop to get going")
+        keys = [key]
+        for turn in range(1, rotations + 1):
+            new = moto.create_access_key("registry")
+            swap_secret_dir(pod.mounts / "s3", cosi_secret("s3", moto.endpoint, new))
+            wait_for(lambda turn=turn: len(pod.actions("restarted")) >= turn, timeout=60,
+                     what=lambda turn=turn: f"restart {turn}\n{pod.agent_log_text()[-3000:]}")
+            wait_for(lambda: len(pod.supervisor.registries()) == 1, timeout=60, what="the old registry to drain")
+            moto.delete_access_key("registry", key.access_key_id)
+            key = new
+            keys.append(new)
+            after = loop.stats.successes
+            wait_for(lambda after=after: loop.stats.successes >= after + 3, what="pulls on the new key")
+        stats = loop.stop()
+        print(f"{rotations} rotations: {stats.requests} pulls, {stats.successes} ok, failures {stats.failures}")
+        assert stats.failures == []
+        assert stats.successes == stats.requests
+        assert supervisor.alive() and pod.registry_starts() == rotations + 1
+        assert pull_image(pod.host, "demo/app:1", tmp_path / "pulled").blobs == image.blobs
+        log = pod.agent_log_text()
+        assert all(k.secret_access_key not in log for k in keys)
