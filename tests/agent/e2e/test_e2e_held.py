@@ -65,7 +65,8 @@ def test_twenty_reloads_under_pulls_and_an_upload_refuse_and_fail_nothing(tmp_pa
         assert upload.error is None, (upload.error, upload.statuses)
         assert upload.read_back() == upload.data
         # Steered handovers closed none in most runs (before: 6 to 8 per 20 reloads); under a heavy load, rarely one
-        # (1 of 1,094 in 20 reloads once; cause not found, docs/benchmarks.md): at most one, counted and printed.
+        # (1 of 1,094 in 20 reloads once): a registry stopped while another socket left the group, fixed in issue 38;
+        # a handshake still under way at a release remains possible (design.md 4.2): at most one, counted, printed.
         assert total.refused == 0 and total.failed == 0 and total.closed_without_response <= 1, total
         assert total.answered > RELOADS * 10, total
         restarted = pod.actions("restarted")

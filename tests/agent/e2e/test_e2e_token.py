@@ -288,6 +288,8 @@ def test_malformed_trust_is_refused_before_any_restart(tmp_path, kube_api, dist)
         assert pod.metric("reload_failures_total", 'reason="preflight"') >= len(bad)
         # Back on the state it never left; the log says so at info, once, naming what it cleared.
         assert identities(kube_api, pods) == {"pod-a": running}
+        # The agent writes the status first and logs `recovered` after it (coordinator): wait for the line.
+        wait_for(lambda: pod.actions("recovered"), what=lambda: f"the recovered line\n{pod.agent_log_text()[-2000:]}")
         recovered = pod.actions("recovered")[-1]
         assert recovered["level"] == "info" and recovered["config_hash"] == running
         assert bad[-1][1] in recovered["cleared"]

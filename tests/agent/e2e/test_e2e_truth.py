@@ -132,8 +132,12 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
     # Not one 200 once the supervisor was gone (nor once the agent logged it) until a supervisor was started again.
     logged = min(_wall(line) for line in pod.actions("registry problem") + pod.actions("failed"))
     asked = probe.answers_after(dead, back)
+    # Too few answers means the probe was not answered for most of the window: say how long each question took.
+    sent = [t for t, _status in probe.answers]
+    gaps = sorted((b - a for a, b in zip(sent, sent[1:], strict=False) if b > dead - 1), reverse=True)[:3]
     assert len(asked) >= 3 and all(status != 200 for _sent, status in asked), \
-        [a for a in asked if a[1] == 200][:5]
+        ([a for a in asked if a[1] == 200][:5], f"{len(asked)} answers in {back - dead:.3f}s; longest gaps "
+         f"between questions {[round(g, 3) for g in gaps]}; around it {probe.answers_after(dead - 1, back + 1)}")
     assert all(status != 200 for _sent, status in probe.answers_after(logged, back))
     wait_for(lambda: pod.actions("restarted"), timeout=60,
              what=lambda: f"the wanted config applied once the supervisor is back\n{pod.agent_log_text()}")

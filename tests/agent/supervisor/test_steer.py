@@ -60,3 +60,44 @@ def test_handshakes_are_asked_of_the_kernel_and_none_is_under_way_on_a_quiet_lis
         client.close()
     finally:
         listener.close()
+
+
+def test_a_socket_leaving_puts_the_program_past_the_end_and_a_closing_listener_resets_what_it_queued():
+    """The kernel's side of the residual "closed without a response" (issue 38): [A, B, C] with the program on C;
+    A leaves, C takes its slot ([C, B]) and the index 2 is past the end, so the kernel's hash gives B (a waiting
+    registry's socket) some new connections; B's last holder then closes it, and what waited in its queue is reset
+    (net.ipv4.tcp_migrate_req, off by default, would move it to C instead)."""
+    a = listening_socket("127.0.0.1", 0, reuse_port=True)
+    port = a.getsockname()[1]
+    b = listening_socket("127.0.0.1", port, reuse_port=True)
+    c = listening_socket("127.0.0.1", port, reuse_port=True)
+    point_group_at(c, 2)
+    clients = []
+    try:
+        clients += _connect(port, 8)
+        assert (accept_queue(b), accept_queue(c)) == (0, 8)
+        for _ in range(8):
+            c.accept()[0].close()
+        a.close()
+        clients += _connect(port, 64)
+        hashed_to_b = accept_queue(b)
+        assert hashed_to_b > 0 and hashed_to_b + accept_queue(c) == 64
+        for client in clients[8:]:
+            client.sendall(b"GET /v2/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        b.close()
+        reset = 0
+        for client in clients[8:]:
+            client.settimeout(0.2)
+            try:
+                client.recv(1)
+            except ConnectionResetError:
+                reset += 1
+            except TimeoutError:
+                pass  # queued on C: still waits for an answer
+        migrate = open("/proc/sys/net/ipv4/tcp_migrate_req").read().strip()
+        assert reset == (0 if migrate == "1" else hashed_to_b)
+    finally:
+        for client in clients:
+            client.close()
+        for sock in (a, b, c):
+            sock.close()

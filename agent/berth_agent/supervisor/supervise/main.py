@@ -433,9 +433,9 @@ class Supervisor:
             connections = None if old.quick else (lambda pid=old.pid: client_connections(pid, port))
             self.waiting.append((Waiting(old.pid, self.s.debug_host, old.debug_port, old.drain, time.monotonic(),
                                          connections), old))
+            # Checked at once; a fifth waiting registry stops the oldest there, under the same rule as any other
+            # (no socket leaving the group, its accept queue empty), never here: a socket may be leaving right now.
             self.waiting_due = time.monotonic()
-            while len(self.waiting) > MAX_WAITING:
-                self.release(*self.waiting[0], f"more than {MAX_WAITING} registries waiting")
             return
         if old.pid in self.registries:
             note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
@@ -448,16 +448,22 @@ class Supervisor:
             # A socket is leaving the group (the program may name the wrong one until that is seen) or one is being
             # steered away: a waiting registry may be given a connection meanwhile. Looked at again after.
             return
-        for waiting, registry in list(self.waiting):
-            reason = waiting.check(now)
+        for index, (waiting, registry) in enumerate(list(self.waiting)):
+            over = len(self.waiting) - MAX_WAITING
+            reason = f"more than {MAX_WAITING} registries waiting" if index < over else waiting.check(now)
             if reason is None:
                 continue
             try:
                 queued = accept_queue(registry.sock) if registry.sock is not None and registry.sock.fileno() >= 0 else 0
             except OSError:
                 queued = 0
-            if not queued:  # else it has connections to take first: looked at again
-                self.release(waiting, registry, reason)
+            if queued:  # it has connections to take first: looked at again
+                continue
+            self.release(waiting, registry, reason)
+            if self.behind:
+                # Its socket is leaving the group: until it has, the program may name another (the kernel moves
+                # the last socket into its slot) and the kernel's hash may give a waiting registry a connection.
+                return
 
     def release(self, waiting: Waiting, registry: Registry, reason: str) -> None:
         """SIGTERM a waiting registry (it drains); what it still had queued is dropped, counted per endpoint."""
