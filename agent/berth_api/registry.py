@@ -80,7 +80,8 @@ class Config(ApiModel):
         "and Docker at it as a mirror (README, Operate).")
     notifications: Notifications | None = Field(
         None, description="Webhook notifications of pushes, pulls and deletes (Distribution's notifications). "
-        "Events still queued in a registry process when it is restarted for a reload are lost (README, Operate).")
+        "On Distribution 3 a reload waits, bounded, for the old process's queues; on 2.8 events still queued at a "
+        "reload are lost (README, Operate).")
 
     @model_validator(mode="after")
     def _auth_in_one_place(self) -> Config:
