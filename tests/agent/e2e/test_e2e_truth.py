@@ -127,6 +127,10 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
                  what=lambda: f"the edit refused while the supervisor is gone\n{pod.agent_log_text()}")
         assert not pod.actions("rolled back") and not pod.actions("restarted")
         assert b"level: warn" not in (pod.config_dir / "config.yml").read_bytes()
+        # The window must hold a few answers to mean anything: at a load of 17 the agent answered only 2 questions
+        # between the kill and this point, so the supervisor stays away until it has answered 3 (still no 200).
+        wait_for(lambda: len(probe.answers_after(dead)) >= 3, timeout=30,
+                 what=lambda: f"3 /readyz answers since the kill: {probe.answers_after(dead - 1)}")
         back = time.time()
         pod.start_supervisor()  # the kubelet starts the registry container again
     # Not one 200 once the supervisor was gone (nor once the agent logged it) until a supervisor was started again.
