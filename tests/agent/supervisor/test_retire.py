@@ -1,12 +1,18 @@
-"""supervise.main's retirement of steered-away registries on real sockets and stand-in processes (issue 38): a fifth
-waiting registry stops the oldest only once no socket is leaving the reuseport group. While one is leaving, the
-program may name the wrong socket (the kernel moves the last one into the leaving one's slot) and the kernel's hash
-may queue a new connection on any socket of the group: a registry SIGTERMed then closes its listener on it, and the
-kernel resets it (test_steer.py shows the kernel's side)."""
+"""supervise.main's reuseport group on real sockets and stand-in registry processes: the program names the current
+registry's socket at every moment, so no new connection ever reaches a registry that is stopping or gone.
+
+A socket leaves the group only when its last holder closes it, and the kernel then moves the group's last socket
+into its slot (test_steer.py). The supervisor holds a copy of every registry's socket until that registry has
+exited, so only its own close makes a socket leave, and it closes one only when that moves no socket the program
+names. Before, a registry's own close made its socket leave at a moment the supervisor saw only later; when a
+successor joined in between, the supervisor's order was wrong and the program named the old registry's slot:
+new connections went to a registry about to stop, and one in its handshake at the SIGTERM was reset (the CI
+failures of test_held.py and test_supervise_python.py, issue 38)."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +22,7 @@ import pytest
 from berth_agent.supervisor.supervise.main import MAX_WAITING, RETIRE_SECONDS, Registry, Supervisor
 from berth_agent.supervisor.supervise.settings import Settings
 from berth_agent.supervisor.supervise.spawn import free_loopback_port, listening_socket
-from berth_agent.supervisor.supervise.steer import inode
+from berth_agent.supervisor.supervise.steer import accept_queue
 
 HOLD = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(60)"
 
@@ -27,12 +33,16 @@ def supervisor(tmp_path):
                                                        signal.SIGUSR2, signal.SIGHUP, signal.SIGCHLD)}
     wakeup = signal.set_wakeup_fd(-1)
     settings = Settings(config=tmp_path / "config.yml", registry_bin="registry", handover=tmp_path / "handover",
-                        state=tmp_path, debug_ports=(), debug_host="127.0.0.1", listen="127.0.0.1:0")
+                        state=tmp_path, debug_ports=(), debug_host="127.0.0.1",
+                        listen=f"127.0.0.1:{free_loopback_port('127.0.0.1')}")
     made = Supervisor(settings)
-    held = []
+    held: list[subprocess.Popen] = []
+    clients: list[socket.socket] = []
     try:
-        yield made, held
+        yield made, held, clients
     finally:
+        for client in clients:
+            client.close()
         for process in held:
             process.kill()
             process.wait()
@@ -41,58 +51,144 @@ def supervisor(tmp_path):
             signal.signal(sig, handler)
 
 
-def _registry(supervisor: Supervisor, held: list, sock) -> Registry:
-    """A stand-in registry: a process holding `sock` (as a registry holds its listener), with a debug port nothing
-    answers on (its wait goes on: an unreadable port is given seconds)."""
+def _group(sup: Supervisor) -> int:
+    """A held socket, as hold_socket makes it: the group's first, the program on it."""
+    first = listening_socket("127.0.0.1", int(sup.s.listen.rpartition(":")[2]), reuse_port=True)
+    sup.listener, sup.group = first, []
+    sup.joined(first)
+    sup.steering = sup.steer(0)
+    assert sup.steering
+    return first.getsockname()[1]
+
+
+def _registry(sup: Supervisor, held: list, sock: socket.socket) -> Registry:
+    """A stand-in registry: a process holding `sock` as a registry holds its listener (it accepts nothing, so every
+    connection the kernel gives its socket stays in that socket's accept queue), with a debug port nothing answers
+    on (a waiting registry then waits for its bound)."""
     process = subprocess.Popen([sys.executable, "-c", HOLD], pass_fds=(sock.fileno(),))
     held.append(process)
     registry = Registry(process.pid, time.monotonic(), free_loopback_port("127.0.0.1"), None)
-    registry.sock, registry.sock_inode = sock, inode(sock)
-    supervisor.registries[process.pid] = registry
-    supervisor.joined(sock)
+    registry.sock = sock
+    sup.registries[process.pid] = registry
     return registry
 
 
-def _signalled(process: subprocess.Popen, within: float) -> bool:
-    try:
-        process.wait(within)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
+def _successor(sup: Supervisor, held: list) -> Registry:
+    sock = sup.successor_socket()
+    assert sock is not None and sock is not sup.listener
+    return _registry(sup, held, sock)
 
 
-def test_a_fifth_waiting_registry_stops_the_oldest_only_once_no_socket_is_leaving_the_group(supervisor):
-    sup, held = supervisor
-    first = listening_socket("127.0.0.1", 0, reuse_port=True)
-    port = first.getsockname()[1]
-    sup.listener, sup.steering = first, True
-    sockets = [first] + [listening_socket("127.0.0.1", port, reuse_port=True) for _ in range(MAX_WAITING + 2)]
-    registries = [_registry(sup, held, sock) for sock in sockets]
-    leaving, *waiting, old, current = registries
-    # MAX_WAITING registries wait for their queues; `leaving`'s socket is leaving the group (SIGTERMed, its holder
-    # not yet closed it); `old` has just been steered away from; `current` gets every new connection.
-    now = time.monotonic()
+def _answers(sup: Supervisor, registry: Registry) -> None:
+    """What probe_successor does once the successor answers on its debug port."""
+    sup.current, sup.listener = registry, registry.sock
+    sup.point_at_current()
+
+
+def _gone(pid: int) -> None:
+    """Wait until `pid` has exited (a zombie: its sockets closed), leaving the reaping to the supervisor."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rpartition(")")[2].split()[0] == "Z":
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"pid {pid} did not exit")
+
+
+def _exit(sup: Supervisor, held: list, registry: Registry) -> None:
+    """The registry stops (it closes its copy of the socket as it goes) and the supervisor reaps it."""
+    next(p for p in held if p.pid == registry.pid).terminate()
+    _gone(registry.pid)
+    deadline = time.monotonic() + 5
+    while registry.pid in sup.registries and time.monotonic() < deadline:
+        sup.reap()
+        time.sleep(0.005)
+    assert registry.pid not in sup.registries
+
+
+def _connect(port: int, count: int, clients: list) -> None:
+    clients += [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
+
+
+def _queued(*registries: Registry) -> list[int]:
+    return [accept_queue(r.sock) for r in registries]
+
+
+def test_a_registry_that_exits_while_a_successor_joins_never_misplaces_the_successor(supervisor):
+    """The CI failure: [old, current]; the old registry exits and a SIGHUP's successor joins before the exit is
+    reaped. The successor, once it answers, must get every new connection, the current one none."""
+    sup, held, clients = supervisor
+    port = _group(sup)
+    current = _registry(sup, held, sup.listener)
+    old, current = current, _successor(sup, held)
+    _answers(sup, current)
+    sup.retiring = (old, old.sock, time.monotonic() - RETIRE_SECONDS)  # no handshake look
+    sup.retire()
+    ((waiting, _old),) = sup.waiting
+    sup.release(waiting, old, "its queues are empty")  # SIGTERM: it closes its listener and exits
+    _gone(old.pid)  # the supervisor has not reaped it yet
+    successor = _successor(sup, held)  # the next SIGHUP's successor joins now
+    sup.reap()  # the exit is seen only now
+    sup.regroup()
+    _connect(port, 16, clients)
+    assert _queued(current, successor) == [16, 0], "a starting successor was given connections"
+    _answers(sup, successor)
+    _connect(port, 32, clients)
+    assert _queued(current, successor) == [16, 32], "the steered-away registry was still given connections"
+
+
+def test_a_socket_whose_leaving_would_move_the_current_one_waits_for_the_next_successor(supervisor):
+    """[a, b, current] with a and b's registries gone: closing either would move the current socket into its slot
+    with the program past the end (the kernel's hash over a, b and current). Both wait, steered past, until a
+    successor joins behind the current one; every connection meanwhile reaches the current registry."""
+    sup, held, clients = supervisor
+    port = _group(sup)
+    a = _registry(sup, held, sup.listener)
+    b = _successor(sup, held)
+    _answers(sup, b)
+    current = _successor(sup, held)
+    _answers(sup, current)
+    _exit(sup, held, a)
+    _exit(sup, held, b)
+    sup.regroup()
+    assert len(sup.unused) == 2 and all(s.fileno() >= 0 for s in sup.unused) and len(sup.group) == 3
+    _connect(port, 16, clients)
+    assert accept_queue(current.sock) == 16
+    successor = _successor(sup, held)
+    sup.regroup()  # one of them can go now: the successor takes its slot, the current socket stays where it is
+    _connect(port, 16, clients)
+    assert _queued(current, successor) == [32, 0] and len(sup.unused) == 1 and len(sup.group) == 3
+    _answers(sup, successor)
+    sup.regroup()
+    _connect(port, 16, clients)
+    assert _queued(current, successor) == [32, 16] and not sup.unused and len(sup.group) == 2
+    _exit(sup, held, current)
+    sup.regroup()  # [current, successor] -> [successor]: the hash in between has one socket to choose from
+    assert sup.group == [sup.group[0]] and sup.pointed == 0
+    _connect(port, 16, clients)
+    assert accept_queue(successor.sock) == 32
+
+
+def test_a_fifth_waiting_registry_stops_the_oldest_at_once_and_its_socket_gets_no_connection(supervisor):
+    sup, held, clients = supervisor
+    port = _group(sup)
+    registries = [_registry(sup, held, sup.listener)]
+    for _ in range(MAX_WAITING + 1):
+        registries.append(_successor(sup, held))
+        _answers(sup, registries[-1])
+    *waiting, current = registries
     sup.waiting = []
     for registry in waiting:
-        sup.retiring = (registry, registry.sock, now - RETIRE_SECONDS)  # no handshake look
+        sup.retiring = (registry, registry.sock, time.monotonic() - RETIRE_SECONDS)  # no handshake look
         sup.retire()
-    assert [w.pid for w, _r in sup.waiting] == [r.pid for r in waiting]
-    sup.current, sup.listener = current, current.sock
-    sup.drop_socket(leaving.sock, sup.behind, leaving.pid)
-    assert sup.behind == {leaving.sock_inode: leaving.pid}
-    sup.point_at_current()
-    sup.retiring = (old, old.sock, time.monotonic() - RETIRE_SECONDS)
-    sup.retire()  # old joins the waiting: one too many
     assert len(sup.waiting) == MAX_WAITING + 1
-    for _ in range(5):
-        sup.turn(0.02)
-    oldest = held[1]
-    assert not _signalled(oldest, 0.3), "the oldest waiting registry was stopped while a socket left the group"
-    held[0].terminate()  # the leaving socket's holder closes it: it leaves the group
-    assert _signalled(held[0], 5)
-    deadline = time.monotonic() + 5
-    while oldest.poll() is None and time.monotonic() < deadline:
-        sup.turn(0.02)
-    assert oldest.poll() is not None
-    assert len(sup.waiting) == MAX_WAITING and all(p.poll() is None for p in held[2:])
-    assert sup.group.index(inode(current.sock)) == sup.pointed
+    sup.check_waiting(time.monotonic())
+    _gone(held[0].pid)  # SIGTERMed: more than MAX_WAITING wait
+    assert len(sup.waiting) == MAX_WAITING and all(p.poll() is None for p in held[1:])
+    _connect(port, 16, clients)
+    assert _queued(*registries) == [0] * MAX_WAITING + [0, 16]
+    sup.reap()
+    sup.regroup()
+    _connect(port, 16, clients)
+    assert accept_queue(current.sock) == 32 and sup.group.index(sup.group[sup.pointed]) == sup.pointed

@@ -40,8 +40,16 @@ from .names import (
 )
 from .notify import Waiting, drain_seconds
 from .settings import USAGE, Settings, split_addr
-from .spawn import SpawnError, exit_status, free_loopback_port, listening_socket, spawn, version_output
-from .steer import accept_queue, client_connections, handshakes, holds, inode, point_group_at
+from .spawn import (
+    SpawnError,
+    exit_status,
+    free_loopback_port,
+    listening_socket,
+    port_is_free,
+    spawn,
+    version_output,
+)
+from .steer import accept_queue, client_connections, handshakes, inode, point_group_at
 
 CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
 QUICK_FAILURE_SECONDS = 2.0  # a registry that dies sooner was refused at start
@@ -56,7 +64,6 @@ SUCCESSOR_RETRIES = 5  # successors that lost their debug port to another proces
 SETTLE_SECONDS = 0.02
 HANDSHAKE_LOOK_SECONDS = 0.02
 RETIRE_SECONDS = 2.0
-LINGER_SECONDS = 5.0  # longest look for a closed socket leaving the group (its registry exit says it too)
 # Steered-away registries that wait for their notification queues (notify.py): looked at every WAIT_POLL_SECONDS;
 # at most MAX_WAITING at a time (each is a whole registry process): a newer one retires the oldest at once.
 WAIT_POLL_SECONDS = 0.1
@@ -79,7 +86,6 @@ class Registry:
         self.splitter = LineSplitter()
         self.lost_debug_port = False  # it said it could not bind its debug port
         self.sock: socket.socket | None = None  # its listening socket (3.x), held by the supervisor too
-        self.sock_inode: int | None = None
         self.quick = False  # replaced on GC's read-only switch: waits for no kept-alive client
         self.drain = 0.0  # http.draintimeout of the config it started on
 
@@ -105,9 +111,11 @@ class Supervisor:
         self.listener: socket.socket | None = None  # the current registry's socket (3.x): a restart gets it again
         self.steering = False  # one socket per registry, new connections steered (steer.py); else one shared
         self.retiring: tuple[Registry, socket.socket, float] | None = None  # steered away, not yet SIGTERMed
-        # Sockets the supervisor closed that may still be in the group (inode: the registry that still holds it):
-        self.behind: dict[int, int | None] = {}  # ahead of the current one (steered-away registries)
-        self.stale: dict[int, int | None] = {}  # behind it (successors that never answered)
+        # Sockets no registry uses any more. A socket leaves the group only when its last holder closes it, and
+        # the supervisor holds each one until its registry has exited: only the supervisor's own close makes one
+        # leave, so `group` is always the kernel's (a leave a registry made while a successor joined, seen only
+        # after, once put the successor's index where the old registry's socket was). Closed in close_sockets.
+        self.unused: list[socket.socket] = []
         self.handshakes_seen_at = 0.0  # the last look for handshakes under way (a scan of the whole TCP table)
         self.pointed = 0  # the group's program: the index new connections go to
         # The reuseport group as the kernel keeps it (socket inodes in join order; one that leaves gets the last
@@ -118,7 +126,6 @@ class Supervisor:
         self.dropped: dict[str, int] = {}  # events dropped at the bound, per endpoint, since this supervisor started
         self.replace_due: float | None = None  # a SIGHUP waiting for the last steered-away registry's queue (since)
         self.quick = False  # the handover said: the old registry waits for no kept-alive client (GC's switch)
-        self.lingering_since: float | None = None
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
         self.gc = GcRunner(settings.state, settings.registry_bin, settings.config, self.base_env, put, self.log)
         self.selector = selectors.DefaultSelector()
@@ -184,7 +191,7 @@ class Supervisor:
     def next_timeout(self) -> float | None:
         now = time.monotonic()
         due = [t for t in (self.restart_at, self.gc_due) if t is not None]
-        if self.successor is not None or self.retiring is not None or self.behind or self.replace_due is not None:
+        if self.successor is not None or self.retiring is not None or self.replace_due is not None:
             due.append(now + PROBE_SECONDS)
         if self.waiting:
             due.append(self.waiting_due)
@@ -255,7 +262,7 @@ class Supervisor:
                         listener=sock)
         except SpawnError as exc:
             os.close(read_end)
-            self.drop_socket(sock, self.stale, None)
+            self.drop_socket(sock)
             self.log(f"{exc}; trying again in {PAUSE_SECONDS:g}s")
             self.last = 127
             self.restart_at = time.monotonic() + PAUSE_SECONDS
@@ -265,7 +272,6 @@ class Supervisor:
         os.set_blocking(read_end, False)
         registry = Registry(pid, time.monotonic(), port, read_end)
         registry.sock = sock
-        registry.sock_inode = inode(sock) if sock is not None and self.steering else None
         try:
             registry.drain = drain_seconds(self.s.config.read_bytes())  # what it read a moment ago
         except OSError:
@@ -305,6 +311,9 @@ class Supervisor:
         for registry in ordered:
             if registry.sock is not None and registry.sock is not self.listener:
                 registry.sock.close()
+        for sock in self.unused:
+            sock.close()
+        self.unused = []
         if self.listener is not None:
             self.listener.close()  # the registries close theirs as they stop: then connections are refused
             self.listener = None
@@ -314,8 +323,16 @@ class Supervisor:
         on the held socket (where the successor's own port is how it is seen answering) a free one otherwise."""
         held = {r.debug_port for r in self.registries.values()}
         for port in self.s.debug_ports:
-            if port not in held and port not in self.refused_ports:
-                return port
+            if port in held or port in self.refused_ports:
+                continue
+            if not port_is_free(self.s.debug_host, port):
+                # Another process holds it. Started on it, the registry would die of it (field-notes §8), 2.8
+                # perhaps only after it answered on its own port (its debug listener runs in a goroutine).
+                self.refused_ports.add(port)
+                self.log(f"could not listen on debug port {port}: another process holds it; not used until the "
+                         "next reload")
+                continue
+            return port
         if self.listener is not None:
             return free_loopback_port(self.s.debug_host)
         return None
@@ -362,8 +379,7 @@ class Supervisor:
             # is stopped (it drains whatever it may have accepted) and one on the config as it is now starts.
             self.log(f"registry (pid {self.successor.pid}) did not answer yet: stopping it for a newer one")
             _signal(self.successor.pid, signal.SIGTERM)
-            self.draining.append(self.successor)
-            self.drop_socket(self.successor.sock, self.stale, self.successor.pid)
+            self.draining.append(self.successor)  # its socket is closed once it has exited (exited)
             self.successor = None
         self.refused_ports.clear()
         self.successor_retries = 0
@@ -374,8 +390,6 @@ class Supervisor:
         if successor is None or successor.debug_port is None or not answers(self.s.debug_host, successor.debug_port):
             return
         own = self.steering and successor.sock is not None and successor.sock is not self.listener
-        if own and not self.left_group(self.stale):
-            return  # a stopped successor's socket still sits between: its index would be wrong
         old, self.current, self.successor = self.current, successor, None
         if own:
             old_sock, self.listener = self.listener, successor.sock
@@ -385,7 +399,8 @@ class Supervisor:
         if old is None:
             self.log(f"registry (pid {successor.pid}) answers on its debug port")
             if own and old_sock is not None:
-                self.drop_socket(old_sock, self.behind, None)
+                self.drop_socket(old_sock)  # its registry has exited
+                self.close_sockets()
             return
         self.draining.append(old)
         old.quick = self.quick
@@ -434,20 +449,17 @@ class Supervisor:
             self.waiting.append((Waiting(old.pid, self.s.debug_host, old.debug_port, old.drain, time.monotonic(),
                                          connections), old))
             # Checked at once; a fifth waiting registry stops the oldest there, under the same rule as any other
-            # (no socket leaving the group, its accept queue empty), never here: a socket may be leaving right now.
+            # (its accept queue empty).
             self.waiting_due = time.monotonic()
             return
         if old.pid in self.registries:
             note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
             self.log(f"stopping registry (pid {old.pid}), which drains{note}")
             _signal(old.pid, signal.SIGTERM)
-        self.drop_socket(sock, self.behind, old.pid if alive else None)
+        if not alive:
+            self.drop_socket(sock)
 
     def check_waiting(self, now: float) -> None:
-        if self.behind or self.retiring is not None:
-            # A socket is leaving the group (the program may name the wrong one until that is seen) or one is being
-            # steered away: a waiting registry may be given a connection meanwhile. Looked at again after.
-            return
         for index, (waiting, registry) in enumerate(list(self.waiting)):
             over = len(self.waiting) - MAX_WAITING
             reason = f"more than {MAX_WAITING} registries waiting" if index < over else waiting.check(now)
@@ -460,10 +472,6 @@ class Supervisor:
             if queued:  # it has connections to take first: looked at again
                 continue
             self.release(waiting, registry, reason)
-            if self.behind:
-                # Its socket is leaving the group: until it has, the program may name another (the kernel moves
-                # the last socket into its slot) and the kernel's hash may give a waiting registry a connection.
-                return
 
     def release(self, waiting: Waiting, registry: Registry, reason: str) -> None:
         """SIGTERM a waiting registry (it drains); what it still had queued is dropped, counted per endpoint."""
@@ -477,14 +485,12 @@ class Supervisor:
                          f"{name} after {seconds:.1f}s ({reason}): dropped")
             put(self.s.state / DROPPED_NAME, "\n".join(f"{n} {c}" for n, c in sorted(self.dropped.items())))
         self.log(f"stopping registry (pid {registry.pid}), which drains: {reason} after {seconds:.1f}s")
-        _signal(registry.pid, signal.SIGTERM)
-        self.drop_socket(registry.sock, self.behind, registry.pid)
+        _signal(registry.pid, signal.SIGTERM)  # its socket stays in the group, steered past, until it has exited
 
     def regroup(self) -> None:
-        """Follow the sockets that left the group, keep the program on the current registry's, and take a SIGHUP
-        that waited for the last steered-away registry."""
-        self.left_group(self.behind)
-        self.left_group(self.stale)
+        """Close the sockets no registry uses when that moves no socket the program names, keep the program on the
+        current registry's, and take a SIGHUP that waited for the last steered-away registry."""
+        self.close_sockets()
         self.point_at_current()
         if self.replace_due is not None and self.retiring is None:
             self.take_replacement()
@@ -534,30 +540,40 @@ class Supervisor:
         self.pointed = index
         return True
 
-    def drop_socket(self, sock: socket.socket | None, until_gone: dict[int, int | None], holder: int | None) -> None:
-        """Close the supervisor's copy of a registry's socket; it leaves the group once its registry closes its."""
-        if sock is None or sock is self.listener or sock.fileno() < 0:
+    def drop_socket(self, sock: socket.socket | None) -> None:
+        """A socket no live registry uses any more: closed by close_sockets (never while a registry holds it)."""
+        if sock is None or sock is self.listener or sock.fileno() < 0 or any(sock is s for s in self.unused):
             return
-        until_gone[inode(sock)] = holder
-        sock.close()
+        if any(r.sock is sock for r in self.registries.values()):
+            return  # a registry restarted on it still serves there (its last user's exit brings it back)
+        if not self.steering:
+            sock.close()
+            return
+        self.unused.append(sock)
 
-    def left_group(self, inodes: dict[int, int | None]) -> bool:
-        """Whether every one of these closed sockets has left the group (or LINGER_SECONDS passed: go on)."""
-        for number, holder in list(inodes.items()):
-            if holder is None or not holds(holder, number):
-                del inodes[number]  # its last holder closed it: it left the group
-                self.left(number)
-        if not inodes:
-            self.lingering_since = None
-            return True
-        now = time.monotonic()
-        self.lingering_since = self.lingering_since or now
-        if now - self.lingering_since < LINGER_SECONDS:
-            return False
-        self.log(f"{len(inodes)} closed sockets still listen after {LINGER_SECONDS:g}s: no longer looked at")
-        inodes.clear()  # still in `group`: their holder's exit takes them out (exited)
-        self.lingering_since = None
-        return True
+    def close_sockets(self) -> None:
+        """Close the unused sockets whose leaving moves no socket the program names. The kernel moves the group's
+        last socket into the slot of one that leaves, so a leave with the current socket last would leave the
+        program past the end until it is pointed again, and the kernel's hash would meanwhile give new connections
+        to any socket of the group, a stopped registry's included. Such a socket waits, steered past, until a
+        successor has joined behind the current one (or it is the only other one: the hash then has one choice)."""
+        current = self.slot(self.listener)
+        for sock in list(self.unused):
+            slot, last = self.slot(sock), len(self.group) - 1
+            if current == last and slot is not None and slot != last and len(self.group) > 2:
+                continue
+            self.unused.remove(sock)
+            if slot is not None:
+                self.left(self.group[slot])
+            sock.close()
+            current = self.slot(self.listener)
+            self.point_at_current()
+
+    def slot(self, sock: socket.socket | None) -> int | None:
+        try:
+            return self.group.index(inode(sock)) if sock is not None else None
+        except (ValueError, OSError):
+            return None
 
     # ---- exits -------------------------------------------------------------------------------------------------
 
@@ -582,9 +598,7 @@ class Supervisor:
         for waiting, held in list(self.waiting):
             if held is registry:  # it died while waiting (a crash, a kill -9): its queue went with it
                 self.waiting.remove((waiting, held))
-                self.drop_socket(registry.sock, self.behind, None)
-        if registry.sock_inode is not None and (registry.sock is None or registry.sock.fileno() < 0):
-            self.left(registry.sock_inode)  # our copy closed, its holder gone: it left the group
+        self.drop_socket(registry.sock)  # closed when that moves no socket the program names (close_sockets)
         if registry in self.draining:
             self.draining.remove(registry)
             self.log(f"registry (pid {registry.pid}) exited with status {status} after draining")
@@ -597,7 +611,6 @@ class Supervisor:
         quick = status != 0 and lived < QUICK_FAILURE_SECONDS
         if registry is self.successor:
             self.successor = None
-            self.drop_socket(registry.sock, self.stale, None)
             self.record_exit(registry, status, lived)
             if quick and registry.lost_debug_port and self.successor_retries < SUCCESSOR_RETRIES:
                 self.successor_retries += 1

@@ -108,11 +108,22 @@ def free_loopback_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind host:port now, as Go's does (SO_REUSEADDR: a TIME_WAIT does not hold it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def exit_status(wait_status: int) -> int:
     """The status as a shell reports it: the exit code, or 128+N when signal N ended the process."""
     code = os.waitstatus_to_exitcode(wait_status)
     return 128 - code if code < 0 else code
 
 
-__all__ = ["LISTEN_FD", "SpawnError", "exit_status", "free_loopback_port", "listening_socket", "spawn",
-           "version_output"]
+__all__ = ["LISTEN_FD", "SpawnError", "exit_status", "free_loopback_port", "listening_socket", "port_is_free",
+           "spawn", "version_output"]

@@ -6,10 +6,12 @@ from it, and a connection the old one accepts in the instant of its SIGTERM is c
 Server.Shutdown; measured in docs/benchmarks.md). With a socket each, the supervisor steers new connections to
 the successor once it answers, waits until the old socket's accept queue is empty, and only then SIGTERMs the old
 registry: it never gets a connection it would drop. The kernel keeps a reuseport group as an array in join order;
-a socket that closes is replaced by the last one. So outside a handover the group is [current] and the program
+a socket that leaves (its last holder closed it) is replaced by the last one, and an index past the end falls back
+to the kernel's hash over every socket of the group. So outside a handover the group is [current] and the program
 says 0; a successor joins as 1 (still steered to 0 while it starts: a successor that fails drops nothing); once
-it answers the program says 1; after the old socket has gone the successor is 0 again (an index past the end
-falls back to the kernel's hash, over the one socket left).
+it answers the program says 1; once the old registry has exited the supervisor closes its copy of the old socket,
+the successor moves to 0 and the program is pointed there (main.close_sockets: only the supervisor's close makes a
+socket leave, so it always knows the group's order).
 
 Standard library only: the program is one instruction packed with struct, its address taken from an array.
 """
@@ -158,22 +160,6 @@ def _proc_requests() -> list[tuple[int, int, float, int]]:
     return found
 
 
-def holds(pid: int, number: int) -> bool:
-    """Whether process `pid` still has the socket with this inode open (its fds, a few dozen: cheap to read)."""
-    wanted = f"socket:[{number}]"
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _lines():
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         try:
@@ -183,4 +169,4 @@ def _lines():
             continue
 
 
-__all__ = ["accept_queue", "client_connections", "handshakes", "holds", "inode", "point_group_at"]
+__all__ = ["accept_queue", "client_connections", "handshakes", "inode", "point_group_at"]
