@@ -130,6 +130,21 @@ def test_missing_proxy_credentials_secret_and_key(operator_harness, kube_api):
     wait_for(lambda: condition(harness, "mirror", "Degraded")[0] == "False", "Degraded cleared")
 
 
+def test_a_secret_created_while_the_reconcile_that_missed_it_still_runs_wakes_it(operator_harness, kube_api):
+    """A reconcile's reads are indexed for the watch by name when it ends. The Secret it found missing, created
+    after its status said so but before it ended (its status write's answer held here; a loaded node's
+    scheduler in CI), woke nothing: the Registry stayed Degraded until a sweep (none here)."""
+    harness = operator_harness([NS])
+    kube_api.delay_next(3.0, verb="patch", plural="registries", subresource="status")
+    kube_api.create(registry("late", {"config": {"storage": {"inmemory": {}}, "proxy": {
+        "remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub-late"}}}}))
+    wait_for(lambda: condition(harness, "late", "Degraded")[1] == "MissingSecret", "MissingSecret")
+    kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-late", "namespace": NS},
+                     "type": "kubernetes.io/basic-auth", "data": {"username": base64.b64encode(b"u").decode(),
+                                                                   "password": base64.b64encode(b"p").decode()}})
+    wait_for(lambda: condition(harness, "late", "Degraded")[0] == "False", "Degraded cleared")
+
+
 def test_waiting_for_pvc_then_pods_then_ready(operator_harness, kube_api):
     harness = operator_harness([NS], refresh_interval=0.3)
     kube_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "disk"},

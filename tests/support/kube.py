@@ -244,6 +244,11 @@ class KubeApi:
         """The next `count` requests (of `verb`: get/list/watch/create/update/patch/delete, of `plural`) fail."""
         self.run(lambda e: e.fail_next(count, status=status, verb=verb, plural=plural))
 
+    def delay_next(self, seconds: float, *, verb: str | None = None, plural: str | None = None,
+                   subresource: str | None = None) -> None:
+        """The next matching request is served at once and answered `seconds` later."""
+        self.run(lambda e: e.delay_next(seconds, verb=verb, plural=plural, subresource=subresource))
+
     def drop_watches(self) -> int:
         """Cut every open watch connection abruptly; returns how many there were."""
         return self.run(lambda e: e.drop_watches())

@@ -187,6 +187,16 @@ class Fault:
     plural: str | None
 
 
+@attrs.define(eq=False)
+class Delay:
+    """The next request matching `verb`/`plural`/`subresource` is served, and its answer held `seconds`."""
+
+    seconds: float
+    verb: str | None
+    plural: str | None
+    subresource: str | None
+
+
 @attrs.define(kw_only=True)
 class ApiServerEmulator(kmock.KubernetesEmulator):
     """The emulator served by tests/support/kube.py; see the module docstring for what it adds."""
@@ -198,6 +208,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     _history_floor: int = attrs.field(default=0, init=False)  # resuming from below this is 410 Gone
     _watchers: set = attrs.field(factory=set, init=False)
     _faults: list = attrs.field(factory=list, init=False)
+    _delays: list = attrs.field(factory=list, init=False)
     _applied: dict = attrs.field(factory=dict, init=False)  # (key, field manager) -> last applied object
     _custom: set = attrs.field(factory=set, init=False)  # resources defined by CRDs
     _scale_paths: dict = attrs.field(factory=dict, init=False)  # resource -> (spec, status, selector) paths
@@ -249,6 +260,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                   plural: str | None = None) -> None:
         """Make the next `count` requests (optionally only of one verb and/or resource plural) fail."""
         self._faults.append(Fault(count, status, verb, plural))
+
+    def delay_next(self, seconds: float, *, verb: str | None = None, plural: str | None = None,
+                   subresource: str | None = None) -> None:
+        """Serve the next matching request at once (a write is stored and watched) but answer it `seconds` later:
+        the client is still waiting while others already see what it wrote."""
+        self._delays.append(Delay(seconds, verb, plural, subresource))
 
     def drop_watches(self) -> int:
         """Cut every open watch connection (as a load balancer does); returns how many were open."""
@@ -582,6 +599,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         if verb == "watch":
             return await self._serve_watch_stream(request, target)
         status, payload = self._serve_object(request, target, verb)
+        delay = next((d for d in self._delays if d.verb in (None, verb) and d.plural in (None, target.resource.plural)
+                      and d.subresource in (None, target.subresource)), None)
+        if delay is not None:
+            self._delays.remove(delay)
+            await asyncio.sleep(delay.seconds)
         return aiohttp.web.json_response(payload, status=status)
 
     def _target(self, request: rendering.Request) -> Target | None:

@@ -90,6 +90,11 @@ class Context:
     # Wakes by name (named.py): the objects each Registry's last reconcile read from the server, and the reverse.
     names_read: dict[tuple[str, str], frozenset[tuple[str, str, str, str]]] = field(default_factory=dict)
     readers: dict[tuple[str, str, str, str], set[tuple[str, str]]] = field(default_factory=dict)
+    # A named object that changes while a reconcile that read it runs is indexed only once that reconcile ends:
+    # its change is kept (numbered) while any reconcile runs, and a reconcile that began before it wakes again.
+    named_changes: int = 0
+    changed_while_running: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    running: int = 0
     kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
@@ -173,6 +178,8 @@ async def run_reconcile(
         ctx.reconciles += 1
         started = time.monotonic()
         work = functools.partial(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
+        since = ctx.named_changes
+        ctx.running += 1
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(ctx.executor, work)
         except NotLeader:
@@ -187,6 +194,7 @@ async def run_reconcile(
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
             ctx.completed += 1
+            ctx.running -= 1
     if outcome.status_version is not None:
         ctx.written[key] = outcome.status_version
     if outcome.polled and not outcome.gone:
@@ -198,6 +206,7 @@ async def run_reconcile(
     else:
         ctx.awaiting_api.discard(key)
     _index_names(ctx, key, frozenset() if outcome.gone else outcome.named)
+    _wake_for_missed_names(ctx, key, since, frozenset() if outcome.gone else outcome.named)
     metrics.RECONCILES.labels(result=outcome.result).inc()
     if ctx.wakeups is not None:
         namespace, name = key
@@ -252,8 +261,23 @@ def _index_names(ctx: Context, key: tuple[str, str], named: frozenset[tuple[str,
         ctx.names_read.pop(key, None)
 
 
+def _wake_for_missed_names(ctx: Context, key: tuple[str, str], since: int,
+                           named: frozenset[tuple[str, str, str, str]]) -> None:
+    """A named object this reconcile read changed after it began, before its reads were indexed: no wake found
+    this Registry then, so it is woken now (else a Secret created just after a status said it was missing went
+    unseen until the next sweep)."""
+    missed = sorted(read for read in named if ctx.changed_while_running.get(read, 0) > since)
+    if ctx.running == 0:
+        ctx.changed_while_running.clear()
+    if missed:
+        wake(ctx, *key, (missed[0], None), trigger="named object changed")
+
+
 def named_changed(ctx: Context, change: tuple[Any, str | None]) -> None:
     """An object some Registries named changed (named.py; in the loop's thread): wake each that read it."""
+    ctx.named_changes += 1
+    if ctx.running:
+        ctx.changed_while_running[change[0]] = ctx.named_changes
     for namespace, name in sorted(ctx.readers.get(change[0], ())):
         wake(ctx, namespace, name, change, trigger="named object changed")
 
