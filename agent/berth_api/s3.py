@@ -131,6 +131,10 @@ class S3Credentials(ApiModel):
                                          description="The key holding the access key ID.")
     secret_access_key_key: SecretKey = Field("AWS_SECRET_ACCESS_KEY", alias="secretAccessKeyKey",
                                              description="The key holding the secret access key.")
+    session_token_key: SecretKey | None = Field(
+        None, alias="sessionTokenKey", description="The key holding a session token, for temporary credentials "
+        "(an ASIA... access key from STS): the key must then be in the Secret, and each new token is applied hot "
+        "like a new key. Left out: the key is a long-lived one, with no token.")
 
 
 class S3Storage(S3Options):

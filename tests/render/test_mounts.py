@@ -254,3 +254,19 @@ def test_dangling_key_after_a_swap_is_reported_missing(tmp_path):
     swap_secret_dir(volume, {"renamed": htpasswd_entry("a", "b")})
     with pytest.raises(InputError, match="keys present: renamed"):
         read_inputs(Registry.model_validate({"spec": HTPASSWD_SPEC}).spec, tmp_path)
+
+
+def test_a_session_token_key_named_in_the_spec_must_be_in_the_secret(tmp_path):
+    spec = spec_with(config={"storage": {"s3": {"bucket": "data", "credentials": {
+        "secretName": "keys", "sessionTokenKey": "token"}}}})
+    write_secret_dir(tmp_path / "s3", {"AWS_ACCESS_KEY_ID": "ASIAMOUNTTEST0000001", "AWS_SECRET_ACCESS_KEY": "s"})
+    with pytest.raises(InputError, match=r"s3/token.*spec\.config\.storage\.s3\.credentials"):
+        read_inputs(spec, tmp_path)
+    swap_secret_dir(tmp_path / "s3", {"AWS_ACCESS_KEY_ID": "ASIAMOUNTTEST0000001", "AWS_SECRET_ACCESS_KEY": "s",
+                                      "token": "the-token\n"})
+    assert read_inputs(spec, tmp_path).s3.session_token == "the-token"
+    swap_secret_dir(tmp_path / "s3", {"AWS_ACCESS_KEY_ID": "ASIAMOUNTTEST0000001", "AWS_SECRET_ACCESS_KEY": "s",
+                                      "token": "two\nlines"})
+    with pytest.raises(InputError, match="white space") as refused:
+        read_inputs(spec, tmp_path)
+    assert "two" not in str(refused.value)

@@ -315,3 +315,31 @@ def test_auth_renders_the_same_from_either_place(provider, tmp_path):
     under = render(spec_of(config={"storage": {"inmemory": {}, "auth": provider}}), inputs, paths=paths)
     assert top.config == under.config and top.files == under.files
     assert set(parsed(top)["auth"]) == set(provider)
+
+
+S3_SESSION_SPEC = {"config": {"storage": {"s3": {"bucket": "bucket-1", "regionEndpoint": "http://127.0.0.1:9000",
+                                                "credentials": {"secretName": "k", "sessionTokenKey": "token"}}}}}
+
+
+@pytest.mark.parametrize("distribution", ["2", "3"])
+def test_a_session_token_moves_the_key_to_the_shared_credentials_file(distribution):
+    """The s3 driver has no session token parameter: the key, its secret and the token go to the AWS shared
+    credentials file that berth-supervise names in AWS_SHARED_CREDENTIALS_FILE, none of them to config.yml; the
+    pre-flight's target reads them back, and a new token alone names a new state."""
+    creds = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "ASIARENDERTEST000001", "secret-1",
+                          session_token="token-1")
+    rendered = render(spec_of(**S3_SESSION_SPEC), MountedInputs(s3=creds), distribution=distribution)
+    s3 = parsed(rendered)["storage"]["s3"]
+    assert "accesskey" not in s3 and "secretkey" not in s3 and s3["bucket"] == "bucket-1"
+    assert rendered.files["s3/credentials"] == (b"[default]\naws_access_key_id = ASIARENDERTEST000001\n"
+                                                b"aws_secret_access_key = secret-1\naws_session_token = token-1\n")
+    target = rendered.s3
+    assert (target.access_key, target.secret_key, target.session_token) == ("ASIARENDERTEST000001", "secret-1",
+                                                                            "token-1")
+    assert "token-1" not in repr(target) and "token-1" not in repr(creds)
+    renewed = S3Credentials("bucket-1", "http://127.0.0.1:9000", "us-east-1", "ASIARENDERTEST000001", "secret-1",
+                            session_token="token-2")
+    again = render(spec_of(**S3_SESSION_SPEC), MountedInputs(s3=renewed), distribution=distribution)
+    assert again.config == rendered.config and again.identity != rendered.identity
+    without = render(spec_of(**S3_SESSION_SPEC), MountedInputs(s3=S3), distribution=distribution)
+    assert "s3/credentials" not in without.files and parsed(without)["storage"]["s3"]["accesskey"] == S3.access_key_id

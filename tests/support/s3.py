@@ -55,6 +55,7 @@ class AccessKey:
     user: str
     access_key_id: str
     secret_access_key: str
+    session_token: str = ""  # temporary credentials (assume_role)
 
     def __repr__(self) -> str:
         return f"AccessKey(user={self.user!r}, access_key_id=<hidden>)"
@@ -115,6 +116,23 @@ class MotoServer:
         if create_bucket:
             self.create_bucket(bucket)
         return self.create_access_key(name)
+
+    def create_s3_role(self, name: str, *, bucket: str) -> str:
+        """A role allowed s3:* on `bucket` only (and the bucket), which the admin may assume; its ARN."""
+        admin = self._ensure_admin()
+        iam = self.client("iam")
+        caller = iam.get_user(UserName=admin.user)["User"]["Arn"]  # moto checks the trust policy's principal
+        trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                         "Principal": {"AWS": caller}}]}
+        arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        iam.put_role_policy(RoleName=name, PolicyName=f"{name}-s3", PolicyDocument=_s3_policy(bucket))
+        self.create_bucket(bucket)
+        return arn
+
+    def assume_role(self, arn: str, session: str = "registry") -> AccessKey:
+        """Temporary credentials of the role (STS AssumeRole, signed by the admin): an ASIA key and its token."""
+        created = self.client("sts").assume_role(RoleArn=arn, RoleSessionName=session)["Credentials"]
+        return AccessKey(session, created["AccessKeyId"], created["SecretAccessKey"], created["SessionToken"])
 
     def create_access_key(self, user: str) -> AccessKey:
         created = self.client("iam").create_access_key(UserName=user)["AccessKey"]

@@ -169,7 +169,8 @@ def check_bucket(target: S3Target, *, timeout: float = TIMEOUT_SECONDS,
     if not target.path_style:
         host = f"{target.bucket}.{host}"
     query = {"list-type": "2", "max-keys": "1"}
-    headers = sign_v4("GET", host, path, query, target.region, target.access_key, target.secret_key, now=now)
+    headers = sign_v4("GET", host, path, query, target.region, target.access_key, target.secret_key, now=now,
+                      session_token=target.session_token)
     trust = preflight_http.Trust(target.ca, target.skip_verify, S3_CA_FIELD)
     answer = preflight_http.request("GET", f"{scheme}://{host}{path}?{_canonical_query(query)}", headers, None,
                                     timeout=timeout, where=where, what="the object store", trust=trust)
@@ -207,12 +208,15 @@ def _hmac(key: bytes, message: str) -> bytes:
 
 def sign_v4(method: str, host: str, path: str, query: dict[str, str], region: str, access_key: str,
             secret_key: str, *, service: str = "s3", payload_hash: str = EMPTY_SHA256,
-            now: datetime.datetime | None = None) -> dict[str, str]:
-    """Headers (Host, X-Amz-Date, X-Amz-Content-Sha256, Authorization) for an AWS SigV4-signed request."""
+            now: datetime.datetime | None = None, session_token: str = "") -> dict[str, str]:
+    """Headers (Host, X-Amz-Date, X-Amz-Content-Sha256, Authorization, and X-Amz-Security-Token with temporary
+    credentials) for an AWS SigV4-signed request."""
     now = now or datetime.datetime.now(datetime.UTC)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     date = amz_date[:8]
     headers = {"host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
+    if session_token:
+        headers["x-amz-security-token"] = session_token
     signed_headers = ";".join(sorted(headers))
     canonical_headers = "".join(f"{name}:{headers[name].strip()}\n" for name in sorted(headers))
     canonical_request = "\n".join(
@@ -228,6 +232,7 @@ def sign_v4(method: str, host: str, path: str, query: dict[str, str], region: st
         "Host": host,
         "X-Amz-Date": amz_date,
         "X-Amz-Content-Sha256": payload_hash,
+        **({"X-Amz-Security-Token": session_token} if session_token else {}),
         "Authorization": (
             f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
         ),

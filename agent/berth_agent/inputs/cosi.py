@@ -57,6 +57,7 @@ class S3Credentials:
     access_key_id: str
     secret_access_key: str
     addressing_style: Literal["path", "virtual"] | None = None
+    session_token: str = ""  # temporary credentials (storage.s3.credentials.sessionTokenKey)
 
     @property
     def has_key(self) -> bool:
@@ -66,7 +67,8 @@ class S3Credentials:
     def __repr__(self) -> str:
         return (
             f"S3Credentials(bucket={self.bucket!r}, endpoint={self.endpoint!r}, region={self.region!r}, "
-            f"access_key_id=<hidden>, secret_access_key=<hidden>, addressing_style={self.addressing_style!r})"
+            f"access_key_id=<hidden>, secret_access_key=<hidden>, addressing_style={self.addressing_style!r}, "
+            f"session_token={'<hidden>' if self.session_token else None})"
         )
 
     __str__ = __repr__

@@ -238,19 +238,25 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
 def read_s3(s3: S3Storage, mount_root: Path) -> S3Credentials:
     """storage.s3 as the same credentials a COSI Secret gives: the bucket from the spec, the key from its Secret
     (none: the pod's identity), so the render and the pre-flight are COSI's."""
-    access_key_id = secret_access_key = ""
+    access_key_id = secret_access_key = session_token = ""
     if s3.credentials is not None:
         why = f"{S3_PATH}.credentials"
+        keys = [s3.credentials.access_key_id_key, s3.credentials.secret_access_key_key]
+        if s3.credentials.session_token_key is not None:
+            keys.append(s3.credentials.session_token_key)
         values = []
-        for key in (s3.credentials.access_key_id_key, s3.credentials.secret_access_key_key):
+        for key in keys:
             value = read_text(mount_root, S3_VOLUME, key, why=why)
             if not value:
                 raise InputError(f"{S3_VOLUME}/{key}", f"is empty (asked for by {why})")
+            if any(c.isspace() for c in value):  # one line of the registry's credentials file each
+                raise InputError(f"{S3_VOLUME}/{key}", f"holds white space, which no AWS key does (asked for by {why})")
             values.append(value)
-        access_key_id, secret_access_key = values
+        access_key_id, secret_access_key, *token = values
+        session_token = token[0] if token else ""
     return S3Credentials(bucket=s3.bucket, endpoint=s3.region_endpoint.rstrip("/") if s3.region_endpoint else None,
                          region=s3.region, access_key_id=access_key_id, secret_access_key=secret_access_key,
-                         addressing_style="path" if s3.path_style else "virtual")
+                         addressing_style="path" if s3.path_style else "virtual", session_token=session_token)
 
 
 def _cloud_storage(spec: RegistrySpec, root: Callable[[str], Path]) -> dict[str, object]:

@@ -18,6 +18,10 @@ GCS_KEY_FILE = "gcs/key.json"  # storage.gcs keyfile: the service account's JSON
 # Not a file: Rendered.origins' key for where the S3 key came from (the pre-flight names it when it refuses).
 S3_KEYS_ORIGIN = "storage.s3 keys"
 S3_CA_FILE = "s3-ca/ca.crt"  # storage.s3.ca, in berth_api.pod.S3_CA_DIR (the registry's SSL_CERT_DIR)
+# Temporary S3 credentials: the s3 driver has no session token parameter (2.8.2 s3.go:342, 3.1.1 s3.go:326 pass
+# ""), so the key, its secret and the token go to an AWS shared credentials file that berth-supervise names in the
+# registry's AWS_SHARED_CREDENTIALS_FILE (supervise/names.py S3_CREDENTIALS_NAME, held in step by a test).
+S3_CREDENTIALS_FILE = "s3/credentials"
 
 
 @dataclass(frozen=True)
@@ -29,5 +33,5 @@ class RenderPaths:
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "S3_CA_FILE", "S3_KEYS_ORIGIN", "TLS_CERT_FILE", "TLS_KEY_FILE",
-           "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]
+__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "S3_CA_FILE", "S3_CREDENTIALS_FILE", "S3_KEYS_ORIGIN", "TLS_CERT_FILE",
+           "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .paths import HTPASSWD_FILE, S3_CA_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
+from .paths import HTPASSWD_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from .targets import ProxyTarget, RedisTarget, S3Target, proxy_target, redis_target, s3_target
 
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
@@ -71,7 +71,7 @@ class Rendered:
 
     @cached_property
     def s3(self) -> S3Target | None:
-        return s3_target(self.document, self.files.get(S3_CA_FILE))
+        return s3_target(self.document, self.files.get(S3_CA_FILE), self.files.get(S3_CREDENTIALS_FILE))
 
     @cached_property
     def proxy(self) -> ProxyTarget | None:

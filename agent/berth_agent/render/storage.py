@@ -11,7 +11,7 @@ from berth_api.s3 import S3_PATH, S3Options
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, S3Credentials
-from .paths import GCS_KEY_FILE, S3_CA_FILE, RenderPaths
+from .paths import GCS_KEY_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, RenderPaths
 
 # S3Options attribute -> the s3-aws driver's parameter (docs/design.md, "The S3 options").
 S3_PARAMETERS = {
@@ -42,6 +42,8 @@ def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2
         for field in options.v3_fields_set() if major == "2" else ():  # --distribution 2 over a 3 spec
             raise InputError(f"{path}.{field}", "needs Distribution 3; this registry runs Distribution 2")
         section = {"s3": _s3(inputs.s3, options, major)}
+        if inputs.s3.session_token:
+            files[S3_CREDENTIALS_FILE] = shared_credentials(inputs.s3)
         if inputs.s3_ca is not None:
             files[S3_CA_FILE] = inputs.s3_ca  # the registry's SSL_CERT_DIR (berth_api.pod.S3_CA_DIR)
     elif storage.azure is not None or storage.gcs is not None:
@@ -120,11 +122,19 @@ def _gcs(gcs: GcsStorage, inputs: MountedInputs, paths: RenderPaths, files: dict
     return section
 
 
+def shared_credentials(creds: S3Credentials) -> bytes:
+    """The AWS shared credentials file of temporary credentials (the SDK reads the token from it, in 2.8's chain
+    after the empty static key and the environment, in 3.1.1's default chain)."""
+    return (f"[default]\naws_access_key_id = {creds.access_key_id}\naws_secret_access_key = "
+            f"{creds.secret_access_key}\naws_session_token = {creds.session_token}\n").encode()
+
+
 def _s3(creds: S3Credentials, options: S3Options, major: Literal["2", "3"]) -> dict[str, Any]:
     """COSI's and storage.s3's bucket and key alike, with the options both share. Without a key (the pod's
-    identity) no accesskey is written: the SDK's default chain finds one (Distribution 3, docs/design.md)."""
-    s3: dict[str, Any] = {"accesskey": creds.access_key_id, "secretkey": creds.secret_access_key} if creds.has_key \
-        else {}
+    identity) no accesskey is written: the SDK's default chain finds one (Distribution 3, docs/design.md). With a
+    session token neither: the key is in the shared credentials file (shared_credentials)."""
+    s3: dict[str, Any] = {"accesskey": creds.access_key_id, "secretkey": creds.secret_access_key} \
+        if creds.has_key and not creds.session_token else {}
     s3["region"] = creds.region
     secure = True
     if creds.endpoint:

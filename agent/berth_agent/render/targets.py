@@ -62,14 +62,16 @@ class S3Target:
     path_style: bool = True
     ca: bytes | None = None  # storage.s3.ca, trusted besides the system roots
     skip_verify: bool = False
+    session_token: str = ""  # temporary credentials: signed into X-Amz-Security-Token
 
     def __repr__(self) -> str:
         return f"S3Target(bucket={self.bucket!r}, region={self.region!r}, endpoint={self.endpoint!r}, keys=<hidden>)"
 
 
-def s3_target(config: dict[str, Any], ca: bytes | None = None) -> S3Target | None:
+def s3_target(config: dict[str, Any], ca: bytes | None = None, credentials: bytes | None = None) -> S3Target | None:
     """The S3 bucket and key a rendered config uses, or None for other storage; `ca`: the file the registry
-    trusts for it (render/paths.py S3_CA_FILE)."""
+    trusts for it (render/paths.py S3_CA_FILE); `credentials`: the shared credentials file that holds the key
+    instead of the config when it comes with a session token (S3_CREDENTIALS_FILE)."""
     s3 = (config.get("storage") or {}).get("s3")
     if not isinstance(s3, dict):
         return None
@@ -77,17 +79,29 @@ def s3_target(config: dict[str, Any], ca: bytes | None = None) -> S3Target | Non
     secure = bool(s3.get("secure", True))
     # 2.8 uses path style whenever regionendpoint is set; 3 only with forcepathstyle (field-notes §1).
     path_style = bool(endpoint) and s3.get("forcepathstyle", True) is not False
+    shared = _shared_credentials(credentials) if credentials else {}
     return S3Target(
         bucket=str(s3.get("bucket", "")),
         region=str(s3.get("region") or "us-east-1"),
-        access_key=str(s3.get("accesskey", "")),
-        secret_key=str(s3.get("secretkey", "")),
+        access_key=str(s3.get("accesskey", "")) or shared.get("aws_access_key_id", ""),
+        secret_key=str(s3.get("secretkey", "")) or shared.get("aws_secret_access_key", ""),
         endpoint=str(endpoint) if endpoint else None,
         secure=secure,
         path_style=path_style,
         ca=ca,
         skip_verify=bool(s3.get("skipverify", False)),
+        session_token=shared.get("aws_session_token", ""),
     )
+
+
+def _shared_credentials(data: bytes) -> dict[str, str]:
+    """`name = value` lines of an AWS shared credentials file's [default] profile (the one the renderer writes)."""
+    values = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            values[name.strip()] = value.strip()
+    return values
 
 
 

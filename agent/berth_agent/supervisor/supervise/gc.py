@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .names import GC_HEARTBEAT_NAME, GC_OUTPUT_NAME, GC_PID_NAME, GC_REQUEST_NAME, GC_RESULT_NAME
-from .spawn import SpawnError, spawn
+from .spawn import SpawnError, registry_env, spawn
 
 HEARTBEAT_SECONDS = 10.0
 KILL_SECONDS = 5.0
@@ -76,7 +76,8 @@ class GcRunner:
             return
         output = os.open(self.state / GC_OUTPUT_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            pid = spawn([self.registry_bin, "garbage-collect", *flags, str(self.config)], self.env, stdout=output)
+            pid = spawn([self.registry_bin, "garbage-collect", *flags, str(self.config)],
+                        registry_env(self.env, self.config), stdout=output)
         except SpawnError as exc:
             self.log(str(exc))
             self.put(self.state / GC_RESULT_NAME, f"{run_id} 127")

@@ -46,6 +46,7 @@ from .spawn import (
     free_loopback_port,
     listening_socket,
     port_is_free,
+    registry_env,
     spawn,
     version_output,
 )
@@ -249,7 +250,7 @@ class Supervisor:
 
     def start_registry(self, *, successor: bool = False) -> None:
         port = self.pick_debug_port()
-        env = dict(self.base_env, **MARKERS)
+        env = dict(registry_env(self.base_env, self.s.config), **MARKERS)
         if self.listener is not None:
             env["BERTH_SUPERVISE_SOCKET"] = "1"
         if port is not None:

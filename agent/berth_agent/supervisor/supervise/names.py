@@ -9,6 +9,9 @@ CONFIG_NAME = "config.yml"  # berth_api.pod.CONFIG_NAME (tests/agent/supervisor/
 
 # Beside config.yml.
 HANDOVER_NAME = "handover"  # "pid start_ticks" of each registry the agent asks to replace
+# Temporary S3 credentials (render/paths.py S3_CREDENTIALS_FILE, held in step by tests/agent/supervisor/test_files.py):
+# named in each registry's AWS_SHARED_CREDENTIALS_FILE while it is there.
+S3_CREDENTIALS_NAME = "s3/credentials"
 QUICK_WORD = "quick"  # a line of the handover file: the old registry waits for no kept-alive client (3.x)
 
 # In the state dir.
@@ -33,5 +36,5 @@ SOCKET_MARKER = b"BERTH_SUPERVISE_SOCKET=1"  # SIGHUP replaces the registry on t
 __all__ = [
     "CONFIG_NAME", "DROPPED_NAME", "EXIT_NAME", "GC_HEARTBEAT_NAME", "GC_MARKER", "GC_OUTPUT_NAME", "GC_PID_NAME",
     "GC_REQUEST_NAME", "GC_RESULT_NAME", "HANDOVER_MARKER", "HANDOVER_NAME", "METRICS_NAME", "OUTPUT_NAME",
-    "PREVIOUS_OUTPUT_NAME", "QUICK_WORD", "SOCKET_MARKER", "SUPERVISOR_PID_NAME",
+    "PREVIOUS_OUTPUT_NAME", "QUICK_WORD", "S3_CREDENTIALS_NAME", "SOCKET_MARKER", "SUPERVISOR_PID_NAME",
 ]

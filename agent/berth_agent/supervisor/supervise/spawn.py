@@ -15,6 +15,9 @@ import select
 import socket
 import time
 from collections.abc import Mapping
+from pathlib import Path
+
+from .names import S3_CREDENTIALS_NAME
 
 LISTEN_FD = 3  # SD_LISTEN_FDS_START
 
@@ -119,6 +122,25 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
+# What the AWS SDK's credential chains ask before a shared credentials file (2.8.2 s3.go:413-422; 3.1.1 through
+# aws-sdk-go's default chain: the environment's key, then web identity): left out when the file is there.
+AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                      "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+
+
+def registry_env(base: Mapping[str, str], config: Path) -> dict[str, str]:
+    """The environment of a registry process (serve or garbage-collect) on `config`. With temporary S3
+    credentials beside it the SDK is pointed at their file, and the keys the chain would ask first are left out:
+    the Secret's key wins, as a long-lived one does from config.yml."""
+    env = dict(base)
+    credentials = config.parent / S3_CREDENTIALS_NAME
+    if credentials.is_file():
+        for name in AWS_CREDENTIAL_ENV:
+            env.pop(name, None)
+        env["AWS_SHARED_CREDENTIALS_FILE"] = str(credentials)
+    return env
+
+
 def exit_status(wait_status: int) -> int:
     """The status as a shell reports it: the exit code, or 128+N when signal N ended the process."""
     code = os.waitstatus_to_exitcode(wait_status)
@@ -126,4 +148,4 @@ def exit_status(wait_status: int) -> int:
 
 
 __all__ = ["LISTEN_FD", "SpawnError", "exit_status", "free_loopback_port", "listening_socket", "port_is_free",
-           "spawn", "version_output"]
+           "registry_env", "spawn", "version_output"]
