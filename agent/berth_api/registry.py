@@ -95,6 +95,20 @@ class Config(ApiModel):
         return auth_in_use(self.auth, self.storage.auth)
 
 
+class Rollout(ApiModel):
+    progress_deadline_seconds: int = Field(
+        600, alias="progressDeadlineSeconds", ge=30, le=INT32_MAX,
+        description="The Deployment's progressDeadlineSeconds: how long a roll's new pod may take to serve before "
+        "the roll counts as stalled.")
+    recreate_after_deadline: bool = Field(
+        False, alias="recreateAfterDeadline",
+        description="On a ReadWriteOnce claim a roll starts the new pod beside the running one, on its node. When "
+        "it cannot start there (the node is full), the old pod keeps serving and the Registry says why; the roll "
+        "waits (false, the default: nothing that serves is stopped for a pod that may never fit), or, true, once "
+        "past progressDeadlineSeconds it stops the old pod first (Recreate: the registry is down until the new "
+        "pod serves, said by Degraded and an Event), and the next roll surges again.")
+
+
 class RegistrySpec(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
@@ -159,6 +173,9 @@ class RegistrySpec(ApiModel):
         default_factory=PodOverrides, description="The registry pod: placement (nodeSelector, tolerations, "
         "affinity, topologySpreadConstraints, priorityClassName), labels, annotations, imagePullSecrets and the "
         "agent's resources. An edit rolls the pods.")
+    rollout: Rollout = Field(
+        default_factory=lambda: Rollout(), description="How a change of the pod template replaces the pods "
+        "(docs/design.md, \"Rolls\"). Changes only the Deployment's rollout settings, never the pods.")
     service_account: ServiceAccountSettings = Field(
         default_factory=ServiceAccountSettings, alias="serviceAccount",
         description="The registry pods' ServiceAccount (<registry>-agent): annotations for workload identity.")

@@ -182,15 +182,56 @@ def test_replicas_and_strategy(registry_factory, facts_factory):
     rwo_class = {"config": {"storage": {"filesystem": {"storageClass": "standard"}}}}
     claim = {"config": {"storage": {"filesystem": {"persistentVolumeClaim": "data"}}}}
     cosi = {"config": {"storage": {"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw"}}}}
-    assert shape({**rwo_class, "replicas": 3}) == (1, "Recreate", False)
-    assert shape({**rwo_class, "replicas": 0}) == (0, "Recreate", False)
+    # ReadWriteOnce (the created claim, or modes that say so): the new pod surges beside the old one, on its node.
+    assert shape({**rwo_class, "replicas": 3}) == (1, "RollingUpdate", False)
+    assert shape({**rwo_class, "replicas": 0}) == (0, "RollingUpdate", False)
+    assert shape({**claim, "replicas": 3}, pvc_access_modes=("ReadWriteOnce",)) == (1, "RollingUpdate", False)
+    assert shape({**rwo_class}, rollout_fallback=True) == (1, "Recreate", False)  # a stalled surge goes on so
     assert shape({**claim, "replicas": 3}) == (1, "Recreate", False)  # access modes unknown: one writer
     assert shape({**claim, "replicas": 3}, pvc_access_modes=("ReadWriteOncePod",)) == (1, "Recreate", False)
     assert shape({**claim, "replicas": 3}, pvc_access_modes=("ReadWriteOnce", "ReadWriteMany")) == \
         (3, "RollingUpdate", True)
     assert shape({**cosi, "replicas": 1}) == (1, "RollingUpdate", False)
     assert shape({**cosi, "replicas": 3}) == (3, "RollingUpdate", True)
-    assert shape({"config": {"storage": {"inmemory": {}}}, "replicas": 3}) == (1, "RollingUpdate", False)
+    # inmemory: a new pod has none of the old one's data, so two never serve at once.
+    assert shape({"config": {"storage": {"inmemory": {}}}, "replicas": 3}) == (1, "Recreate", False)
+    # Placement that keeps the Registry's pods on different nodes cannot surge on one node: Recreate.
+    apart = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                            "whenUnsatisfiable": "DoNotSchedule"}]}
+    assert shape({**rwo_class, "pod": apart}) == (1, "Recreate", False)
+
+
+def test_a_readwriteonce_claim_places_the_new_pod_beside_the_running_one(registry_factory, facts_factory):
+    user = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]},
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}}
+    reg = registry_factory({"config": {"storage": {"filesystem": {"storageClass": "standard"}}},
+                            "pod": {"affinity": user}})
+    dep = built(reg, facts_factory())["Deployment"]
+    terms = dep["spec"]["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == [user["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0], {
+        "labelSelector": {"matchLabels": dep["spec"]["selector"]["matchLabels"]},
+        "topologyKey": "kubernetes.io/hostname"}]  # the user's terms, then Berth's
+    assert dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"] == user["nodeAffinity"]
+    # A stalled surge changes the strategy only: the template (and so the pods) stay as they are.
+    fallback = built(reg, facts_factory(rollout_fallback=True))["Deployment"]
+    assert fallback["spec"]["template"] == dep["spec"]["template"]
+    assert fallback["metadata"]["annotations"] == {"berth.dev/rollout-fallback": "true"}
+    assert "annotations" not in dep["metadata"]
+    for storage in ({"objectStorage": {"bucketClass": "s3", "bucketAccessClass": "rw"}}, {"inmemory": {}}):
+        other = built(registry_factory({"config": {"storage": storage}}), facts_factory())["Deployment"]
+        assert "affinity" not in other["spec"]["template"]["spec"]
+
+
+def test_the_registry_container_stays_in_service_until_its_endpoints_are_gone(registry_factory, facts_factory):
+    dep = built(registry_factory({"config": {"storage": {"inmemory": {}}}}), facts_factory())["Deployment"]
+    registry = dep["spec"]["template"]["spec"]["containers"][0]
+    assert registry["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert dep["spec"]["progressDeadlineSeconds"] == 600
+    later = registry_factory({"config": {"storage": {"inmemory": {}}}, "rollout": {"progressDeadlineSeconds": 90}})
+    changed = built(later, facts_factory())["Deployment"]
+    assert changed["spec"]["progressDeadlineSeconds"] == 90 and changed["spec"]["template"] == dep["spec"]["template"]
 
 
 def test_pdb_selects_the_pods(registry_factory, facts_factory):

@@ -30,6 +30,7 @@ AUTH_PLACES = ("config.storage.auth", "config.auth")
 POD_SHAPING = {
     "image",
     "replicas",
+    "rollout.progressDeadlineSeconds",  # the Deployment's, outside its template: never rolls (test_builders_deployment)
     "resources.requests",
     "resources.limits",
     "config.storage.filesystem.persistentVolumeClaim",
@@ -492,6 +493,8 @@ def _spec(base: int) -> dict[str, Any]:
 POD_SHAPING_CHANGES = [
     ("image", _spec(0), BASES[0][2], _set(_spec(0), ["image"], "docker.io/library/registry:3.0.1"), BASES[0][2]),
     ("replicas", _spec(0), BASES[0][2], _set(_spec(0), ["replicas"], 3), BASES[0][2]),
+    ("rollout.progressDeadlineSeconds", _spec(0), BASES[0][2],
+     _set(_spec(0), ["rollout"], {"progressDeadlineSeconds": 60}), BASES[0][2]),
     ("resources.requests", _spec(0), BASES[0][2], _set(_spec(0), ["resources"], {"requests": {"cpu": "1"}}),
      BASES[0][2]),
     ("resources.limits", _spec(0), BASES[0][2], _set(_spec(0), ["resources"], {"limits": {"memory": "1Gi"}}),

@@ -65,7 +65,10 @@ def test_name_that_cannot_name_a_service(registry_factory, facts_factory):
 def test_drain_timeout_longer_than_the_grace_period(registry_factory, facts_factory):
     [message] = problems(registry_factory(spec(COSI_CLASSES, http={"drainTimeout": "10m"})), facts_factory())
     assert message.startswith("spec.http.drainTimeout: 10m does not fit the pod's termination grace period of 300s")
-    assert problems(registry_factory(spec(COSI_CLASSES, http={"drainTimeout": "4m50s"})), facts_factory()) == []
+    # The preStop sleep (5 s), the drain and 10 s to exit fit the 300 s.
+    assert problems(registry_factory(spec(COSI_CLASSES, http={"drainTimeout": "4m45s"})), facts_factory()) == []
+    [message] = problems(registry_factory(spec(COSI_CLASSES, http={"drainTimeout": "4m46s"})), facts_factory())
+    assert message.endswith("a stopping pod is killed after 285s of draining")
 
 
 def test_http_addr_must_listen_on_every_interface(registry_factory, facts_factory):

@@ -84,7 +84,9 @@ def test_unsatisfiable_replicas_are_capped_and_reported(operator_harness, kube_a
     assert "spec.replicas: 3" in message and "ReadWriteOnce" in message
     deployment = kube_api.get("apps/v1/deployments", NS, "many")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # ReadWriteOnce: a roll surges beside the running pod, on its node (the surge pod is not a replica).
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert kube_api.get("policy/v1/poddisruptionbudgets", NS, "many") is None
     wait_for(lambda: warning_events(harness, "many", "ReplicasCapped"), "the ReplicasCapped event")
 

@@ -66,7 +66,7 @@ class Acks:
     complete: bool
     acked: tuple[str, ...]
     missing: tuple[str, ...]  # pods whose record does not name the request
-    needed: int  # at least status.readyReplicas, at least 1
+    needed: int  # at least status.replicas and status.readyReplicas, at least 1
 
     def describe(self) -> str:
         parts = [f"{len(self.acked)} of at least {self.needed} replicas serve read-only"]
@@ -76,15 +76,16 @@ class Acks:
 
 
 def acknowledgements(registry: dict | None, request_id: str) -> Acks:
-    """A4: every record in status.agents says readOnlyFor == id, and there are at least readyReplicas (when
-    present) and at least one of them. The operator prunes the records of pods that are gone."""
+    """A4: every record in status.agents says readOnlyFor == id, and there are at least as many as the Registry
+    has pods (status.replicas: the Deployment's, a roll's new pod included before it is ready) and ready pods, and
+    at least one. The operator prunes the records of pods that are gone."""
     status = (registry or {}).get("status") or {}
     agents = status.get("agents") if isinstance(status.get("agents"), dict) else {}
     acked = tuple(sorted(pod for pod, record in agents.items()
                          if isinstance(record, dict) and record.get("readOnlyFor") == request_id))
     missing = tuple(sorted(pod for pod in agents if pod not in acked))
-    ready = status.get("readyReplicas")
-    needed = max(ready if isinstance(ready, int) else 0, 1)
+    counts = [status.get(key) for key in ("replicas", "readyReplicas")]
+    needed = max([count for count in counts if isinstance(count, int)] + [1])
     return Acks(not missing and len(acked) >= needed, acked, missing, needed)
 
 

@@ -96,7 +96,7 @@ class Pipeline:
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
         self.turn = turn
-        self.replicas = 1  # spec.replicas of the latest valid spec
+        self.replicas = 1  # pods that take turns: spec.replicas, or more while a roll's new pod runs beside the old
         self.registry: dict | None = None  # the latest Registry object read (unvalidated)
         self.registry_error: str | None = None  # why the latest read of the Registry failed
         self.reported_error: str | None = None
@@ -350,7 +350,7 @@ class Pipeline:
             metrics.render_errors_total.labels(source="registry").inc()
             # A newer file that could not be read at all is the problem to show, not the older object's.
             return None, self.registry_error or describe_validation_error(exc, "spec")
-        self.replicas = spec.replicas
+        self.replicas = max(spec.replicas, pods_of(self.registry))
         # Read-only while a GC request stands (A1): the same hot reload as an edit of the spec's readonly.
         if self.gc is not None and self.gc.hold_for(self.registry) is not None:
             spec = with_read_only(spec)
@@ -477,6 +477,15 @@ class Pipeline:
             self._schedule_retry()
         if event and first:
             await self.reporter.event("ConfigRejected", error, warning=True)
+
+
+def pods_of(registry: dict | None) -> int:
+    """The Registry's pods as its status counts them: the Deployment's (a roll's new pod beside the old one on a
+    ReadWriteOnce claim, issue 39) or the agents that report, whichever is more. They take turns to reload."""
+    status = (registry or {}).get("status") or {}
+    replicas = status.get("replicas")
+    agents = status.get("agents")
+    return max(replicas if isinstance(replicas, int) else 0, len(agents) if isinstance(agents, dict) else 0)
 
 
 def listen_on(rendered: Rendered, host: str) -> Rendered:

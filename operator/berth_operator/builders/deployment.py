@@ -17,19 +17,20 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     (problems() says so)."""
     if storage.waiting_for_credentials(reg, facts):
         return None
-    if storage.single_writer(reg, facts):
-        # The old pod must let go of the ReadWriteOnce claim before the new one can mount it.
-        strategy: dict[str, Any] = {"type": "Recreate"}
-    else:
-        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    metadata = object_meta(reg, names.deployment_name(reg), names.REGISTRY_COMPONENT)
+    if facts.rollout_fallback:
+        # Read back by the apply layer (engine/facts.py): this roll goes on by Recreate until it is done.
+        metadata.setdefault("annotations", {})[names.ROLLOUT_FALLBACK_ANNOTATION] = "true"
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_meta(reg, names.deployment_name(reg), names.REGISTRY_COMPONENT),
+        "metadata": metadata,
         "spec": {
             "replicas": storage.effective_replicas(reg, facts),
             "selector": {"matchLabels": names.selector_labels(reg)},
-            "strategy": strategy,
+            # Outside the template: a change of either never rolls the pods.
+            "strategy": storage.rollout_strategy(reg, facts),
+            "progressDeadlineSeconds": reg.spec.rollout.progress_deadline_seconds,
             "template": pod_template(reg, facts),
         },
     }

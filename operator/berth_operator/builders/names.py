@@ -10,6 +10,8 @@ __all__ = ["COMPONENT_LABEL", "INSTANCE_LABEL", "MANAGED_BY_LABEL", "NAME_LABEL"
 
 # Values of the component label.
 REGISTRY_COMPONENT = "registry"
+# On the Deployment while a stalled surge goes on by Recreate (builders/storage.py rollout_strategy).
+ROLLOUT_FALLBACK_ANNOTATION = "berth.dev/rollout-fallback"
 AGENT_COMPONENT = "agent"
 STORAGE_COMPONENT = "storage"
 HTTP_SECRET_COMPONENT = "http-secret"

@@ -93,7 +93,7 @@ AGENT_RESOURCES = {"requests": {"cpu": "10m", "memory": "96Mi"}, "limits": {"mem
 # On the pod template: the digest of spec.serviceAccount.annotations (template_metadata).
 SERVICE_ACCOUNT_ANNOTATION = "berth.dev/service-account-annotations"
 # Berth's hostname spread: always present, so scaling never changes the template.
-HOSTNAME_KEY = "kubernetes.io/hostname"
+HOSTNAME_KEY = storage.HOSTNAME_KEY
 
 
 def container_security_context() -> dict[str, Any]:
@@ -365,6 +365,10 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "timeoutSeconds": 2,
             "failureThreshold": 6,
         },
+        # A deleted pod leaves its Service's endpoints at once (terminating endpoints are not ready), but kube-proxy
+        # and ingress controllers apply that a moment later: the registry keeps accepting meanwhile, then drains.
+        # The kubelet runs the sleep itself (no binary in the image); TERMINATION_GRACE_PERIOD_SECONDS covers it.
+        "lifecycle": {"preStop": {"sleep": {"seconds": LEAVE_SECONDS}}},
         "resources": resources,
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
@@ -385,13 +389,26 @@ def topology_spread(reg: Registry) -> list[dict[str, Any]]:
     return [*berths, *users]
 
 
-def placement(reg: Registry) -> dict[str, Any]:
+def affinity(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
+    """The user's affinity, and on a ReadWriteOnce claim Berth's required pod affinity to the Registry's own pods
+    on one node: a roll's new pod goes where the running pod has the volume attached (ReadWriteOnce is per node).
+    The scheduler lets the first pod of a series that matches its own term go anywhere (interpodaffinity
+    filtering.go, satisfyPodAffinity), so a first start, or one after every pod is gone, is not held."""
+    merged = kube_dump(reg.spec.pod.affinity) if reg.spec.pod.affinity is not None else {}
+    if storage.surges_on_one_node(reg, facts):
+        pod_affinity = merged.setdefault("podAffinity", {})
+        terms = pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+        terms.append({"labelSelector": {"matchLabels": names.selector_labels(reg)}, "topologyKey": HOSTNAME_KEY})
+    return merged or None
+
+
+def placement(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     """spec.pod's scheduling and image pull fields, as pod spec fields; unset ones left out."""
     pod = reg.spec.pod
     fields: dict[str, Any] = {
         "nodeSelector": dict(pod.node_selector) or None,
         "tolerations": [kube_dump(t) for t in pod.tolerations] or None,
-        "affinity": kube_dump(pod.affinity) or None,
+        "affinity": affinity(reg, facts),
         "priorityClassName": pod.priority_class_name,
         # Pod level: the kubelet uses them for every image of the pod (spec.image and the Berth image).
         "imagePullSecrets": [kube_dump(ref) for ref in pod.image_pull_secrets] or None,
@@ -430,7 +447,7 @@ def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "securityContext": pod_security_context(reg),
             # Always present (not only when replicas > 1), so scaling never changes the template.
             "topologySpreadConstraints": topology_spread(reg),
-            **placement(reg),
+            **placement(reg, facts),
             "initContainers": [agent_container(reg, facts), registry_binary_container(reg)],
             "containers": [registry_container(reg, facts)],
             "volumes": volumes(reg, facts),

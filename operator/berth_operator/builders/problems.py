@@ -9,7 +9,7 @@ from berth_api import Registry
 
 from . import names, storage
 from .context import ClusterFacts
-from .pod import TERMINATION_GRACE_PERIOD_SECONDS
+from .pod import LEAVE_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS
 
 # A Service name (and the instance label value) must be an RFC 1035 label.
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -73,11 +73,20 @@ def problems(reg: Registry, facts: ClusterFacts) -> list[str]:
             f"reach it (they use the pod IP); use ':{reg.spec.http.port}' or '0.0.0.0:{reg.spec.http.port}'"
         )
 
+    apart = storage.placement_keeps_pods_apart(reg)
+    if apart is not None and storage.claim_mode(reg, facts) == "node":
+        found.append(
+            f"{apart} keeps two of this Registry's pods off one node, but its ReadWriteOnce claim can be mounted on "
+            "one node only: a roll cannot start the new pod beside the running one, so it stops the old pod first "
+            "(Recreate: the registry is down until the new pod serves)"
+        )
+
+    # A stopping pod: the preStop sleep (LEAVE_SECONDS, its endpoints leave every proxy), then the drain.
     drain = go_duration_seconds(reg.spec.http.drain_timeout)
-    if drain + _STOP_MARGIN_SECONDS > TERMINATION_GRACE_PERIOD_SECONDS:
+    if LEAVE_SECONDS + drain + _STOP_MARGIN_SECONDS > TERMINATION_GRACE_PERIOD_SECONDS:
         found.append(
             f"spec.http.drainTimeout: {reg.spec.http.drain_timeout} does not fit the pod's termination grace period "
             f"of {TERMINATION_GRACE_PERIOD_SECONDS}s; a stopping pod is killed after "
-            f"{TERMINATION_GRACE_PERIOD_SECONDS - _STOP_MARGIN_SECONDS}s of draining"
+            f"{TERMINATION_GRACE_PERIOD_SECONDS - LEAVE_SECONDS - _STOP_MARGIN_SECONDS}s of draining"
         )
     return found

@@ -15,7 +15,7 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
-from ..builders import names
+from ..builders import names, storage
 from ..builders.context import ClusterFacts
 from ..cluster.discovery import describe
 from ..cluster.view import Cluster
@@ -248,8 +248,21 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
             ))
 
     service_monitor_crd = kube.serves(MONITORING, "ServiceMonitor")
+    # Only where a roll surges on one node (a ReadWriteOnce claim): elsewhere a stalled roll changes nothing here.
+    fallback = reg.spec.rollout.recreate_after_deadline \
+        and storage.surges_on_one_node(reg, ClusterFacts(image, pvc_access_modes=pvc_access_modes)) \
+        and stalled_surge(kube, reg)
+    if fallback:
+        findings.append(Finding(
+            "RolloutFallback",
+            "the new pod could not start beside the running one, on the node of its ReadWriteOnce claim, within "
+            f"spec.rollout.progressDeadlineSeconds ({reg.spec.rollout.progress_deadline_seconds}s): this roll stops "
+            "the old pod first (Recreate), so the registry is down until the new pod serves; the next roll surges "
+            "again",
+        ))
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
                          pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd,
+                         rollout_fallback=fallback,
                          gateway_api=kube.serves(GATEWAY, "HTTPRoute"),
                          cert_manager=kube.serves(CERT_MANAGER, "Certificate"))
     return Lookup(facts=facts, findings=findings)
@@ -257,6 +270,38 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
 
 def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("status") or {}
+
+
+def stalled_surge(kube: Cluster, reg: Registry) -> bool:
+    """A roll that cannot place its new pod beside the running one (the node is full, or the volume cannot be
+    mounted a second time there) past spec.rollout.progressDeadlineSeconds: it goes on by Recreate, until that roll
+    is done (the Deployment's annotation carries the decision across reconciles). Only a pod that cannot be placed
+    or is still being created counts: an image that cannot be pulled, or a crash loop, would fail after Recreate
+    too, with the old pod gone; the Registry says why instead (pod_problems), and the old pod keeps serving."""
+    namespace = names.namespace(reg)
+    deployment = kube.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
+    if deployment is None:
+        return False
+    progressing = next((c for c in _status(deployment).get("conditions") or () if c.get("type") == "Progressing"), {})
+    reason = progressing.get("reason")
+    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(names.ROLLOUT_FALLBACK_ANNOTATION) == "true":
+        return reason != "NewReplicaSetAvailable"
+    if reason != "ProgressDeadlineExceeded":
+        return False
+    pods = kube.list("v1", "Pod", namespace, names.selector_labels(reg))
+    return any(_cannot_start_beside(pod) for pod in pods)
+
+
+def _cannot_start_beside(pod: Mapping[str, Any]) -> bool:
+    """Pending, and not for an image or a container config (pod_problems' words): unschedulable, or stuck being
+    created (a volume mount the node cannot make)."""
+    status = _status(pod)
+    if (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Pending":
+        return False
+    waiting = [(c.get("state") or {}).get("waiting") or {}
+               for c in (*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ()))]
+    return all(w.get("reason") in (None, "ContainerCreating", "PodInitializing") for w in waiting)
 
 
 def waiting(kube: Cluster, reg: Registry) -> list[Finding]:

@@ -57,6 +57,9 @@ def _container_findings(pod: str, status: Mapping[str, Any]) -> Iterable[Finding
 def findings(pods: Iterable[Mapping[str, Any]]) -> list[Finding]:
     """Every problem of every pod not being deleted, in pod order."""
     found: list[Finding] = []
+    pods = list(pods)
+    running = [(p.get("metadata") or {}).get("name", "?") for p in pods
+               if (p.get("status") or {}).get("phase") == "Running"]
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         if meta.get("deletionTimestamp"):
@@ -65,8 +68,9 @@ def findings(pods: Iterable[Mapping[str, Any]]) -> list[Finding]:
         for condition in status.get("conditions") or ():
             if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
                     and condition.get("reason") == "Unschedulable"):
+                serving = f"; pod {', '.join(running)} keeps serving" if running else ""
                 found.append(Finding("Unschedulable", f"pod {name} cannot be scheduled: "
-                                                      f"{_said(condition.get('message'))}"))
+                                                      f"{_said(condition.get('message'))}{serving}"))
         for container in (*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())):
             found += _container_findings(name, container)
     return found

@@ -3,7 +3,8 @@
 Three conditions, each always present:
 - Degraded: something needs a human (InvalidSpec, ApplyFailed, Missing*, VolumeShrinkRefused,
   VolumeExpansionNotAllowed, ReplicasCapped, AgentFailed, and why a pod cannot run: ImagePullFailed, Unschedulable,
-  ContainerConfigError, OOMKilled, CrashLoopBackOff).
+  ContainerConfigError, OOMKilled, CrashLoopBackOff; RolloutFallback: a roll that could not surge stops the old pod
+  first).
 - Progressing: the registry is on its way (WaitingForPVC, WaitingForBucketAccess, WaitingForPods, ...,
   ResizingPVC and WaitingForFileSystemResize, which leave Ready as it is: a claim grows online), or busy with
   garbage collection (GarbageCollecting, which leaves Ready alone).
@@ -40,6 +41,7 @@ DEGRADED_REASONS = (
     "RegistryBinaryMissing",
     # Why a pod cannot run (engine.pod_problems, issue 36): the kubelet's or the scheduler's own words.
     "ImagePullFailed",
+    "RolloutFallback",  # before Unschedulable, the cause it is the consequence of (both messages are joined)
     "Unschedulable",
     "ContainerConfigError",
     "OOMKilled",

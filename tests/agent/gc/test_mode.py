@@ -106,6 +106,20 @@ def test_the_runner_starts_only_when_every_record_acknowledged_and_enough_of_the
     assert not acknowledgements(registry({}, agents={}), "r1").complete  # never with nobody
     assert not acknowledgements(registry({}, agents={"pod-a": {"readOnlyFor": "r0"}}), "r1").complete
     assert acknowledgements(registry({}, agents={"pod-a": {"readOnlyFor": "r1"}}), "r1").complete
+    # A roll's new pod beside the old one (ReadWriteOnce, issue 39): counted by the Deployment before it is ready
+    # or has written its record, so the runner waits for it too.
+    rolling = registry({}, agents={"pod-a": {"readOnlyFor": "r1"}}, ready=1)
+    rolling["status"]["replicas"] = 2
+    acks = acknowledgements(rolling, "r1")
+    assert not acks.complete and acks.needed == 2
+
+
+def test_every_pod_of_the_registry_takes_a_turn_to_reload_a_roll_s_new_pod_too():
+    from berth_agent.pipeline.coordinator import pods_of
+
+    assert pods_of(None) == 0 and pods_of({"status": {}}) == 0
+    assert pods_of({"status": {"replicas": 2, "agents": {"a": {}}}}) == 2  # the new pod, before its record
+    assert pods_of({"status": {"replicas": 1, "agents": {"a": {}, "b": {}}}}) == 2  # the old one, terminating
 
 
 def test_the_command_stops_at_the_read_only_bound_or_a_minute_before_the_deadline():
