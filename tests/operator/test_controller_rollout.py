@@ -96,15 +96,21 @@ def test_a_surge_that_cannot_be_placed_goes_on_by_recreate_once_past_its_deadlin
     wait_for(lambda: condition(harness, "disk", "Degraded")[0] == "False", "Degraded cleared")
 
 
-def test_by_default_a_stalled_surge_waits_and_the_old_pod_serves_on(operator_harness, kube_api):
+def _stalled(operator_harness, kube_api, name: str, new_pod: dict[str, Any], *, recreate: bool):
+    """A RWO Registry whose roll passed its deadline: the old pod Running, the new one as `new_pod` says."""
     harness = operator_harness([NS], refresh_interval=0.3)
     storage_class(kube_api)
-    kube_api.create(registry("wait", recreate=False))
-    harness.wait_reconciled(NS, "wait")
-    labels = kube_api.get("apps/v1/deployments", NS, "wait")["spec"]["template"]["metadata"]["labels"]
-    pod(kube_api, "wait-old", labels, {"phase": "Running"})
-    pod(kube_api, "wait-new", labels, UNSCHEDULABLE)
-    deployment_status(kube_api, "wait", "ProgressDeadlineExceeded", "False")
+    kube_api.create(registry(name, recreate=recreate))
+    harness.wait_reconciled(NS, name)
+    labels = kube_api.get("apps/v1/deployments", NS, name)["spec"]["template"]["metadata"]["labels"]
+    pod(kube_api, f"{name}-old", labels, {"phase": "Running"})
+    pod(kube_api, f"{name}-new", labels, new_pod)
+    deployment_status(kube_api, name, "ProgressDeadlineExceeded", "False")
+    return harness
+
+
+def test_by_default_a_stalled_surge_waits_and_the_old_pod_serves_on(operator_harness, kube_api):
+    harness = _stalled(operator_harness, kube_api, "wait", UNSCHEDULABLE, recreate=False)
     wait_for(lambda: condition(harness, "wait", "Degraded")[1] == "Unschedulable", "Unschedulable")
     assert "pod wait-old keeps serving" in condition(harness, "wait", "Degraded")[2]
     time.sleep(1)
@@ -112,14 +118,7 @@ def test_by_default_a_stalled_surge_waits_and_the_old_pod_serves_on(operator_har
 
 
 def test_a_surge_pod_that_cannot_pull_its_image_never_takes_the_old_pod_down(operator_harness, kube_api):
-    harness = operator_harness([NS], refresh_interval=0.3)
-    storage_class(kube_api)
-    kube_api.create(registry("pull"))
-    harness.wait_reconciled(NS, "pull")
-    labels = kube_api.get("apps/v1/deployments", NS, "pull")["spec"]["template"]["metadata"]["labels"]
-    pod(kube_api, "pull-old", labels, {"phase": "Running"})
-    pod(kube_api, "pull-new", labels, PULL_FAILS)
-    deployment_status(kube_api, "pull", "ProgressDeadlineExceeded", "False")
+    harness = _stalled(operator_harness, kube_api, "pull", PULL_FAILS, recreate=True)
     wait_for(lambda: condition(harness, "pull", "Degraded")[1] == "ImagePullFailed", "ImagePullFailed")
     time.sleep(1)
     assert kube_api.get("apps/v1/deployments", NS, "pull")["spec"]["strategy"] == SURGE

@@ -142,20 +142,20 @@ def service_url(node: Node, namespace: str, name: str) -> str:
     return f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
 
 
-def filesystem_claim(node: Node, namespace: str, name: str) -> pathlib.Path:
-    """A ReadWriteMany claim bound to a hostPath volume of its own (no provisioner on a bare node): the
-    registry's data as every replica on this node sees it, readable from the host."""
+def filesystem_claim(node: Node, namespace: str, name: str, access_mode: str = "ReadWriteMany") -> pathlib.Path:
+    """A claim (ReadWriteMany unless told) bound to a hostPath volume of its own (no provisioner on a bare node):
+    the registry's data as every replica on this node sees it, readable from the host."""
     path = pathlib.Path(tempfile.mkdtemp(prefix=f"berth-pv-{namespace}-", dir=node.state.root))
     os.chown(path, 65532, 65532)  # hostPath gets no fsGroup: the registry (65532) owns its data
     volume = f"{namespace}-{name}"
     node.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
-                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": [access_mode],
                               "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                               "hostPath": {"path": str(path), "type": "Directory"},
                               "claimRef": {"namespace": namespace, "name": name}}})
     node.api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                      "metadata": {"name": name, "namespace": namespace},
-                     "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                     "spec": {"accessModes": [access_mode], "storageClassName": "", "volumeName": volume,
                               "resources": {"requests": {"storage": "1Gi"}}}})
     wait_for(lambda: ((node.api.get("v1/persistentvolumeclaims", namespace, name) or {}).get("status") or {})
              .get("phase") == "Bound", f"claim {namespace}/{name} Bound", 60, node)
