@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +23,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def berth_image(kube_node: Node) -> str:
     """Berth installed by `kubectl apply -k deploy` with the image set (once per worker; apply is idempotent)."""
     return install_berth(kube_node)
+
+
+@pytest.fixture(autouse=True)
+def node_turn(kube_node: Node, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Node tests share the node and its operator: each holds a shared lock while it runs, and a test marked
+    node_exclusive (an operator upgrade rolls every Registry on the node) holds it alone, once the others that
+    run have finished."""
+    exclusive = request.node.get_closest_marker("node_exclusive") is not None
+    with open(pathlib.Path(kube_node.state.root) / "node-turn.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -631,6 +631,10 @@ class Node:
             raise RuntimeError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
         return result.stdout
 
+    def tag_image(self, source: str, tag: str) -> None:
+        """Another name for an imported image (an operator upgrade to "a new image" that is this checkout's)."""
+        _run(CTR, "--address", self.state.containerd_socket, "-n", "k8s.io", "images", "tag", "--force", source, tag)
+
     def namespace(self, prefix: str = "t") -> str:
         name = f"{prefix}-{os.urandom(4).hex()}"
         self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
