@@ -8,11 +8,13 @@ import sys
 
 from .commands import render as render_command
 from .commands import run as run_command
+from .supervisor.supervise.settings import berth_version
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="berth-agent", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"berth-agent {berth_version()}")
     subcommands = parser.add_subparsers(dest="command", required=True)
     render_command.add_parser(subcommands)
     run_command.add_parser(subcommands)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import os
 import sys
 
@@ -22,6 +23,13 @@ from .reactor.runner import LeadershipLost, run
 DEFAULT_NAMESPACE = "berth-system"
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("berth")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="berth-operator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                "  WATCH_NAMESPACE     comma-separated namespaces to watch when neither -n nor -A is given\n"
                "  BERTH_AGENT_IMAGE   the agent image for registry pods (default: the operator pod's own image,\n"
                "                      found through POD_NAME and POD_NAMESPACE)")
+    parser.add_argument("--version", action="version", version=f"berth-operator {_version()}")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[],
                        help="watch Registries in this namespace (repeatable); default: $WATCH_NAMESPACE")

@@ -326,6 +326,20 @@ def test_help_prints_the_usage_and_the_environment_and_exits(flag, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_each_command_prints_the_installed_version(tmp_path):
+    """Issue 40.6: berth-supervise, berth-agent and berth-operator answer --version with the package's version."""
+    import importlib.metadata
+
+    version = importlib.metadata.version("berth")
+    env = {**os.environ, "BERTH_CONFIG": str(tmp_path / "never" / "config.yml")}
+    for module, name in (("berth_agent.supervisor.supervise", "berth-supervise"), ("berth_agent.cli", "berth-agent"),
+                         ("berth_operator.cli", "berth-operator")):
+        done = subprocess.run([sys.executable, "-m", module, "--version"], env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, f"{name} {version}"), (module, done.stderr)
+    assert not (tmp_path / "never").exists()
+
+
 def test_an_unknown_argument_is_refused_with_the_usage(tmp_path):
     env = {**os.environ, "BERTH_CONFIG": str(tmp_path / "config.yml")}
     done = subprocess.run([sys.executable, "-m", "berth_agent.supervisor.supervise", "serve"], env=env,

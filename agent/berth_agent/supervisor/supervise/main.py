@@ -39,7 +39,7 @@ from .names import (
     SUPERVISOR_PID_NAME,
 )
 from .notify import Waiting, drain_seconds
-from .settings import USAGE, Settings, split_addr
+from .settings import USAGE, Settings, berth_version, split_addr
 from .spawn import (
     SpawnError,
     exit_status,
@@ -759,6 +759,9 @@ def _noted(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--version"]:
+        print(f"berth-supervise {berth_version()}")
+        return 0
     if args:
         wanted = args in (["-h"], ["--help"])
         print(USAGE, end="", file=sys.stdout if wanted else sys.stderr)

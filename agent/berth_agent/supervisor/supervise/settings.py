@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -9,7 +10,15 @@ from .names import CONFIG_NAME, HANDOVER_NAME
 
 DEFAULT_CONFIG = "/etc/berth/" + CONFIG_NAME  # berth_api.pod.CONFIG_DIR
 
-USAGE = f"""usage: berth-supervise [-h | --help]
+
+def berth_version() -> str:
+    """The installed Berth's version (the three commands print it for --version)."""
+    try:
+        return importlib.metadata.version("berth")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+USAGE = f"""usage: berth-supervise [-h | --help | --version]
 
 The registry container's command: runs `$BERTH_REGISTRY_BIN serve $BERTH_CONFIG` as a child once the config
 exists, restarts it when it exits, starts a successor when the agent asks (SIGUSR1 on 2.8, SIGHUP on the held
