@@ -4,6 +4,7 @@ builders still build, capped to what can run."""
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from berth_api import Registry
 
@@ -27,14 +28,22 @@ def go_duration_seconds(text: str) -> float:
     return sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in _GO_DURATION_PART.findall(text))
 
 
-def problems(reg: Registry, facts: ClusterFacts) -> list[str]:
-    found: list[str] = []
+class Problem(NamedTuple):
+    """A condition reason (engine/status.py lists them) and a message that starts with the field."""
+
+    reason: str
+    message: str
+
+
+def problems(reg: Registry, facts: ClusterFacts) -> list[Problem]:
+    found: list[Problem] = []
     name = names.registry_name(reg)
     if len(name) > _MAX_LABEL_LENGTH or not _DNS_1035_LABEL.match(name):
-        found.append(
+        found.append(Problem(
+            "Unsatisfiable",
             f"metadata.name: {name!r} cannot name the registry's Service: it must be at most 63 characters of "
             "lower-case letters, digits and '-', starting with a letter"
-        )
+        ))
 
     replicas = reg.spec.replicas
     filesystem = reg.spec.config.storage.filesystem
@@ -47,46 +56,52 @@ def problems(reg: Registry, facts: ClusterFacts) -> list[str]:
             )
         else:
             claim = f"the ReadWriteOnce claim created from storageClass {filesystem.storage_class!r}"
-        found.append(
+        found.append(Problem(
+            "ReplicasCapped",
             f"spec.replicas: {replicas} needs ReadWriteMany storage; filesystem storage on {claim} "
             "is capped at 1 replica"
-        )
+        ))
     if replicas > 1 and storage.pod_local_data(reg):
-        found.append(
+        found.append(Problem(
+            "ReplicasCapped",
             f"spec.replicas: {replicas} with spec.config.storage.inmemory gives every pod its own data, so pulls "
             "fail on pods that did not receive the push; capped at 1 replica"
-        )
+        ))
 
     object_storage = reg.spec.config.storage.object_storage
     if storage.waiting_for_credentials(reg, facts) and object_storage is not None:
-        found.append(
+        found.append(Problem(
+            "WaitingForBucketAccess",
             f"spec.config.storage.objectStorage.bucketAccess: waiting for BucketAccess "
             f"{object_storage.bucket_access!r} to name its credentials Secret (spec.credentialsSecretName); "
             "the Deployment is not built until then"
-        )
+        ))
 
     addr = reg.spec.http.addr
     host = addr.rsplit(":", 1)[0]
     if host not in _WILDCARD_HOSTS:
-        found.append(
+        found.append(Problem(
+            "Unsatisfiable",
             f"spec.http.addr: {addr!r} listens on {host} only, where neither the Service nor the kubelet's probes "
             f"reach it (they use the pod IP); use ':{reg.spec.http.port}' or '0.0.0.0:{reg.spec.http.port}'"
-        )
+        ))
 
     apart = storage.placement_keeps_pods_apart(reg)
     if apart is not None and storage.claim_mode(reg, facts) == "node":
-        found.append(
+        found.append(Problem(
+            "Unsatisfiable",
             f"{apart} keeps two of this Registry's pods off one node, but its ReadWriteOnce claim can be mounted on "
             "one node only: a roll cannot start the new pod beside the running one, so it stops the old pod first "
             "(Recreate: the registry is down until the new pod serves)"
-        )
+        ))
 
     # A stopping pod: the preStop sleep (LEAVE_SECONDS, its endpoints leave every proxy), then the drain.
     drain = go_duration_seconds(reg.spec.http.drain_timeout)
     if LEAVE_SECONDS + drain + _STOP_MARGIN_SECONDS > TERMINATION_GRACE_PERIOD_SECONDS:
-        found.append(
+        found.append(Problem(
+            "Unsatisfiable",
             f"spec.http.drainTimeout: {reg.spec.http.drain_timeout} does not fit the pod's termination grace period "
             f"of {TERMINATION_GRACE_PERIOD_SECONDS}s; a stopping pod is killed after "
             f"{TERMINATION_GRACE_PERIOD_SECONDS - LEAVE_SECONDS - _STOP_MARGIN_SECONDS}s of draining"
-        )
+        ))
     return found

@@ -84,15 +84,6 @@ def parse(body: Mapping[str, Any]) -> Registry:
     return Registry.model_validate({k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
 
 
-def _problem_finding(message: str) -> Finding:
-    """builders.problems speaks in messages that start with the field; map them to condition reasons."""
-    if message.startswith("spec.replicas"):
-        return Finding("ReplicasCapped", message)
-    if message.startswith("spec.config.storage.objectStorage.bucketAccess: waiting"):
-        return Finding("WaitingForBucketAccess", message)
-    return Finding("Unsatisfiable", message)
-
-
 def _usable_status(status: Any) -> dict[str, Any]:
     """The live status, with the parts we read in the shapes we read (nothing validates status: a broken
     agent or a hand edit can put anything there)."""
@@ -138,7 +129,7 @@ def _apply(
     as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
     lookup = facts.look_up(kube, reg, agent_image)
     findings += lookup.findings
-    findings += [_problem_finding(message) for message in problems(reg, lookup.facts)]
+    findings += [Finding(problem.reason, problem.message) for problem in problems(reg, lookup.facts)]
     # A kind the cluster does not serve is not applied (facts.missing_apis reported it); the rest is.
     built = [manifest for manifest in build_all(reg, lookup.facts, http_secret_value=apply.http_secret_value(kube, reg))
              if kube.serves(manifest["apiVersion"], manifest["kind"])]
