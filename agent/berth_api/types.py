@@ -63,6 +63,22 @@ def _duration_in_range(text: str) -> str:
     return text
 
 
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str | None) -> float:
+    """Seconds in a Go duration ("30s", "1m30s", "500ms", "0"); 0 for None or anything that is not one. The
+    one parser of the operator and the agent; berth-supervise, which cannot import pydantic, keeps a copy
+    (supervise/notify.py duration_seconds) that tests/api/test_types.py holds to the same answers."""
+    if not text:
+        return 0.0
+    parts = _DURATION_PART.findall(text)
+    if "".join(number + unit for number, unit in parts) != text:
+        return 0.0
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
 # The language (pattern) is checked first so a malformed value keeps its "should match pattern" message; the
 # CRD carries the bounded pattern, which accepts exactly what the two checks accept together.
 Duration = Annotated[

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from berth_operator.builders import build_all, problems
-from berth_operator.builders.problems import go_duration_seconds
 
 RWO_CLASS = {"filesystem": {"storageClass": "standard"}}
 CLAIM = {"filesystem": {"persistentVolumeClaim": "data"}}
@@ -86,14 +85,6 @@ def test_http_addr_must_listen_on_every_interface(registry_factory, facts_factor
         assert "':5000' or '0.0.0.0:5000'" in message
     for addr in (":5000", "0.0.0.0:5000", "[::]:5000"):
         assert problems(registry_factory(spec(COSI_CLASSES, http={"addr": addr})), facts_factory()) == [], addr
-
-
-def test_go_durations():
-    assert go_duration_seconds("0") == 0
-    assert go_duration_seconds("30s") == 30
-    assert go_duration_seconds("1m30s") == 90
-    assert go_duration_seconds("1.5h") == 5400
-    assert go_duration_seconds("250ms") == 0.25
 
 
 def test_placement_that_keeps_the_pods_apart_on_a_readwriteonce_claim(registry_factory, facts_factory):

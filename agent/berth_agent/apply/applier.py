@@ -11,12 +11,13 @@ files, config paths, hashes and pids, never file contents.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from berth_api.types import duration_seconds
 
 from ..core.write import remove_stale, write_atomic, write_tree
 from ..render.config import Rendered
@@ -35,8 +36,6 @@ from .turns import ReplicaTurn
 
 log = logging.getLogger(__name__)
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Beyond the drain: how long a fresh registry may take to answer (cold start is ~30 ms, field-notes §6).
 START_ALLOWANCE_SECONDS = 10.0
 # With no supervisor.pid at all the registry container has not started (an image pull, the startup probe):
@@ -45,23 +44,13 @@ START_ALLOWANCE_SECONDS = 10.0
 NO_SUPERVISOR_WAIT_SECONDS = 3.0
 
 
-def go_duration_seconds(text: str | None) -> float:
-    """Seconds in a Go duration ("30s", "1m30s", "500ms", "0"); 0 for anything else."""
-    if not text or text == "0":
-        return 0.0
-    parts = _DURATION_PART.findall(str(text))
-    if "".join(n + u for n, u in parts) != str(text):
-        return 0.0
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-
-
 def endpoint_of(rendered: Rendered) -> Endpoint:
     return Endpoint.from_addr(rendered.listen_addr, tls=rendered.serves_tls)
 
 
 def restart_bound(rendered: Rendered) -> float:
     """How long a restart may take: the old registry's drain plus the new one's start."""
-    return go_duration_seconds(rendered.drain_timeout) + START_ALLOWANCE_SECONDS
+    return duration_seconds(rendered.drain_timeout) + START_ALLOWANCE_SECONDS
 
 
 @dataclass
@@ -390,4 +379,4 @@ def _storage_changed(previous: Rendered | None, rendered: Rendered) -> bool:
         new.endpoint, new.bucket, new.region, new.access_key, new.secret_key)
 
 
-__all__ = ["Applier", "Outcome", "endpoint_of", "go_duration_seconds", "restart_bound"]
+__all__ = ["Applier", "Outcome", "endpoint_of", "restart_bound"]

@@ -7,6 +7,7 @@ import re
 from typing import NamedTuple
 
 from berth_api import Registry
+from berth_api.types import duration_seconds
 
 from . import names, storage
 from .context import ClusterFacts
@@ -17,15 +18,8 @@ _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _MAX_LABEL_LENGTH = 63
 # Seconds the registry needs after its drain to exit, and the agent after it.
 _STOP_MARGIN_SECONDS = 10
-_GO_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 # Hosts in spec.http.addr that listen on every interface of the pod.
 _WILDCARD_HOSTS = {"", "0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]"}
-_SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def go_duration_seconds(text: str) -> float:
-    """Seconds in a Go duration as the API accepts it ("30s", "1m30s", "0")."""
-    return sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in _GO_DURATION_PART.findall(text))
 
 
 class Problem(NamedTuple):
@@ -96,7 +90,7 @@ def problems(reg: Registry, facts: ClusterFacts) -> list[Problem]:
         ))
 
     # A stopping pod: the preStop sleep (LEAVE_SECONDS, its endpoints leave every proxy), then the drain.
-    drain = go_duration_seconds(reg.spec.http.drain_timeout)
+    drain = duration_seconds(reg.spec.http.drain_timeout)
     if LEAVE_SECONDS + drain + _STOP_MARGIN_SECONDS > TERMINATION_GRACE_PERIOD_SECONDS:
         found.append(Problem(
             "Unsatisfiable",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth_agent.apply.applier import Applier, endpoint_of, go_duration_seconds, restart_bound
+from berth_agent.apply.applier import Applier, endpoint_of, restart_bound
 from berth_agent.apply.last_good import load_good
 from berth_agent.render import Rendered
 from berth_agent.render.rendered import state_identity
@@ -73,6 +73,3 @@ def test_where_and_how_long_come_from_the_parsed_render():
     assert endpoint_of(_rendered(b"version: 0.1\n")).port == 5000  # the registry's default addr
 
 
-def test_go_durations():
-    assert [go_duration_seconds(t) for t in ("0", "30s", "1m30s", "500ms", "1h", None, "", "soon")] == [
-        0.0, 30.0, 90.0, 0.5, 3600.0, 0.0, 0.0, 0.0]

@@ -36,8 +36,9 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def go_seconds(text: str) -> float:
-    """Seconds in a Go duration ("5s", "1m30s"); 0 for anything else."""
+def duration_seconds(text: str) -> float:
+    """Seconds in a Go duration ("5s", "1m30s"); 0 for anything else. berth_api.types.duration_seconds, copied:
+    the supervisor imports no pydantic (tests/api/test_types.py holds the two to the same answers)."""
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return 0.0
@@ -47,7 +48,7 @@ def go_seconds(text: str) -> float:
 def drain_seconds(config: bytes) -> float:
     """http.draintimeout of a rendered config.yml (read when the registry starts on it)."""
     match = _DRAIN.search(config)
-    return go_seconds(match.group(1).decode(errors="replace")) if match else 0.0
+    return duration_seconds(match.group(1).decode(errors="replace")) if match else 0.0
 
 
 def http_get(host: str, port: int, path: str, timeout: float = 0.5, limit: int = 1 << 22) -> bytes | None:
@@ -164,4 +165,4 @@ class Waiting:
         return "debug port unreadable" if now - self.unreadable_since >= UNREADABLE_SECONDS else None
 
 
-__all__ = ["MAX_WAIT_SECONDS", "Waiting", "drain_seconds", "endpoint_bounds", "go_seconds", "queue_state"]
+__all__ = ["MAX_WAIT_SECONDS", "Waiting", "drain_seconds", "duration_seconds", "endpoint_bounds", "queue_state"]
