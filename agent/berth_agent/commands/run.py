@@ -18,6 +18,8 @@ from typing import Any
 
 from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, INPUT_VOLUMES, MOUNT_ROOT, TRUST_VOLUMES
 
+from ..supervisor.supervise.settings import split_addr
+
 log = logging.getLogger("berth_agent.run")
 
 # The pod's layout (berth_api.pod): the operator's pod runs the agent with these paths.
@@ -120,10 +122,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _split_addr(addr: str, flag: str = "--health-addr") -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{flag} must be HOST:PORT, not {addr!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    host, port = split_addr(addr, flag)
+    return host or "0.0.0.0", port
 
 
 def _api_secrets(values: list[str], volumes: tuple[str, ...] = INPUT_VOLUMES, flag: str = "--api-secret",

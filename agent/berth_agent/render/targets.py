@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = str(addr).rpartition(":")
-    return host.strip("[]"), int(port)
+from ..supervisor.supervise.settings import split_addr
 
 
 @dataclass(frozen=True, repr=False)

@@ -770,8 +770,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if wanted else 2
     try:
         settings = Settings.from_env()
-        if settings.listen is not None:
-            split_addr(settings.listen)
+        if settings.listen is not None and split_addr(settings.listen)[1] == 0:
+            raise ValueError(f"BERTH_LISTEN_ADDR needs a port, not {settings.listen!r}")
     except ValueError as exc:
         print(f"berth-supervise: {exc}", file=sys.stderr)
         return 2

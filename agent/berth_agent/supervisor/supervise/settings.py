@@ -69,11 +69,12 @@ class Settings:
         )
 
 
-def split_addr(addr: str) -> tuple[str, int]:
-    """("host", port) of "host:port", ":port" or "[v6]:port"; ValueError for anything else."""
+def split_addr(addr: str, what: str = "BERTH_LISTEN_ADDR") -> tuple[str, int]:
+    """("host", port) of "host:port", ":port" or "[v6]:port" (host "": every address); ValueError naming `what`
+    for anything else. The agent's one address parser (render, pre-flights, its flags): standard library only."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"BERTH_LISTEN_ADDR must be HOST:PORT or :PORT, not {addr!r}")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what} must be HOST:PORT or :PORT, not {addr!r}")
     return host.strip("[]"), int(port)
 
 
