@@ -44,8 +44,9 @@ def parse_request(raw: bytes) -> tuple[str, list[str], str]:
     return run_id, [flag for flag in _FLAGS if flag in flags], ""
 
 
-class GcRunner:
-    """At most one garbage-collect at a time; its pid, id, watchdog and stop."""
+class GarbageCollectChild:
+    """The `registry garbage-collect` child the supervisor runs for the agent's runner (gc.run.GcRunner): at most
+    one at a time; its pid, id, watchdog and stop."""
 
     def __init__(self, state: Path, registry_bin: str, config: Path, env: Mapping[str, str],
                  put: Callable[[Path, str], None], log: Callable[[str], None]) -> None:
@@ -142,4 +143,4 @@ def _unlink(path: Path) -> None:
         pass
 
 
-__all__ = ["GcRunner", "parse_request"]
+__all__ = ["GarbageCollectChild", "parse_request"]

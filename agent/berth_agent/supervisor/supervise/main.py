@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .gc import GcRunner
+from .gc import GarbageCollectChild
 from .lines import LineSplitter
 from .names import (
     DROPPED_NAME,
@@ -128,7 +128,8 @@ class Supervisor:
         self.replace_due: float | None = None  # a SIGHUP waiting for the last steered-away registry's queue (since)
         self.quick = False  # the handover said: the old registry waits for no kept-alive client (GC's switch)
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
-        self.gc = GcRunner(settings.state, settings.registry_bin, settings.config, self.base_env, put, self.log)
+        self.gc = GarbageCollectChild(settings.state, settings.registry_bin, settings.config, self.base_env, put,
+                                      self.log)
         self.selector = selectors.DefaultSelector()
         self.wake_read, wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
