@@ -25,9 +25,9 @@ from ..supervisor.endpoint import Endpoint
 from ..supervisor.files import CONFIG_NAME
 from ..supervisor.handover import read_handover
 from ..supervisor.output import with_registry_error
+from ..supervisor.overlapped import RestartResult
 from ..supervisor.probe import CRASHES_BEFORE_GIVING_UP, STOPPED, answers, is_up, wait_until_serving
 from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
-from ..supervisor.restart import RestartResult
 from ..supervisor.restarter import Restarter, SupervisorRestarter
 from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
 from .last_good import load_good, save_good

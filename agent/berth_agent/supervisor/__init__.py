@@ -2,7 +2,7 @@
 
 berth-supervise, the registry container's command (supervise/: standard library only, imports nothing else of
 the agent), the one door the Applier takes (restarter: `Restarter`), the restart on the socket the supervisor
-holds (held) and the overlapped one (restart), the supervisor's state files (state) and the names both spell
+holds (held) and the overlapped one (overlapped), the supervisor's state files (state) and the names both spell
 (files), the registry processes as /proc shows them (procfs), where the registry listens (endpoint), whether a
 new one serves (probe), the handover file (handover), the registry's own words from its output (output), its
 metrics on a stable port (metrics).
@@ -19,7 +19,7 @@ _EXPORTS = {
     "Endpoint": ".endpoint",
     "HANDOVER_NAME": ".files",
     "RegistryProcess": ".procfs",
-    "RestartResult": ".restart",
+    "RestartResult": ".overlapped",
     "Restarter": ".restarter",
     "SupervisorRestarter": ".restarter",
     "SUPERVISOR_PID_NAME": ".files",
@@ -27,7 +27,7 @@ _EXPORTS = {
     "find_registry_processes": ".procfs",
     "first_error": ".output",
     "hand_over": ".handover",
-    "restart_registry": ".restart",
+    "restart_registry": ".overlapped",
     "scrub": ".output",
     "supervisor_pid": ".output",
     "wait_until_serving": ".probe",

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from .endpoint import Endpoint
 from .handover import write_handover
+from .overlapped import RestartResult
 from .probe import POLL_SECONDS, STOPPED, answers, is_up
 from .procfs import PROC, RegistryProcess, parent_pid, send_signal, start_ticks, supervised_with
-from .restart import RestartResult
 from .state import current_pid, exit_line
 from .supervise.names import SOCKET_MARKER
 

@@ -2,7 +2,7 @@
 
 `Restarter` is what the Applier takes. `SupervisorRestarter` looks at the registries running now and picks the
 way their supervisor restarts them: on the socket it holds (Distribution 3 under berth-supervise: held.py, no
-moment without a listener) or overlapped (2.8, or any supervisor without a held socket: restart.py, the old
+moment without a listener) or overlapped (2.8, or any supervisor without a held socket: overlapped.py, the old
 listener closes, then the successor binds).
 """
 
@@ -14,8 +14,8 @@ from typing import Protocol
 
 from .endpoint import Endpoint
 from .held import on_held_socket, replace_on_held_socket
+from .overlapped import RestartResult, restart_registry
 from .procfs import PROC, RegistryProcess, find_registry_processes
-from .restart import RestartResult, restart_registry
 
 
 class Restarter(Protocol):

@@ -15,8 +15,8 @@ from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.files import METRICS_NAME
 from berth_agent.supervisor.metrics import read_target
+from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers
-from berth_agent.supervisor.restart import restart_registry
 from support.ports import free_port
 from support.registry import registry_binaries
 from support.supervisor import minimal_config, wait_for

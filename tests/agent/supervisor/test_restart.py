@@ -7,9 +7,9 @@ import subprocess
 
 from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers, wait_until_serving
 from berth_agent.supervisor.procfs import find_registry_processes
-from berth_agent.supervisor.restart import restart_registry
 from support.supervisor import minimal_config, registry_env, wait_for
 
 

@@ -21,9 +21,9 @@ from berth_agent.core.write import write_atomic
 from berth_agent.gc.command import GcCommand
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.handover import hand_over
+from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers, wait_until_serving
 from berth_agent.supervisor.procfs import listening
-from berth_agent.supervisor.restart import restart_registry
 from support.registry import registry_binaries
 from support.stuck_store import make_stuck_store
 from support.supervisor import children_of, minimal_config, wait_for
