@@ -155,7 +155,7 @@ def _annotated(wanted: Mapping[str, Any], digest: str) -> dict[str, Any]:
                                                            DESIRED_HASH_ANNOTATION: digest}}}
 
 
-def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
+def apply_object(cluster: Cluster, wanted: Mapping[str, Any]) -> Action | None:
     """Create or apply one object; None when it was already as wanted (no write)."""
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
@@ -167,20 +167,22 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
     # controller reference and is invalid (422), as is a list entry beside a differently keyed one of the same
     # name (422); then it is read, and decided on as below. What such an apply merges into an existing object
     # without complaint (fields nobody else set, or set to our values) is what the forced apply would adopt too.
-    cached = kube.covers(api_version, kind, namespace)
-    live = kube.get_owned(api_version, kind, namespace, name) if cached or kind in CREATE_ONLY_KINDS else kube.get(
-        api_version, kind, namespace, name)
+    cached = cluster.covers(api_version, kind, namespace)
+    if cached or kind in CREATE_ONLY_KINDS:
+        live = cluster.get_owned(api_version, kind, namespace, name)
+    else:
+        live = cluster.get(api_version, kind, namespace, name)
     if live is None and (cached or kind in CREATE_ONLY_KINDS):
         try:
             if kind in CREATE_ONLY_KINDS:
-                kube.create(_annotated(wanted, digest))
+                cluster.create(_annotated(wanted, digest))
                 return Action("Created", kind, name)
-            answer = kube.apply(_annotated(wanted, digest), force=False)
+            answer = cluster.apply(_annotated(wanted, digest), force=False)
             return Action("Created" if _only_ours(answer) else "Updated", kind, name)
         except KubeError as exc:
             if exc.status not in ((409,) if kind in CREATE_ONLY_KINDS else (403, 409, 422)):
                 raise
-            live = kube.get(api_version, kind, namespace, name)  # it exists: check whose it is
+            live = cluster.get(api_version, kind, namespace, name)  # it exists: check whose it is
             if live is None:
                 if exc.status != 409:
                     raise  # nothing it could clash with: refused or invalid by itself
@@ -192,14 +194,14 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
         if kind == "Service" and service.must_replace(live, wanted):
-            return _replace(kube, live, _annotated(wanted, digest))
+            return _replace(cluster, live, _annotated(wanted, digest))
     for _attempt in range(CONFLICT_RETRIES):
         try:
-            kube.apply(_annotated(wanted, digest))
+            cluster.apply(_annotated(wanted, digest))
             return Action("Created" if live is None else "Updated", kind, name)
         except KubeError as exc:
             if exc.status == 422 and live is not None:
-                live = kube.patch(api_version, kind, namespace, name, replacement(live, _annotated(wanted, digest)))
+                live = cluster.patch(api_version, kind, namespace, name, replacement(live, _annotated(wanted, digest)))
                 if not needs_write(live, wanted, digest):
                     return Action("Updated", kind, name)
                 continue  # the clash is gone, but not all of ours is there (an object made by hand: no label, no
@@ -214,19 +216,19 @@ def apply_object(kube: Cluster, wanted: Mapping[str, Any]) -> Action | None:
     raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")
 
 
-def _replace(kube: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) -> Action:
+def _replace(cluster: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) -> Action:
     """Delete the live object (only that one: its uid) and create the wanted one at once, for a change the API
     server refuses in place (builders.service.must_replace). The Service is gone for the two requests between.
     Created by server-side apply, not a POST: its fields must be the Apply entry's in managedFields, or a field a
     later apply no longer sends would stay (a POST's fields belong to an Update entry, which no apply prunes)."""
     api_version, kind, meta = wanted["apiVersion"], wanted["kind"], wanted["metadata"]
-    kube.delete(api_version, kind, meta.get("namespace"), meta["name"], uid=live["metadata"].get("uid"))
+    cluster.delete(api_version, kind, meta.get("namespace"), meta["name"], uid=live["metadata"].get("uid"))
     try:
-        kube.apply(wanted, force=False)
+        cluster.apply(wanted, force=False)
     except KubeError as exc:
         if exc.status not in (409, 422):
             raise
-        still = kube.get(api_version, kind, meta.get("namespace"), meta["name"], cached=False)
+        still = cluster.get(api_version, kind, meta.get("namespace"), meta["name"], cached=False)
         if still is None or not (still.get("metadata") or {}).get("deletionTimestamp"):
             raise
         # Still there: a finalizer (a cloud's load-balancer cleanup) holds it until its controller lets go, and the
@@ -236,7 +238,7 @@ def _replace(kube: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) 
     return Action("Replaced", kind, meta["name"])
 
 
-def http_secret_value(kube: Cluster, reg: Registry) -> str | None:
+def http_secret_value(cluster: Cluster, reg: Registry) -> str | None:
     """A fresh value when the generated HTTP secret is needed and does not exist yet; None otherwise.
 
     The existing Secret is never read for its value, nor overwritten: it stays what it was first created with,
@@ -244,27 +246,27 @@ def http_secret_value(kube: Cluster, reg: Registry) -> str | None:
     """
     if reg.spec.http.secret is not None:
         return None
-    if kube.get_owned("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
+    if cluster.get_owned("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
         return None  # (one made by hand without Berth's label: the create below is refused 409 and not retried)
     return secrets.token_urlsafe(32)
 
 
-def prune(kube: Cluster, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
+def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
     """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (of kinds the cluster serves:
     none of another can exist, and a GET would 404 for every Registry)."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in built}
     uid = reg.metadata.get("uid")
     actions = []
     for api_version, kind, name_of in PRUNABLE:
-        if not kube.serves(api_version, kind):
+        if not cluster.serves(api_version, kind):
             continue
         named = name_of(reg)
         for name in (named,) if isinstance(named, str) else named:
             if (kind, name) in wanted:
                 continue
-            live = kube.get_owned(api_version, kind, names.namespace(reg), name)  # this Registry's is Berth's
+            live = cluster.get_owned(api_version, kind, names.namespace(reg), name)  # this Registry's is Berth's
             if live is None or _owner_uid(live) != uid:
                 continue
-            if kube.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
+            if cluster.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
                 actions.append(Action("Deleted", kind, name))
     return actions

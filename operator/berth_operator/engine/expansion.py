@@ -110,7 +110,7 @@ def decide(claim: Mapping[str, Any], wanted: str, storage_class: Mapping[str, An
     return Decision(grow_to=wanted)
 
 
-def expand(kube: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
+def expand(cluster: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
     """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress."""
     fs = reg.spec.config.storage.filesystem
     if fs is None:
@@ -119,7 +119,7 @@ def expand(kube: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
     claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
     for attempt in range(CONFLICT_RETRIES):
         # After a conflict the cached claim is older than the server's: read the server's.
-        claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name, cached=attempt == 0)
+        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, claim_name, cached=attempt == 0)
         if claim is None:
             return [], []
         if fs.persistent_volume_claim or not _controlled_by(claim, reg.metadata.get("uid")):
@@ -128,14 +128,14 @@ def expand(kube: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
         # The class matters only for growing: decided without it first (no request when the size is unchanged).
         decision = decide(claim, fs.size, None, class_readable=False)
         if decision.grow_to is not None:
-            decision = decide(claim, fs.size, *_storage_class(kube, class_name))
+            decision = decide(claim, fs.size, *_storage_class(cluster, class_name))
         if decision.grow_to is None:
             return [], [*decision.findings, *resize_progress(claim)]
         version = claim["metadata"].get("resourceVersion")
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version},
                {"op": "replace", "path": "/spec/resources/requests/storage", "value": decision.grow_to}]
         try:
-            kube.patch("v1", "PersistentVolumeClaim", namespace, claim_name, ops, json_patch=True)
+            cluster.patch("v1", "PersistentVolumeClaim", namespace, claim_name, ops, json_patch=True)
         except KubeError as exc:
             if exc.status in (409, 422):  # changed under us: read again and decide again
                 last = exc
@@ -152,12 +152,12 @@ def expand(kube: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
                         f"{fs.size} (StorageClass {class_name}): {last}")]
 
 
-def _storage_class(kube: Cluster, name: str | None) -> tuple[Mapping[str, Any] | None, bool]:
+def _storage_class(cluster: Cluster, name: str | None) -> tuple[Mapping[str, Any] | None, bool]:
     """(the StorageClass or None, whether the operator could read it)."""
     if not name:
         return None, True
     try:
-        return kube.get("storage.k8s.io/v1", "StorageClass", None, name), True
+        return cluster.get("storage.k8s.io/v1", "StorageClass", None, name), True
     except KubeError as exc:
         if exc.status not in (401, 403):
             raise

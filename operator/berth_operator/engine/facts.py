@@ -96,8 +96,8 @@ def _secret_refs(reg: Registry) -> list[tuple[str, str, tuple[str, ...]]]:
     return refs
 
 
-def _secret_findings(kube: Cluster, namespace: str, name: str, where: str, keys: tuple[str, ...]) -> list[Finding]:
-    secret = kube.get("v1", "Secret", namespace, name)
+def _secret_findings(cluster: Cluster, namespace: str, name: str, where: str, keys: tuple[str, ...]) -> list[Finding]:
+    secret = cluster.get("v1", "Secret", namespace, name)
     if secret is None:
         return [Finding("MissingSecret", f"Secret {name} ({where}) not found in namespace {namespace}")]
     present = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
@@ -123,9 +123,9 @@ def _config_map_refs(reg: Registry) -> list[tuple[str, str, str]]:
     return refs
 
 
-def _config_map_findings(kube: Cluster, namespace: str, name: str, where: str, key: str) -> list[Finding]:
+def _config_map_findings(cluster: Cluster, namespace: str, name: str, where: str, key: str) -> list[Finding]:
     """As for Secrets: the pod cannot start without the volume, so say which object and key is missing."""
-    config_map = kube.get("v1", "ConfigMap", namespace, name)
+    config_map = cluster.get("v1", "ConfigMap", namespace, name)
     if config_map is None:
         return [Finding("MissingConfigMap", f"ConfigMap {name} ({where}) not found in namespace {namespace}")]
     if key not in set(config_map.get("data") or {}) | set(config_map.get("binaryData") or {}):
@@ -133,10 +133,10 @@ def _config_map_findings(kube: Cluster, namespace: str, name: str, where: str, k
     return []
 
 
-def _class_missing(kube: Cluster, api_version: str, kind: str, name: str) -> bool:
+def _class_missing(cluster: Cluster, api_version: str, kind: str, name: str) -> bool:
     """True only when the class is known to be absent; a class we may not read (403) is given the benefit."""
     try:
-        return kube.get(api_version, kind, None, name) is None
+        return cluster.get(api_version, kind, None, name) is None
     except KubeError as exc:
         if exc.status in (401, 403):
             return False
@@ -165,12 +165,12 @@ def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
     return needed
 
 
-def missing_apis(kube: Cluster, reg: Registry) -> list[Finding]:
+def missing_apis(cluster: Cluster, reg: Registry) -> list[Finding]:
     """One finding per optional API this spec needs and the cluster does not serve, naming the kinds, their
     apiVersion, what to install and the fields that need them (its reason is the API's: core.kinds.OptionalApi)."""
     by_api: dict = {}
     for api_version, kind, where in needed_kinds(reg):
-        if not kube.serves(api_version, kind):
+        if not cluster.serves(api_version, kind):
             api = KINDS[(api_version, kind)].optional
             kinds, fields = by_api.setdefault(api, ([], []))
             if (api_version, kind) not in kinds:
@@ -186,20 +186,20 @@ def missing_apis(kube: Cluster, reg: Registry) -> list[Finding]:
     return findings
 
 
-def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
+def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
     """Facts the builders need and the references that are missing, before anything is applied."""
     namespace = names.namespace(reg)
     findings: list[Finding] = []
     bucket_access_secret = None
     pvc_access_modes = None
     for name, where, keys in _secret_refs(reg):
-        findings += _secret_findings(kube, namespace, name, where, keys)
+        findings += _secret_findings(cluster, namespace, name, where, keys)
     for name, where, key in _config_map_refs(reg):
-        findings += _config_map_findings(kube, namespace, name, where, key)
+        findings += _config_map_findings(cluster, namespace, name, where, key)
 
     fs = reg.spec.config.storage.filesystem
     if fs is not None and fs.persistent_volume_claim:
-        claim = kube.get("v1", "PersistentVolumeClaim", namespace, fs.persistent_volume_claim)
+        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, fs.persistent_volume_claim)
         if claim is None:
             findings.append(Finding(
                 "MissingPVC",
@@ -210,28 +210,28 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
             modes = (claim.get("spec") or {}).get("accessModes")
             pvc_access_modes = tuple(modes) if modes else None
     elif fs is not None and fs.storage_class:
-        if _class_missing(kube, "storage.k8s.io/v1", "StorageClass", fs.storage_class):
+        if _class_missing(cluster, "storage.k8s.io/v1", "StorageClass", fs.storage_class):
             findings.append(Finding(
                 "MissingStorageClass",
                 f"StorageClass {fs.storage_class} (spec.config.storage.filesystem.storageClass) not found",
             ))
 
-    findings += missing_apis(kube, reg)
+    findings += missing_apis(cluster, reg)
     obj = reg.spec.config.storage.object_storage
-    if obj is not None and kube.serves(COSI, "BucketClaim"):  # not served: missing_apis said so
-        if obj.bucket_claim and kube.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
+    if obj is not None and cluster.serves(COSI, "BucketClaim"):  # not served: missing_apis said so
+        if obj.bucket_claim and cluster.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
             findings.append(Finding(
                 "MissingBucketClaim",
                 f"BucketClaim {obj.bucket_claim} (spec.config.storage.objectStorage.bucketClaim) not found "
                 f"in namespace {namespace}",
             ))
-        if obj.bucket_class and _class_missing(kube, COSI, "BucketClass", obj.bucket_class):
+        if obj.bucket_class and _class_missing(cluster, COSI, "BucketClass", obj.bucket_class):
             findings.append(Finding(
                 "MissingBucketClass",
                 f"BucketClass {obj.bucket_class} (spec.config.storage.objectStorage.bucketClass) not found",
             ))
         if obj.bucket_access:
-            access = kube.get(COSI, "BucketAccess", namespace, obj.bucket_access)
+            access = cluster.get(COSI, "BucketAccess", namespace, obj.bucket_access)
             if access is None:
                 findings.append(Finding(
                     "MissingBucketAccess",
@@ -240,18 +240,18 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
                 ))
             else:
                 bucket_access_secret = (access.get("spec") or {}).get("credentialsSecretName") or None
-        if obj.bucket_access_class and _class_missing(kube, COSI, "BucketAccessClass", obj.bucket_access_class):
+        if obj.bucket_access_class and _class_missing(cluster, COSI, "BucketAccessClass", obj.bucket_access_class):
             findings.append(Finding(
                 "MissingBucketAccessClass",
                 f"BucketAccessClass {obj.bucket_access_class} "
                 "(spec.config.storage.objectStorage.bucketAccessClass) not found",
             ))
 
-    service_monitor_crd = kube.serves(MONITORING, "ServiceMonitor")
+    service_monitor_crd = cluster.serves(MONITORING, "ServiceMonitor")
     # Only where a roll surges on one node (a ReadWriteOnce claim): elsewhere a stalled roll changes nothing here.
     fallback = reg.spec.rollout.recreate_after_deadline \
         and storage.surges_on_one_node(reg, ClusterFacts(image, pvc_access_modes=pvc_access_modes)) \
-        and stalled_surge(kube, reg)
+        and stalled_surge(cluster, reg)
     if fallback:
         findings.append(Finding(
             "RolloutFallback",
@@ -263,8 +263,8 @@ def look_up(kube: Cluster, reg: Registry, image: str) -> Lookup:
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
                          pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd,
                          rollout_fallback=fallback,
-                         gateway_api=kube.serves(GATEWAY, "HTTPRoute"),
-                         cert_manager=kube.serves(CERT_MANAGER, "Certificate"))
+                         gateway_api=cluster.serves(GATEWAY, "HTTPRoute"),
+                         cert_manager=cluster.serves(CERT_MANAGER, "Certificate"))
     return Lookup(facts=facts, findings=findings)
 
 
@@ -272,14 +272,14 @@ def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("status") or {}
 
 
-def stalled_surge(kube: Cluster, reg: Registry) -> bool:
+def stalled_surge(cluster: Cluster, reg: Registry) -> bool:
     """A roll that cannot place its new pod beside the running one (the node is full, or the volume cannot be
     mounted a second time there) past spec.rollout.progressDeadlineSeconds: it goes on by Recreate, until that roll
     is done (the Deployment's annotation carries the decision across reconciles). Only a pod that cannot be placed
     or is still being created counts: an image that cannot be pulled, or a crash loop, would fail after Recreate
     too, with the old pod gone; the Registry says why instead (pod_problems), and the old pod keeps serving."""
     namespace = names.namespace(reg)
-    deployment = kube.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
+    deployment = cluster.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
     if deployment is None:
         return False
     progressing = next((c for c in _status(deployment).get("conditions") or () if c.get("type") == "Progressing"), {})
@@ -289,7 +289,7 @@ def stalled_surge(kube: Cluster, reg: Registry) -> bool:
         return reason != "NewReplicaSetAvailable"
     if reason != "ProgressDeadlineExceeded":
         return False
-    pods = kube.list("v1", "Pod", namespace, names.selector_labels(reg))
+    pods = cluster.list("v1", "Pod", namespace, names.selector_labels(reg))
     return any(_cannot_start_beside(pod) for pod in pods)
 
 
@@ -304,27 +304,27 @@ def _cannot_start_beside(pod: Mapping[str, Any]) -> bool:
     return all(w.get("reason") in (None, "ContainerCreating", "PodInitializing") for w in waiting)
 
 
-def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
+def waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
     """After applying: storage that exists but is not usable yet (claim not Bound, access not granted)."""
     namespace = names.namespace(reg)
     found: list[Finding] = []
     fs = reg.spec.config.storage.filesystem
     if fs is not None:
         claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
-        claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name)
+        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, claim_name)
         phase = _status(claim).get("phase")
         if claim is not None and phase != "Bound":
             found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
-    found += _certificates_waiting(kube, reg)
+    found += _certificates_waiting(cluster, reg)
     obj = reg.spec.config.storage.object_storage
-    if obj is not None and kube.serves(COSI, "BucketClaim"):
+    if obj is not None and cluster.serves(COSI, "BucketClaim"):
         claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
-        claim = kube.get(COSI, "BucketClaim", namespace, claim_name)
+        claim = cluster.get(COSI, "BucketClaim", namespace, claim_name)
         # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
         if claim is not None and not (_status(claim).get("bucketReady") or _status(claim).get("readyToUse")):
             found.append(Finding("WaitingForBucket", f"BucketClaim {claim_name} is not ready yet"))
         access_name = obj.bucket_access or names.bucket_access_name(reg)
-        access = kube.get(COSI, "BucketAccess", namespace, access_name)
+        access = cluster.get(COSI, "BucketAccess", namespace, access_name)
         if access is not None:
             granted = _status(access).get("accessGranted") or _status(access).get("readyToUse")
             secret_name = (access.get("spec") or {}).get("credentialsSecretName")
@@ -332,7 +332,7 @@ def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
                 found.append(
                     Finding("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet")
                 )
-            elif secret_name and kube.get("v1", "Secret", namespace, secret_name) is None:
+            elif secret_name and cluster.get("v1", "Secret", namespace, secret_name) is None:
                 found.append(Finding(
                     "WaitingForBucketAccess",
                     f"BucketAccess {access_name} granted access but its Secret {secret_name} {SECRET_NOT_YET}",
@@ -340,9 +340,9 @@ def waiting(kube: Cluster, reg: Registry) -> list[Finding]:
     return found
 
 
-def _certificates_waiting(kube: Cluster, reg: Registry) -> list[Finding]:
+def _certificates_waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
     """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
-    if not kube.serves(CERT_MANAGER, "Certificate"):
+    if not cluster.serves(CERT_MANAGER, "Certificate"):
         return []  # missing_apis said so
     namespace = names.namespace(reg)
     found = []
@@ -351,7 +351,7 @@ def _certificates_waiting(kube: Cluster, reg: Registry) -> list[Finding]:
             ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, names.certificate_name(reg)),
             ("spec.ingress.tls.issuerRef", ingress is not None and ingress.tls is not None
              and ingress.tls.issuer_ref is not None, names.ingress_certificate_name(reg))):
-        if wanted and kube.get("v1", "Secret", namespace, name) is None:
+        if wanted and cluster.get("v1", "Secret", namespace, name) is None:
             found.append(Finding("WaitingForCertificate",
                                  f"Certificate {name} ({where}): cert-manager has not written Secret {name} yet"))
     return found

@@ -95,11 +95,11 @@ def _usable_status(status: Any) -> dict[str, Any]:
     return usable
 
 
-def _live_pods(kube: Cluster, reg: Registry) -> list[dict[str, Any]]:
-    return kube.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
+def _live_pods(cluster: Cluster, reg: Registry) -> list[dict[str, Any]]:
+    return cluster.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
 
 
-def _confirm_pods(kube: Cluster, reg: Registry, cached: list[dict[str, Any]],
+def _confirm_pods(cluster: Cluster, reg: Registry, cached: list[dict[str, Any]],
                   agents: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The pods to count and prune records by. The cache's list, unless an agent wrote a record for a pod it does
     not hold: an agent can write before the pod's watch event arrives, and a record pruned then is gone for good
@@ -110,7 +110,7 @@ def _confirm_pods(kube: Cluster, reg: Registry, cached: list[dict[str, Any]],
         return cached
     try:
         # The cache's own filter (Berth's label as well as the selector's): the same pods, only up to date.
-        return kube.list("v1", "Pod", names.namespace(reg),
+        return cluster.list("v1", "Pod", names.namespace(reg),
                          {**names.selector_labels(reg), names.MANAGED_BY_LABEL: "berth"}, fresh=True)
     except KubeError:
         return None
@@ -123,27 +123,28 @@ def _serving(pod: Mapping[str, Any]) -> bool:
 
 
 def _apply(
-    kube: Cluster, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
+    cluster: Cluster, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Look up, build, apply and prune; then read what the status reports. Appends to findings and actions
     as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
-    lookup = facts.look_up(kube, reg, agent_image)
+    lookup = facts.look_up(cluster, reg, agent_image)
     findings += lookup.findings
     findings += [Finding(problem.reason, problem.message) for problem in problems(reg, lookup.facts)]
     # A kind the cluster does not serve is not applied (facts.missing_apis reported it); the rest is.
-    built = [manifest for manifest in build_all(reg, lookup.facts, http_secret_value=apply.http_secret_value(kube, reg))
-             if kube.serves(manifest["apiVersion"], manifest["kind"])]
+    secret = apply.http_secret_value(cluster, reg)
+    built = [manifest for manifest in build_all(reg, lookup.facts, http_secret_value=secret)
+             if cluster.serves(manifest["apiVersion"], manifest["kind"])]
     for manifest in built:
-        action = apply.apply_object(kube, manifest)
+        action = apply.apply_object(cluster, manifest)
         if action is not None:
             actions.append(action)
-    actions += apply.prune(kube, reg, built)
-    grown, resize_findings = expansion.expand(kube, reg)
+    actions += apply.prune(cluster, reg, built)
+    grown, resize_findings = expansion.expand(cluster, reg)
     actions += grown
     findings += resize_findings
-    findings += facts.waiting(kube, reg)
-    deployment = kube.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
-    return deployment, _live_pods(kube, reg)
+    findings += facts.waiting(cluster, reg)
+    deployment = cluster.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
+    return deployment, _live_pods(cluster, reg)
 
 
 def needs_polling(findings: list[Finding]) -> bool:
@@ -151,14 +152,14 @@ def needs_polling(findings: list[Finding]) -> bool:
     return any(f.reason in UNWATCHED_REASONS for f in findings)
 
 
-def reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
-    view = kube.reading_once()
+def reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None = None) -> Outcome:
+    view = cluster.reading_once()
     outcome = _reconcile(view, body, agent_image=agent_image, clock=clock)
     outcome.named = frozenset(key for key in view.server_reads() if key[:2] in WAKING_READS)
     return outcome
 
 
-def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None) -> Outcome:
+def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None) -> Outcome:
     clock = clock or WallClock()
     moment = clock.now()
     meta = body.get("metadata") or {}
@@ -180,7 +181,7 @@ def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, cloc
         url, selector, storage, external = (live_status.get(k) for k in ("url", "selector", "storage",
                                                                           "externalAddress"))
         try:
-            deployment = kube.get("apps/v1", "Deployment", namespace, name)
+            deployment = cluster.get("apps/v1", "Deployment", namespace, name)
         except KubeError:
             deployment = None
 
@@ -189,9 +190,9 @@ def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, cloc
         selector = names.selector_string(reg)
         url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
-            deployment, live_pods = _apply(kube, reg, agent_image, findings, outcome.actions)
+            deployment, live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
             external = status.external_address(
-                reg, kube.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
+                reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
         findings += status.binary_findings(live_pods or [], reg.spec.image)
@@ -200,13 +201,13 @@ def _reconcile(kube: Cluster, body: Mapping[str, Any], *, agent_image: str, cloc
     outcome.polled = needs_polling(findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
-        if _report(kube, body, reg, list(findings), outcome, generation=generation, moment=moment,
+        if _report(cluster, body, reg, list(findings), outcome, generation=generation, moment=moment,
                    deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage,
                    external=external):
             return outcome
         # The status moved since body was read, and this write records a result (Interrupted): read it
         # again and decide again (the runner may have recorded its own result just before).
-        fresh = kube.get(*REGISTRY, namespace, name, cached=False)
+        fresh = cluster.get(*REGISTRY, namespace, name, cached=False)
         if fresh is None:
             outcome.gone = True
             return outcome
@@ -228,7 +229,7 @@ def _uncollectable(reg: Registry | None) -> str | None:
     return None
 
 def _report(
-    kube: Cluster,
+    cluster: Cluster,
     body: Mapping[str, Any],
     reg: Registry | None,
     findings: list[Finding],
@@ -259,8 +260,8 @@ def _report(
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
-    if reg is not None and live_pods is not None and kube.cached:
-        live_pods = _confirm_pods(kube, reg, live_pods, agents)
+    if reg is not None and live_pods is not None and cluster.cached:
+        live_pods = _confirm_pods(cluster, reg, live_pods, agents)
     pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
     serving = None if live_pods is None else tuple(p["metadata"]["name"] for p in live_pods if _serving(p))
     if serving is not None:  # a terminating pod's record is kept until it is gone, but no longer counted
@@ -289,7 +290,7 @@ def _report(
     if guarded:  # a merge patch carrying resourceVersion is refused (409) unless the object is still that version
         patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
     try:
-        answer = kube.patch(*REGISTRY, meta.get("namespace"), meta.get("name"), patch, subresource="status")
+        answer = cluster.patch(*REGISTRY, meta.get("namespace"), meta.get("name"), patch, subresource="status")
         outcome.status_written = True
         outcome.status_version = (answer.get("metadata") or {}).get("resourceVersion")
     except KubeError as exc:
