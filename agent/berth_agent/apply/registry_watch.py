@@ -71,12 +71,13 @@ def exit_reason(status: int, lived_seconds: int) -> str | None:
 class RegistryWatch:
     name = "registry-watch"
 
-    def __init__(self, applier: Applier, health: Health, *, interval: float = INTERVAL_SECONDS) -> None:
+    def __init__(self, applier: Applier, health: Health, *, interval: float = INTERVAL_SECONDS,
+                 report: Callable[[str, str | None], Awaitable[None]] | None = None) -> None:
         self.applier = applier
         self.health = health
         self.interval = interval
         self.state_dir = applier.state_dir  # berth-supervise's files
-        self.report: Callable[[str, str | None], Awaitable[None]] | None = None  # (reason, problem or None)
+        self.report = report  # (reason, problem or None): the pipeline's watch_problem
         self._exits: deque[float] = deque(maxlen=16)
         self._last_exit_line: str | None = None
         self._supervisor_seen = False

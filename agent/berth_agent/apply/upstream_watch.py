@@ -33,9 +33,10 @@ REFRESH_SECONDS = 600.0  # an unchanged record is written again (a fresh checked
 class UpstreamWatch:
     name = "upstream-watch"
 
-    def __init__(self, applier: Applier, *, interval: float = INTERVAL_SECONDS, tick: float = 1.0) -> None:
+    def __init__(self, applier: Applier, *, interval: float = INTERVAL_SECONDS, tick: float = 1.0,
+                 on_record: Callable[[dict[str, Any] | None], Awaitable[None]] | None = None) -> None:
         self.applier, self.interval, self.tick = applier, interval, tick
-        self.on_record: Callable[[dict[str, Any] | None], Awaitable[None]] | None = None
+        self.on_record = on_record  # status.agents.<pod>.upstream
         self.last_auth_failure: dict[str, Any] | None = None
         self.latest: UpstreamCheck | None = None
         self._reported: tuple | None = None

@@ -143,7 +143,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..apply.registry_watch import RegistryWatch
     from ..apply.upstream_watch import UpstreamWatch
     from ..core.health import Health, start_health_server
-    from ..pipeline.coordinator import Pipeline, PipelineSettings
+    from ..pipeline.coordinator import Pipeline, PipelineSettings, applier_for
     from ..sources import Change, queue_emitter
     from ..sources.mount_watch import MountWatcher
     from ..sources.pvc import PvcProbe
@@ -152,23 +152,24 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     health = Health(config_path=args.config_dir / CONFIG_NAME)
     queue: asyncio.Queue[Change] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    pvc = PvcProbe(args.data_dir, health, enabled=False)  # the pipeline enables it for filesystem storage
     wiring = api_mode(args, health, loop) if args.registry is not None else file_mode(args, health)
+    # The pipeline enables it for filesystem storage; capacity and free space go to status.agents.<pod>.dataPath.
+    pvc = PvcProbe(args.data_dir, health, enabled=False, on_state=wiring.reporter.data_path)
     settings = PipelineSettings(
         config_dir=args.config_dir, data_dir=args.data_dir, mount_root=args.mounts, distribution=args.distribution,
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
         listen_host=args.listen_host, resync_seconds=args.resync,
         state_dir=args.state_dir.absolute() if args.state_dir else None,
     )
-    pvc.on_state = wiring.reporter.data_path  # capacity and free space on status.agents.<pod>.dataPath
-    pipeline = Pipeline(settings, wiring.reporter, health, pvc=pvc, api_secrets=wiring.api_secrets,
-                        turn=wiring.turn)
-    wiring.join(pipeline)
-    watch = RegistryWatch(pipeline.applier, health)  # /readyz, unexpected exits, a missing supervisor
-    watch.report = pipeline.watch_problem
-    upstream = UpstreamWatch(pipeline.applier, interval=args.upstream_interval)  # spec.config.proxy only
-    upstream.on_record = wiring.reporter.upstream  # status.agents.<pod>.upstream
-    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources, watch, upstream]
+    applier = applier_for(settings, health)
+    read_only, gc_runner = wiring.gc(applier) if wiring.gc is not None else (None, None)
+    pipeline = Pipeline(settings, wiring.reporter, health, applier=applier, pvc=pvc, api_secrets=wiring.api_secrets,
+                        turn=wiring.turn, gc=read_only)
+    # /readyz, unexpected exits, a missing supervisor; spec.config.proxy's upstream (status.agents.<pod>.upstream).
+    watch = RegistryWatch(applier, health, report=pipeline.watch_problem)
+    upstream = UpstreamWatch(applier, interval=args.upstream_interval, on_record=wiring.reporter.upstream)
+    sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources,
+               *([gc_runner] if gc_runner is not None else []), watch, upstream]
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # berth-supervise waits for config.yml in it
     server = await start_health_server(health, host, port)
     servers = [server]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..supervisor.files import CONFIG_NAME
 
 if TYPE_CHECKING:
+    from ..apply.applier import Applier
     from ..core.health import Health
-    from ..pipeline.coordinator import Pipeline
 
 
 @dataclass
@@ -30,8 +30,9 @@ class Wiring:
     subject: str
     api_secrets: Any = None  # API mode with --api-secret: the mounted Secrets' API copies (sources/api_secrets.py)
     turn: Any = None  # API mode: the reload Lease between replicas
-    # API mode: garbage collection joins the pipeline once it exists (its acknowledgement reads what serves).
-    join: Callable[[Pipeline], None] = field(default=lambda pipeline: None)
+    # API mode: garbage collection, given the applier (its acknowledgement reads what serves): the pipeline's
+    # read-only window, and the runner, one more source.
+    gc: Callable[[Applier], tuple[Any, Any]] | None = None
 
 
 def file_mode(args: argparse.Namespace, health: Health) -> Wiring:
@@ -74,18 +75,17 @@ def api_mode(args: argparse.Namespace, health: Health, loop: asyncio.AbstractEve
     turn = ReplicaTurn(ReloadLease(api_client, namespace, reload_lease_name(name), args.pod_name), health,
                        leave_seconds=args.leave_seconds, on_wait=waiting)
 
-    def join(pipeline: Pipeline) -> None:
+    def gc(applier: Applier) -> tuple[Any, Any]:
         # Garbage collection (docs/design.md §4.5): read-only while a request stands, acknowledged on status.
         from ..gc.ack import GcAck
         from ..gc.read_only import GcReadOnly
 
         ack = GcAck(reporter.read_only_for, args.pod_name, args.config_dir / CONFIG_NAME,
-                    lambda: pipeline.applier.current.config if pipeline.applier.current else None)
+                    lambda: applier.current.config if applier.current else None)
         runner = _gc_runner(args, api_client, namespace, name, reporter)
-        pipeline.gc = GcReadOnly(ack, on_registry=runner.offer)
-        sources.append(runner)
+        return GcReadOnly(ack, on_registry=runner.offer), runner
 
-    return Wiring(sources, reporter, args.registry, api_secrets=api_secrets, turn=turn, join=join)
+    return Wiring(sources, reporter, args.registry, api_secrets=api_secrets, turn=turn, gc=gc)
 
 
 def _kube_api_client(args: argparse.Namespace) -> Any:

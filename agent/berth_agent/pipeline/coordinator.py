@@ -79,20 +79,26 @@ class PipelineSettings:
     listen_host: str | None = None  # replaces the host of http.addr (several local pods on one machine)
 
 
+def applier_for(settings: PipelineSettings, health: Health) -> Applier:
+    """The Applier a pipeline with these settings puts its renders into service with."""
+    return Applier(settings.config_dir, restart_timeout=settings.restart_timeout, preflight=settings.preflight,
+                   on_written=health.mark_config_written, state_dir=settings.state_dir)
+
+
 class Pipeline:
     def __init__(self, settings: PipelineSettings, reporter: Reporter, health: Health,
-                 *, pvc: PvcProbe | None = None, clock: Clock | None = None,
+                 *, applier: Applier | None = None, pvc: PvcProbe | None = None, clock: Clock | None = None,
                  api_secrets: ApiSecrets | None = None, turn: ReplicaTurn | None = None,
                  gc: GcReadOnly | None = None) -> None:
+        """Every part is given here (run.py builds the applier first, so that what reads it, GC's acknowledgement
+        and the registry watch, exists before the pipeline); none is set afterwards."""
         self.settings = settings
         self.clock = clock or LoopClock()  # the debounce's time (a test steps it)
         self.reporter = reporter
         self.health = health
         self.pvc = pvc  # the data path probe: only filesystem storage has a data path to check
         self.api_secrets = api_secrets  # API mode: copies of the mounted Secrets read over the API
-        self.applier = Applier(settings.config_dir, restart_timeout=settings.restart_timeout,
-                               preflight=settings.preflight, on_written=health.mark_config_written,
-                               state_dir=settings.state_dir)
+        self.applier = applier or applier_for(settings, health)
         self.bounded = BoundedThread(health, settings.render_timeout)  # the render step's time bound
         # With siblings (spec.replicas > 1, API mode) a restart waits for this pod's turn, out of the Service.
         self.turn = turn
