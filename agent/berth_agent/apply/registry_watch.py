@@ -142,6 +142,10 @@ class RegistryWatch:
 
     async def _act(self, finding: Finding, emit: Emit) -> None:
         now = time.monotonic()
+        back = finding.supervisor and not self._supervisor_seen and self._problem and "supervisor" in self._problem
+        if back:
+            # Said before /readyz may turn 200: a log read next to the probes never shows 200 ahead of it.
+            log.info("supervisor is back", extra={"fields": {}})
         self.health.set_serving(finding.serving, finding.serving_reason)
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
@@ -169,8 +173,7 @@ class RegistryWatch:
             if finding.registry_said:
                 problem += f"; the registry said: {finding.registry_said}"
             reason = "RegistryCrashLooping"
-        if finding.supervisor and not self._supervisor_seen and self._problem and "supervisor" in self._problem:
-            log.info("supervisor is back", extra={"fields": {}})
+        if back:
             emit(Change("registry-watch"))  # apply the wanted config now
         self._supervisor_seen = finding.supervisor
         if problem != self._problem:
