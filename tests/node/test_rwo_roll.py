@@ -8,6 +8,7 @@ why."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pathlib
 import threading
@@ -156,13 +157,14 @@ class WriteProbe(threading.Thread):
                 address = (pod.get("status") or {}).get("podIP")
                 if not address:
                     continue
+                asked = time.time()  # when the request left: a 202 to one sent after T was served after T
                 try:
                     answer = http_get(f"http://{address}:{self.port}/v2/probe/blobs/uploads/", method="POST",
                                       timeout=2)
                 except OSError:
                     continue
-                self.samples.append((time.time(), pod["metadata"]["name"], answer.status))
-            self.stopping.wait(0.2)
+                self.samples.append((asked, pod["metadata"]["name"], answer.status))
+            self.stopping.wait(0.05)
 
     def stop(self) -> list[tuple[float, str, int]]:
         self.stopping.set()
@@ -170,8 +172,13 @@ class WriteProbe(threading.Thread):
         return self.samples
 
 
-def _wall(stamp: str) -> float:
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+def _iso(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+def _agent_log(node: Node, namespace: str, pod: str) -> list[dict]:
+    return [json.loads(line) for line in node.kubectl("logs", "-n", namespace, pod, "-c", "agent").splitlines()
+            if line.startswith("{")]
 
 
 def test_garbage_collection_requested_during_a_roll_runs_only_once_every_pod_is_read_only(
@@ -200,17 +207,26 @@ def test_garbage_collection_requested_during_a_roll_runs_only_once_every_pod_is_
         return run if run and run.get("trigger") == "manual" else None
 
     run = wait_for(last_run, "the garbage collection run's result", 300, kube_node)
+    # The agents' own words, in milliseconds (the record's startedAt is the runner's start, before the others
+    # acknowledged, and whole seconds): each pod's "gc read-only" acknowledgement, the runner's command.
+    logs = {pod["metadata"]["name"]: _agent_log(kube_node, ns, pod["metadata"]["name"])
+            for pod in registry_pods(kube_node, ns, "rolled")}
+    command = {line["msg"]: _iso(line["time"]) for line in logs[run["runner"]] if line.get("msg") in (
+        "gc started", "gc finished")}
+    acks = {pod: max(_iso(line["time"]) for line in lines if line.get("msg") == "gc read-only")
+            for pod, lines in logs.items() if any(line.get("msg") == "gc read-only" for line in lines)}
     wait_for(lambda: _rolled(kube_node, ns, "rolled", old["metadata"]["uid"]), "the roll done", 240, kube_node)
     samples = probe.stop()
     assert run["result"] == "Succeeded" and run["blobsDeleted"] >= 1, run
-    # The record's times are whole seconds, cut down: the run began within the second after startedAt and ended
-    # within the second after finishedAt, so only samples from startedAt + 1 s to finishedAt are surely inside it.
-    started, finished = _wall(run["startedAt"]) + 1, _wall(run["finishedAt"])
-    during = [(at, pod, status) for at, pod, status in samples if started <= at < finished]
+    assert set(acks) == set(logs) and all(at < command["gc started"] for at in acks.values()), (acks, command)
+    # From the last acknowledgement to the command's end every pod is read-only: no write is accepted there.
+    window = (max(acks.values()), command["gc finished"])
+    during = [(at, pod, status) for at, pod, status in samples if window[0] <= at <= window[1]]
     writable = [sample for sample in during if sample[2] == 202]
     pods_seen = {pod for _at, pod, _status in samples}
-    print(f"GC during a roll: run {run['startedAt']} to {run['finishedAt']} by {run['runner']}; {len(samples)} "
-          f"write probes of {sorted(pods_seen)}, {len(during)} during the run, {len(writable)} writable")
+    print(f"GC during a roll: every pod read-only {window[1] - window[0]:.2f} s before the command ended (its "
+          f"{command['gc finished'] - command['gc started']:.2f} s), by {run['runner']}; {len(samples)} write "
+          f"probes of {sorted(pods_seen)}, {len(during)} in that window, {len(writable)} writable")
     assert len(pods_seen) == 2, pods_seen  # both pods were asked: the roll overlapped the request
     assert during and writable == [], (during, writable)
     (dropped_layer,), (kept_layer,) = dropped.layer_digests, kept.layer_digests
