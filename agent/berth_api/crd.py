@@ -1,7 +1,8 @@
 """The Registry CustomResourceDefinition, generated from the pydantic models.
 
 `berth-crd > crds/berth.dev_registries.yaml` regenerates the committed file; `berth-crd --check FILE`
-exits 1 when FILE differs from what the models generate.
+exits 1 when FILE differs from what the models generate. `--reference` prints (or checks) the Markdown field
+reference instead (berth_api.reference) and `--troubleshooting` the condition reasons' page (berth_api.reasons).
 
 Pydantic's JSON schema is turned into a Kubernetes *structural* schema: every $ref inlined, `anyOf [X, null]`
 collapsed to X (optional means "not required", never nullable), titles and `additionalProperties: false`
@@ -232,11 +233,24 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imported here: both pages are built from the CRD's schema or beside it, never the other way round.
+    from . import reasons, reference
+
     parser = argparse.ArgumentParser(prog="berth-crd", description="Print the Registry CRD generated from the models.")
-    parser.add_argument("--check", metavar="FILE", type=Path, help="exit 1 if FILE differs from the generated CRD")
+    parser.add_argument("--check", metavar="FILE", type=Path, help="exit 1 if FILE differs from the generated text")
+    page = parser.add_mutually_exclusive_group()
+    page.add_argument("--reference", action="store_true", help="the API reference page (docs/reference/api.md)")
+    page.add_argument("--troubleshooting", action="store_true",
+                      help="the troubleshooting page (docs/guide/troubleshooting.md)")
     args = parser.parse_args(argv)
+    if args.reference:
+        render, command = reference.render_reference, reference.REGENERATE_COMMAND
+    elif args.troubleshooting:
+        render, command = reasons.render_troubleshooting, reasons.REGENERATE_COMMAND
+    else:
+        render, command = render_crd, REGENERATE_COMMAND
     try:
-        text = render_crd()
+        text = render()
     except CrdError as exc:
         print(f"berth-crd: {exc}", file=sys.stderr)
         return 1
@@ -249,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"berth-crd: {exc}", file=sys.stderr)
         return 1
     if current != text:
-        print(f"berth-crd: {args.check} is out of date; regenerate it with `{REGENERATE_COMMAND}`", file=sys.stderr)
+        print(f"berth-crd: {args.check} is out of date; regenerate it with `{command}`", file=sys.stderr)
         return 1
     return 0
 
