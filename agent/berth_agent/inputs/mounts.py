@@ -158,9 +158,20 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
     def root(source: str) -> Path:
         return Path(roots[source]) if roots and source in roots else mount_root
 
+    values: dict[str, object] = {}
+    for read in (_storage_inputs, _auth_inputs, _http_inputs, _proxy_inputs, _notification_inputs):
+        values.update(read(spec, root, registry))
+    values.update(_cloud_storage(spec, root))
+    return MountedInputs(**values)
+
+
+Root = Callable[[str], Path]  # a source's name -> the root it is read under
+
+
+def _storage_inputs(spec: RegistrySpec, root: Root, _registry: str | None) -> dict[str, object]:
+    """S3 credentials (COSI's Secret or storage.s3's) and the S3 endpoint's CA."""
     storage = spec.config.storage
     values: dict[str, object] = {}
-
     if storage.object_storage is not None:
         values["s3"] = read_cosi(root("cosi") / "cosi")
     if storage.s3 is not None:
@@ -171,36 +182,19 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
                             why=f"{S3_PATH}.ca, {trust_origin(ca)}")
             _check_pem(data, f"{S3_CA_VOLUME}/{ca.ref.field}", b"CERTIFICATE-----", "certificate")
             values["s3_ca"] = data
+    return values
 
+
+def _auth_inputs(spec: RegistrySpec, root: Root, _registry: str | None) -> dict[str, object]:
+    """The htpasswd file, and token auth's root certificate bundle and JWKS."""
     auth_path, auth = spec.config.auth_in_use
+    values: dict[str, object] = {}
     if auth.htpasswd is not None:
         key = auth.htpasswd.secret.field
         data = read_key(root("htpasswd"), "htpasswd", key, why=f"{auth_path}.htpasswd.secret",
                         limit=HTPASSWD_LIMIT)
         _check_htpasswd(data, f"htpasswd/{key}")
         values["htpasswd"] = data
-
-    if spec.http.secret is not None:
-        values["http_secret"] = read_text(root("http-secret"), "http-secret", spec.http.secret.field,
-                                          why="spec.http.secret")
-    elif os.path.lexists(root("http-secret") / "http-secret" / HTTP_SECRET_KEY):
-        values["http_secret"] = read_text(
-            root("http-secret"), "http-secret", HTTP_SECRET_KEY, why="the operator-generated http secret"
-        )
-
-    if spec.redis is not None:
-        key = spec.redis.secret.field
-        url = read_text(root("redis"), "redis", key, why="spec.redis.secret")
-        values["redis"] = parse_redis_url(url, f"redis/{key}")
-
-    if spec.http.tls is not None:
-        why = spec.http.tls.origin(registry)  # the field the user wrote: secretName, or the issuerRef's Certificate
-        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why=why, limit=DOCUMENT_LIMIT)
-        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why=why, limit=DOCUMENT_LIMIT)
-        _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
-        _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
-        values["tls_cert"], values["tls_key"] = cert, key
-
     token = auth.token
     if token is not None:
         for volume, ref, field, name in ((TOKEN_BUNDLE_VOLUME, token.root_cert_bundle, "rootCertBundle",
@@ -208,31 +202,62 @@ def read_inputs(spec: RegistrySpec, mount_root: Path = DEFAULT_MOUNT_ROOT,
             if ref is not None:
                 values[name] = read_key(root(volume), volume, ref.ref.field, limit=TRUST_LIMIT,
                                         why=f"{auth_path}.token.{field}, {trust_origin(ref)}")
+    return values
 
+
+def _http_inputs(spec: RegistrySpec, root: Root, registry: str | None) -> dict[str, object]:
+    """The http secret (the user's, else the operator-generated one), the redis URL and the TLS pair."""
+    values: dict[str, object] = {}
+    if spec.http.secret is not None:
+        values["http_secret"] = read_text(root("http-secret"), "http-secret", spec.http.secret.field,
+                                          why="spec.http.secret")
+    elif os.path.lexists(root("http-secret") / "http-secret" / HTTP_SECRET_KEY):
+        values["http_secret"] = read_text(
+            root("http-secret"), "http-secret", HTTP_SECRET_KEY, why="the operator-generated http secret"
+        )
+    if spec.redis is not None:
+        key = spec.redis.secret.field
+        url = read_text(root("redis"), "redis", key, why="spec.redis.secret")
+        values["redis"] = parse_redis_url(url, f"redis/{key}")
+    if spec.http.tls is not None:
+        why = spec.http.tls.origin(registry)  # the field the user wrote: secretName, or the issuerRef's Certificate
+        cert = read_key(root("tls"), "tls", TLS_CERT_KEY, why=why, limit=DOCUMENT_LIMIT)
+        key = read_key(root("tls"), "tls", TLS_KEY_KEY, why=why, limit=DOCUMENT_LIMIT)
+        _check_pem(cert, f"tls/{TLS_CERT_KEY}", b"CERTIFICATE-----", "certificate")
+        _check_pem(key, f"tls/{TLS_KEY_KEY}", b"PRIVATE KEY-----", "private key")
+        values["tls_cert"], values["tls_key"] = cert, key
+    return values
+
+
+def _proxy_inputs(spec: RegistrySpec, root: Root, _registry: str | None) -> dict[str, object]:
+    """The pull-through cache's upstream credentials."""
     proxy = spec.config.proxy
+    values: dict[str, object] = {}
     if proxy is not None and proxy.credentials is not None:
         why = "spec.config.proxy.credentials.secretName"
         for key, name in ((PROXY_USERNAME_KEY, "proxy_username"), (PROXY_PASSWORD_KEY, "proxy_password")):
             values[name] = read_text(root(PROXY_VOLUME), PROXY_VOLUME, key, why=why)
             if not values[name]:
                 raise InputError(f"{PROXY_VOLUME}/{key}", f"is empty (asked for by {why})")
+    return values
 
+
+def _notification_inputs(spec: RegistrySpec, root: Root, _registry: str | None) -> dict[str, object]:
+    """Header values for the notification endpoints, from their Secret."""
     notifications = spec.config.notifications
-    if notifications is not None and notifications.secret_name is not None:
-        why = "spec.config.notifications.secretName"
-        headers = {}
-        for key in notifications.secret_keys():
-            value = read_text(root(NOTIFICATIONS_VOLUME), NOTIFICATIONS_VOLUME, key, why=why)
-            if not value:
-                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}", f"is empty (asked for by {why})")
-            if "\r" in value or "\n" in value or "\0" in value:
-                raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}",
-                                 f"holds a line break or NUL, which no header value may (asked for by {why})")
-            headers[key] = value
-        values["notification_headers"] = headers
-
-    values.update(_cloud_storage(spec, root))
-    return MountedInputs(**values)
+    if notifications is None or notifications.secret_name is None:
+        return {}
+    why = "spec.config.notifications.secretName"
+    headers = {}
+    for key in notifications.secret_keys():
+        value = read_text(root(NOTIFICATIONS_VOLUME), NOTIFICATIONS_VOLUME, key, why=why)
+        if not value:
+            raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}", f"is empty (asked for by {why})")
+        if "\r" in value or "\n" in value or "\0" in value:
+            raise InputError(f"{NOTIFICATIONS_VOLUME}/{key}",
+                             f"holds a line break or NUL, which no header value may (asked for by {why})")
+        headers[key] = value
+    return {"notification_headers": headers}
 
 
 def read_s3(s3: S3Storage, mount_root: Path) -> S3Credentials:
@@ -259,7 +284,7 @@ def read_s3(s3: S3Storage, mount_root: Path) -> S3Credentials:
                          addressing_style="path" if s3.path_style else "virtual", session_token=session_token)
 
 
-def _cloud_storage(spec: RegistrySpec, root: Callable[[str], Path]) -> dict[str, object]:
+def _cloud_storage(spec: RegistrySpec, root: Root) -> dict[str, object]:
     """The azure or gcs driver's credentials from their Secret volume; nothing for default credentials."""
     storage = spec.config.storage
     if storage.azure is not None and storage.azure.credentials.secret is not None:
