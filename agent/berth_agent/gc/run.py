@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,6 +76,15 @@ def _describe(exc: BaseException) -> str:
     return describe_api_error(exc)
 
 
+@dataclass(frozen=True)
+class GcPace:
+    """How often the runner tries a standing request, polls the acknowledgements and renews its Lease."""
+
+    try_seconds: float = TRY_SECONDS
+    ack_poll_seconds: float = ACK_POLL_SECONDS
+    renew_seconds: float = RENEW_SECONDS
+
+
 class GcRunner:
     """A source-like loop (`name`, `run(emit)`): it emits nothing; the pipeline hands it every Registry read."""
 
@@ -88,7 +98,7 @@ class GcRunner:
         self.status, self.lease, self.command, self.reporter = status, lease, command, reporter
         self.pod, self.data_dir = pod, data_dir  # the data path: bytes freed on filesystem storage
         self.config_path = config_path  # the rendered config: its redis cache is cleared after a run
-        self.try_seconds, self.ack_poll_seconds, self.renew_seconds = try_seconds, ack_poll_seconds, renew_seconds
+        self.pace = GcPace(try_seconds, ack_poll_seconds, renew_seconds)
         self.wall = wall
         self.registry: dict | None = None  # the latest Registry object read
         self.stopping = threading.Event()  # the agent stops: a running command is stopped, the run recorded
@@ -111,7 +121,7 @@ class GcRunner:
                 standing = read_only_for(self.registry, self.wall()) is not None or self._unrecorded is not None
                 if standing:
                     await asyncio.shield(asyncio.to_thread(self.attempt))
-                    timeout = self.try_seconds * random.uniform(0.5, 1.5)
+                    timeout = self.pace.try_seconds * random.uniform(0.5, 1.5)
                 else:
                     timeout = IDLE_SECONDS  # the next Registry read wakes it; this bounds a missed one
                 try:
@@ -169,7 +179,7 @@ class GcRunner:
         stop = self._run_stop = threading.Event()
         if self.stopping.is_set():
             return False
-        keeper = LeaseKeeper(self.lease, stop, renew_seconds=self.renew_seconds)
+        keeper = LeaseKeeper(self.lease, stop, renew_seconds=self.pace.renew_seconds)
         keeper.start()
         try:
             self.status.patch({"active": {"id": hold.request_id, "runner": self.pod, "startedAt": started_at,
@@ -213,7 +223,7 @@ class GcRunner:
                     return acks
             if self.wall() >= bound:
                 break
-            stop.wait(self.ack_poll_seconds)
+            stop.wait(self.pace.ack_poll_seconds)
         return acks or acknowledgements(None, hold.request_id)
 
     def _collect(self, hold, registry: dict, started_at: str, bound: float, stop: threading.Event,
