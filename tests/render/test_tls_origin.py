@@ -5,6 +5,7 @@ a pair that comes from an issuer."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 import pytest
@@ -121,6 +122,6 @@ def test_the_agent_names_the_certificate_of_its_own_registry(tmp_path):
     pipeline.registry = {"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
                          "metadata": {"name": "edge", "namespace": "ns"},
                          "spec": {"config": {"storage": {"inmemory": {}}}, **ISSUED}}
-    rendered, error = pipeline._render()
-    assert rendered is None
-    assert "the Secret edge-tls of the Certificate edge-tls Berth made" in error, error
+    result = asyncio.run(pipeline.renderer.current(pipeline.registry, None))
+    assert result.rendered is None
+    assert "the Secret edge-tls of the Certificate edge-tls Berth made" in result.error, result.error

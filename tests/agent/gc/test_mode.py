@@ -115,7 +115,7 @@ def test_the_runner_starts_only_when_every_record_acknowledged_and_enough_of_the
 
 
 def test_every_pod_of_the_registry_takes_a_turn_to_reload_a_roll_s_new_pod_too():
-    from berth_agent.pipeline.coordinator import pods_of
+    from berth_agent.pipeline.render_step import pods_of
 
     assert pods_of(None) == 0 and pods_of({"status": {}}) == 0
     assert pods_of({"status": {"replicas": 2, "agents": {"a": {}}}}) == 2  # the new pod, before its record

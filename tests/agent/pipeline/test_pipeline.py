@@ -315,7 +315,7 @@ def test_a_refused_input_replaced_by_a_good_one_is_logged_recovered_once_at_info
     supervisor_factory(config_dir=config_dir)
     pipeline = Pipeline(PipelineSettings(config_dir=config_dir, data_dir=tmp_path / "data",
                                          mount_root=tmp_path / "mounts"), LogReporter("test"), Health())
-    caplog.set_level(logging.INFO, logger="berth_agent.pipeline.coordinator")
+    caplog.set_level(logging.INFO, logger="berth_agent.pipeline")
 
     def recovered() -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.getMessage() == "recovered"]

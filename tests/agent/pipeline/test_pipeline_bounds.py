@@ -15,6 +15,7 @@ import yaml
 
 from berth_agent.core.health import Health
 from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
+from berth_agent.pipeline.render_step import RenderStep
 from berth_agent.pipeline.report import LogReporter
 from berth_agent.sources import Change
 from berth_agent.supervisor.endpoint import Endpoint
@@ -57,17 +58,19 @@ def test_a_render_overtaken_by_a_newer_input_is_never_applied(tmp_path, supervis
     supervisor = supervisor_factory(config_dir=tmp_path / "config")
     written: list[str] = []
 
-    class SwapDuringRender(Pipeline):
+    class SwapDuringRender(RenderStep):
         overtake = False
 
-        def _render(self):
-            result = super()._render()
+        def _render(self, registry, registry_error):
+            result = super()._render(registry, registry_error)
             if self.overtake:  # the read is done; a newer Secret lands before the write
                 self.overtake = False
                 swap_secret_dir(secret_dir, {"secret": "newer"})
             return result
 
-    pipeline = SwapDuringRender(_settings(tmp_path), LogReporter("test"), Health())
+    settings = _settings(tmp_path)
+    pipeline = Pipeline(settings, LogReporter("test"), Health())
+    renderer = pipeline.renderer = SwapDuringRender(settings, Health())  # the render step, swapping a Secret
     original_apply = pipeline.applier.apply
 
     def apply(rendered, turn=None):  # what reaches the applier, in order
@@ -82,7 +85,7 @@ def test_a_render_overtaken_by_a_newer_input_is_never_applied(tmp_path, supervis
         await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
 
         swap_secret_dir(secret_dir, {"secret": "stale"})
-        pipeline.overtake = True
+        renderer.overtake = True
         await pipeline.apply_once()
 
     asyncio.run(scenario())
@@ -99,15 +102,17 @@ def test_a_render_that_does_not_return_is_bounded_and_turns_livez_red(tmp_path, 
     health = Health()
     reporter = Recorder()
 
-    class StuckRead(Pipeline):
+    class StuckRead(RenderStep):
         stuck = False
 
-        def _render(self):
+        def _render(self, registry, registry_error):
             if self.stuck:
                 release.wait(120)  # a read on a hung volume
-            return super()._render()
+            return super()._render(registry, registry_error)
 
-    pipeline = StuckRead(_settings(tmp_path, render_timeout=1.0), reporter, health)
+    settings = _settings(tmp_path, render_timeout=1.0)
+    pipeline = Pipeline(settings, reporter, health)
+    renderer = pipeline.renderer = StuckRead(settings, health)  # the render step, on a hung volume
 
     async def scenario() -> None:
         pipeline.registry = _registry(registry_port)
@@ -115,7 +120,7 @@ def test_a_render_that_does_not_return_is_bounded_and_turns_livez_red(tmp_path, 
         await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
         assert health.live_ok()
 
-        pipeline.stuck = True
+        renderer.stuck = True
         await pipeline.apply_once()  # returns after the bound, not when the read does
         assert "did not finish within 1s" in reporter.errors[-1]
         await asyncio.to_thread(wait_for, lambda: any(s.startswith("render ") for s in health.stale_loops()),
@@ -124,7 +129,7 @@ def test_a_render_that_does_not_return_is_bounded_and_turns_livez_red(tmp_path, 
         assert "has not finished" in reporter.errors[-1]
         assert answers(Endpoint("127.0.0.1", registry_port)) == 200  # the last good config keeps serving
 
-        pipeline.stuck = False
+        renderer.stuck = False
         release.set()
         await asyncio.to_thread(wait_for, health.live_ok, what="/livez green once the read returned")
         pipeline.registry["spec"]["config"]["log"]["level"] = "debug"
