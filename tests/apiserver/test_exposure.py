@@ -54,7 +54,7 @@ def test_berths_objects_are_admitted_strictly(kube_apiserver, apiserver_namespac
     api, ns = kube_apiserver, apiserver_namespace
     install_gateway_api_crds(api)
     install_cert_manager_crds(api)
-    facts = ClusterFacts("img", gateway_api=True, cert_manager=True)
+    facts = ClusterFacts("img")
     for shape in ({"type": "NodePort", "nodePort": 30555, "externalTrafficPolicy": "Local",
                    "annotations": {"a.example.com/b": "c"}, "labels": {"team": "platform"}},
                   {"type": "LoadBalancer", "loadBalancerClass": "example.com/lb"}, {"type": "NodePort"}):

@@ -51,7 +51,7 @@ def test_the_manifests_are_valid_against_the_vendored_crds(kube_apiserver, apise
     reg = Registry.model_validate(registry(apiserver_namespace, {"serviceMonitor": {
         "labels": {"release": "kube-prometheus-stack", "team.example.com/owner": "platform"}, "interval": "15s"}})
         | {"metadata": {"name": "watched", "namespace": apiserver_namespace, "uid": "u"}})
-    built = service_monitor.build(reg, ClusterFacts("img", service_monitor_crd=True))
+    built = service_monitor.build(reg, ClusterFacts("img"))
     dry_run(kube_apiserver, built, apiserver_namespace)
     for component, kinds in (("monitoring", {"PrometheusRule"}), ("operator-monitoring", {"ServiceMonitor"})):
         docs = [doc for doc in kustomized(component) if doc["kind"] in kinds]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all, certificate, http_route, ingress, service
+from berth_operator.builders.kinds import CERT_MANAGER, GATEWAY
 from berth_operator.engine.status import external_address
 
-FACTS = ClusterFacts("img", gateway_api=True, cert_manager=True)
+FACTS = ClusterFacts("img")  # every optional API served
+NOT_SERVED = ClusterFacts("img", unserved=frozenset({(GATEWAY, "HTTPRoute"), (CERT_MANAGER, "Certificate")}))
 ISSUER = {"name": "ca", "kind": "ClusterIssuer"}
 
 
@@ -57,7 +59,7 @@ def test_optional_kinds_are_built_only_where_served():
     spec = {"http": {"tls": {"issuerRef": ISSUER}}, "gateway": {"parentRefs": [{"name": "g"}]}}
     kinds = {m["kind"] for m in build_all(reg(**spec), FACTS, http_secret_value=None)}
     assert {"Certificate", "HTTPRoute"} <= kinds
-    kinds = {m["kind"] for m in build_all(reg(**spec), ClusterFacts("img"), http_secret_value=None)}
+    kinds = {m["kind"] for m in build_all(reg(**spec), NOT_SERVED, http_secret_value=None)}
     assert not {"Certificate", "HTTPRoute"} & kinds
     assert certificate.build(reg(http={"tls": {"secretName": "own"}}), FACTS) is None
     route = http_route.build(reg(**spec), FACTS)

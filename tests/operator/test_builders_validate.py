@@ -12,6 +12,10 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
+from berth_operator.builders.kinds import CERT_MANAGER, GATEWAY, MONITORING
+
+# Served on a cluster without the optional CRDs kubernetes-validate has no schema for (COSI's are checked below).
+WITHOUT_CRDS = frozenset({(MONITORING, "ServiceMonitor"), (GATEWAY, "HTTPRoute"), (CERT_MANAGER, "Certificate")})
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 KUBERNETES_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
@@ -113,6 +117,7 @@ def example_registries() -> list[tuple[str, Registry, ClusterFacts]]:
             facts = ClusterFacts(
                 agent_image="ghcr.io/berth-dev/berth:0.1.0",
                 bucket_access_secret=f"{access}-credentials" if access else None,
+                unserved=WITHOUT_CRDS,
             )
             cases.append((f"{path.name}:{metadata['name']}", reg, facts))
     return cases

@@ -7,10 +7,9 @@ import ast
 import pathlib
 
 from berth_operator import builders
-from berth_operator.builders import _BUILDERS
 from berth_operator.cluster import caches
 from berth_operator.core import kinds
-from berth_operator.engine import apply
+from berth_operator.engine import apply, status
 from berth_operator.kube.client import path
 
 BUILDERS = pathlib.Path(builders.__file__).parent
@@ -19,16 +18,44 @@ BUILDERS = pathlib.Path(builders.__file__).parent
 def test_every_builder_module_is_named_by_the_table():
     """A module under builders/ with a top-level build function makes objects of a kind: the table must say which
     (else build_all never calls it)."""
-    named = {name.split(".")[0] for kind in kinds.TABLE for name in kind.builders}
+    named = {build.__module__.rpartition(".")[2] for kind in kinds.TABLE for build in kind.builders}
     with_build = {p.stem for p in BUILDERS.glob("*.py")
                   if any(isinstance(node, ast.FunctionDef) and node.name == "build"
                          for node in ast.parse(p.read_text()).body)}
     assert with_build == named
 
 
+def _name(build) -> str:
+    return f"{build.__module__.rpartition('.')[2]}.{build.__name__}"
+
+
 def test_build_order_is_the_tables():
-    assert [name for name, _ in _BUILDERS] == [name for kind in kinds.OWNED_KINDS for name in kind.builders]
-    assert [name for name, _ in _BUILDERS][:3] == ["service_account.build", "role.build", "role_binding.build"]
+    """build_all calls the builders the table holds (function objects), kind by kind in table order."""
+    order = [_name(build) for kind in kinds.OWNED_KINDS for build in kind.builders]
+    assert order[:3] == ["service_account.build", "role.build", "role_binding.build"]
+    assert len(order) == len(set(order))
+    assert all(callable(build) for kind in kinds.TABLE for build in kind.builders)
+    assert all(callable(kind.prune) for kind in kinds.PRUNABLE_KINDS)
+
+
+def test_each_kinds_verbs_cover_what_berth_does_with_it():
+    """What the ClusterRole grants on a kind (its verbs, tests/deploy/test_cluster_role.py) is what the layers
+    that read its entry need: the caches list and watch, the apply layer creates (and patches what it applies),
+    the prune deletes."""
+    for kind in kinds.TABLE:
+        verbs = set(kind.verbs)
+        assert not kind.cached or {"list", "watch"} <= verbs, kind.kind
+        assert not kind.owned or "create" in verbs, kind.kind
+        assert kind.applied != kinds.APPLY or {"get", "patch"} <= verbs, kind.kind
+        assert kind.prune is None or "delete" in verbs, kind.kind
+        assert not (kind.named or kind.spec_class) or "get" in verbs, kind.kind
+
+
+def test_every_optional_kind_says_which_fields_need_it_and_its_reason_is_a_condition_reason():
+    for key in kinds.OPTIONAL_KINDS:
+        assert kinds.KINDS[key].needed_by is not None, key
+        assert kinds.KINDS[key].optional.reason in status.DEGRADED_REASONS, key
+        assert kinds.KINDS[key].optional.reason in status.MISSING_REASONS, key
 
 
 def test_each_layer_reads_the_table():

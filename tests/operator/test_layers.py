@@ -20,13 +20,14 @@ ROOT = Path(berth_operator.__file__).parent
 
 # Lowest first. A module may import from its own package or from a package of a lower rank.
 RANKS = {
-    "core": 0,
-    "kube": 1, "builders": 1,
-    "cluster": 2,
-    "engine": 3,
-    "reactor": 4,
-    "cli": 5,
-    "__main__": 6,
+    "builders": 0,
+    "core": 1,
+    "kube": 2,
+    "cluster": 3,
+    "engine": 4,
+    "reactor": 5,
+    "cli": 6,
+    "__main__": 7,
 }
 PROGRAMS = {"berth_api": 0, "berth_agent": 1, "berth_operator": 1}
 
@@ -67,4 +68,4 @@ def test_the_checks_see_imports_of_every_kind(tmp_path):
     assert graph["berth_operator.engine.apply"] == {"berth_operator.kube.client"}
     assert layers.cycles(graph)
     assert layers.wrong_imports(graph, RANKS) == [
-        "berth_operator.kube.client imports berth_operator.engine.apply (kube is rank 1, engine rank 3)"]
+        "berth_operator.kube.client imports berth_operator.engine.apply (kube is rank 2, engine rank 4)"]

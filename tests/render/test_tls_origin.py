@@ -46,7 +46,7 @@ def test_the_origin_names_the_field_and_the_objects():
 
 def test_the_certificate_the_operator_makes_is_the_one_the_agent_names():
     reg = registry(ISSUED)
-    made = certificate.build(reg, ClusterFacts("img", cert_manager=True))
+    made = certificate.build(reg, ClusterFacts("img"))
     assert made["metadata"]["name"] == made["spec"]["secretName"] == certificate_name("edge")
     assert names.tls_secret_name(reg) == certificate_name("edge")
 

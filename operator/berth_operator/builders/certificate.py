@@ -1,7 +1,7 @@
 """cert-manager Certificates (cert-manager.io/v1): one for the registry's own HTTPS (spec.http.tls.issuerRef,
 Secret <registry>-tls, mounted by the pod as any TLS Secret) and one for the Ingress (spec.ingress.tls.issuerRef,
-Secret <registry>-ingress-tls). Built only when the cluster serves cert-manager's API (ClusterFacts.cert_manager;
-otherwise facts.py reports MissingCertManager).
+Secret <registry>-ingress-tls). Built only when the cluster serves cert-manager's API (build_all skips
+them otherwise, and engine/facts.py reports MissingCertManager: needed_by).
 
 Berth makes the Certificate rather than annotating the Ingress for cert-manager's ingress-shim: one way for both
 uses (the registry's own TLS has no Ingress to annotate), the Certificate's name and Secret are Berth's and
@@ -43,15 +43,23 @@ def _certificate(reg: Registry, name: str, issuer: IssuerRef, dns_names: list[st
     }
 
 
+def needed_by(reg: Registry) -> tuple[str, ...]:
+    """The issuerRefs that need cert-manager's API."""
+    ingress = reg.spec.ingress
+    return tuple(where for where, tls in (("spec.http.tls.issuerRef", reg.spec.http.tls),
+                                          ("spec.ingress.tls.issuerRef", ingress.tls if ingress else None))
+                 if tls is not None and tls.issuer_ref is not None)
+
+
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     tls = reg.spec.http.tls
-    if tls is None or tls.issuer_ref is None or not facts.cert_manager:
+    if tls is None or tls.issuer_ref is None:
         return None
     return _certificate(reg, names.certificate_name(reg), tls.issuer_ref, list(tls.dns_names) or service_dns_names(reg))
 
 
 def build_ingress(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     ingress = reg.spec.ingress
-    if ingress is None or ingress.tls is None or ingress.tls.issuer_ref is None or not facts.cert_manager:
+    if ingress is None or ingress.tls is None or ingress.tls.issuer_ref is None:
         return None
     return _certificate(reg, names.ingress_certificate_name(reg), ingress.tls.issuer_ref, list(ingress.hosts))

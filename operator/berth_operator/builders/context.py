@@ -18,9 +18,6 @@ class ClusterFacts:
     # A surge on a ReadWriteOnce claim passed the Deployment's progress deadline and that roll is not done: it goes
     # on by Recreate (storage.rollout_strategy).
     rollout_fallback: bool = False
-    # Whether the prometheus-operator ServiceMonitor CRD is installed (spec.monitoring.serviceMonitor needs it).
-    service_monitor_crd: bool = False
-    # Whether the cluster serves the Gateway API's HTTPRoute (spec.gateway needs it) and cert-manager's Certificate
-    # (an issuerRef needs it).
-    gateway_api: bool = False
-    cert_manager: bool = False
+    # (apiVersion, kind) of the optional kinds the cluster does not serve (engine/facts.unserved): build_all
+    # makes none of them (engine/facts.py reports the missing API instead).
+    unserved: frozenset[tuple[str, str]] = frozenset()

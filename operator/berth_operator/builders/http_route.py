@@ -1,6 +1,6 @@
 """The HTTPRoute (gateway.networking.k8s.io/v1) of spec.gateway: every request on its hostnames to the registry's
-Service. Built only when the cluster serves the Gateway API (ClusterFacts.gateway_api; otherwise facts.py
-reports MissingGatewayAPI and nothing else changes).
+Service. Built only when the cluster serves the Gateway API (build_all skips it otherwise, and engine/facts.py
+reports MissingGatewayAPI: needed_by).
 
 No timeouts are set: the standard channel's HTTPRoute timeouts are optional for implementations, and one that
 does not support a value refuses the rule; the Gateway's own limits are documented in the README instead.
@@ -25,9 +25,13 @@ def _parent_ref(ref: Any) -> dict[str, Any]:
     return parent
 
 
+def needed_by(reg: Registry) -> tuple[str, ...]:
+    return ("spec.gateway",) if reg.spec.gateway is not None else ()
+
+
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     wanted = reg.spec.gateway
-    if wanted is None or not facts.gateway_api:
+    if wanted is None:
         return None
     spec: dict[str, Any] = {
         "parentRefs": [_parent_ref(ref) for ref in wanted.parent_refs],

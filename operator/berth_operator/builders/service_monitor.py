@@ -1,6 +1,6 @@
 """The ServiceMonitor (monitoring.coreos.com/v1) of a Registry that asks for one (spec.monitoring.serviceMonitor),
-built only when the prometheus-operator CRD is installed (ClusterFacts.service_monitor_crd; otherwise facts.py
-reports MissingMonitoringCRD and nothing else changes).
+built only when the prometheus-operator CRD is installed (build_all skips it otherwise, and engine/facts.py
+reports MissingMonitoringCRD: needed_by).
 
 A ServiceMonitor, not a PodMonitor: the metrics Service (metrics_service) exists anyway, so that any Prometheus
 can find the pods by it, and it publishes not-ready pods (a pod out of its Service for a reload, or failing its
@@ -26,9 +26,13 @@ KIND = "ServiceMonitor"
 CRD_NAME = "servicemonitors.monitoring.coreos.com"
 
 
+def needed_by(reg: Registry) -> tuple[str, ...]:
+    return ("spec.monitoring.serviceMonitor",) if reg.spec.monitoring.service_monitor is not None else ()
+
+
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     wanted = reg.spec.monitoring.service_monitor
-    if wanted is None or not facts.service_monitor_crd:
+    if wanted is None:
         return None
     meta = object_meta(reg, names.service_monitor_name(reg), names.METRICS_COMPONENT)
     meta["labels"] = {**wanted.labels, **meta["labels"]}  # Berth's own labels win: the caches and prune use them

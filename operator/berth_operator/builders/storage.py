@@ -120,3 +120,21 @@ def cosi_secret(reg: Registry, facts: ClusterFacts) -> str | None:
 def waiting_for_credentials(reg: Registry, facts: ClusterFacts) -> bool:
     """objectStorage with an existing BucketAccess whose credentials Secret the apply layer has not found."""
     return reg.spec.config.storage.object_storage is not None and cosi_secret(reg, facts) is None
+
+
+OBJECT_STORAGE = "spec.config.storage.objectStorage"
+
+
+def object_storage_fields(reg: Registry) -> tuple[str, ...]:
+    """The field that needs COSI's claims and accesses (a Registry on object storage names or makes both)."""
+    return (OBJECT_STORAGE,) if reg.spec.config.storage.object_storage is not None else ()
+
+
+def bucket_class_fields(reg: Registry) -> tuple[str, ...]:
+    obj = reg.spec.config.storage.object_storage
+    return (f"{OBJECT_STORAGE}.bucketClass",) if obj is not None and obj.bucket_class else ()
+
+
+def bucket_access_class_fields(reg: Registry) -> tuple[str, ...]:
+    obj = reg.spec.config.storage.object_storage
+    return (f"{OBJECT_STORAGE}.bucketAccessClass",) if obj is not None and obj.bucket_access_class else ()

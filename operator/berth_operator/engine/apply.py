@@ -17,9 +17,9 @@
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
 - A change the API server refuses in place (a LoadBalancer Service's class: builders.service.must_replace) is
   made by deleting the object (by uid) and creating it again at once.
-- Prune: objects a Registry no longer needs are deleted by name when this Registry controls them:
-  the PodDisruptionBudget (replicas down to 1) and a BucketAccess the operator made. A PVC or a
-  BucketClaim is NEVER pruned: they hold data (they go only with the Registry, through owner references).
+- Prune: objects a Registry no longer needs are deleted by name when this Registry controls them: those of the
+  kinds whose entry in the table of kinds names a prune (builders/kinds.py). The kinds that hold data (the claims)
+  name none: they go only with the Registry, through owner references.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,16 +35,15 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from ..builders import names, service
+from ..builders import kinds, names, service
 from ..cluster.view import Cluster
-from ..core import kinds
 from ..kube.client import FIELD_MANAGER, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
-# How each kind is written (core.kinds): the create-only kinds are POSTed once and never patched.
+# How each kind is written (builders/kinds.py): the create-only kinds are POSTed once and never patched.
 CREATE_ONLY_KINDS = kinds.CREATE_ONLY_KINDS
-PRUNABLE: tuple[tuple[str, str, Callable[[Registry], str | tuple[str, ...]]], ...] = tuple(
-    (kind.api_version, kind.kind, getattr(names, kind.prune or "")) for kind in kinds.PRUNABLE_KINDS)
+PRUNABLE: tuple[tuple[str, str, kinds.Names], ...] = tuple(
+    (kind.api_version, kind.kind, kind.prune) for kind in kinds.PRUNABLE_KINDS if kind.prune is not None)
 CONFLICT_RETRIES = 3
 
 
@@ -251,14 +250,15 @@ def http_secret_value(cluster: Cluster, reg: Registry) -> str | None:
     return secrets.token_urlsafe(32)
 
 
-def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]]) -> list[Action]:
-    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (of kinds the cluster serves:
-    none of another can exist, and a GET would 404 for every Registry)."""
+def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]],
+          unserved: Collection[tuple[str, str]] = ()) -> list[Action]:
+    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (not of the kinds the cluster
+    does not serve, facts.unserved: none of one can exist, and a GET would 404 for every Registry)."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in built}
     uid = reg.metadata.get("uid")
     actions = []
     for api_version, kind, name_of in PRUNABLE:
-        if not cluster.serves(api_version, kind):
+        if (api_version, kind) in unserved:
             continue
         named = name_of(reg)
         for name in (named,) if isinstance(named, str) else named:

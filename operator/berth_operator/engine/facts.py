@@ -17,11 +17,11 @@ from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
 from ..builders import names, storage
 from ..builders.context import ClusterFacts
+from ..builders.kinds import CERT_MANAGER, COSI, KINDS, TABLE, crd_name
 from ..cluster.discovery import describe
 from ..cluster.view import Cluster
-from ..core.kinds import CERT_MANAGER, COSI, GATEWAY, KINDS, MONITORING, crd_name
 from ..kube.client import Kube, KubeError
-from .status import Finding
+from .status import DEGRADED_REASONS, Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
 SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, watched by name (named.py)
@@ -31,6 +31,12 @@ SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of B
 class Lookup:
     facts: ClusterFacts
     findings: list[Finding] = field(default_factory=list)
+
+
+def unserved(cluster: Cluster) -> frozenset[tuple[str, str]]:
+    """The optional kinds (builders/kinds.py) the cluster does not serve: the one place a reconcile asks, once.
+    What is built, pruned, looked up and reported missing follows the answer (ClusterFacts.unserved)."""
+    return frozenset(kind.key for kind in TABLE if kind.optional is not None and not cluster.serves(*kind.key))
 
 
 def own_image(kube: Kube | Cluster) -> str | None:
@@ -144,33 +150,21 @@ def _class_missing(cluster: Cluster, api_version: str, kind: str, name: str) -> 
 
 
 def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, the field that needs it) of every optional kind (core.kinds.OPTIONAL_KINDS) this spec uses."""
-    needed = []
-    obj = reg.spec.config.storage.object_storage
-    if obj is not None:
-        where = "spec.config.storage.objectStorage"
-        needed += [(COSI, "BucketClaim", where), (COSI, "BucketAccess", where)]
-        if obj.bucket_class:
-            needed.append((COSI, "BucketClass", f"{where}.bucketClass"))
-        if obj.bucket_access_class:
-            needed.append((COSI, "BucketAccessClass", f"{where}.bucketAccessClass"))
-    if reg.spec.monitoring.service_monitor is not None:
-        needed.append((MONITORING, "ServiceMonitor", "spec.monitoring.serviceMonitor"))
-    if reg.spec.gateway is not None:
-        needed.append((GATEWAY, "HTTPRoute", "spec.gateway"))
-    for where, tls in (("spec.http.tls.issuerRef", reg.spec.http.tls),
-                       ("spec.ingress.tls.issuerRef", reg.spec.ingress.tls if reg.spec.ingress else None)):
-        if tls is not None and tls.issuer_ref is not None:
-            needed.append((CERT_MANAGER, "Certificate", where))
-    return needed
+    """(apiVersion, kind, the field that needs it) of every optional kind this spec uses (the table's needed_by)."""
+    return [(kind.api_version, kind.kind, where) for kind in TABLE if kind.needed_by is not None
+            for where in kind.needed_by(reg)]
 
 
 def missing_apis(cluster: Cluster, reg: Registry) -> list[Finding]:
     """One finding per optional API this spec needs and the cluster does not serve, naming the kinds, their
-    apiVersion, what to install and the fields that need them (its reason is the API's: core.kinds.OptionalApi)."""
+    apiVersion, what to install and the fields that need them (its reason is the API's: kinds.OptionalApi)."""
+    return _missing_apis(unserved(cluster), reg)
+
+
+def _missing_apis(gone: frozenset[tuple[str, str]], reg: Registry) -> list[Finding]:
     by_api: dict = {}
     for api_version, kind, where in needed_kinds(reg):
-        if not cluster.serves(api_version, kind):
+        if (api_version, kind) in gone:
             api = KINDS[(api_version, kind)].optional
             kinds, fields = by_api.setdefault(api, ([], []))
             if (api_version, kind) not in kinds:
@@ -183,13 +177,15 @@ def missing_apis(cluster: Cluster, reg: Registry) -> list[Finding]:
         crds = ", ".join(crd_name(*key) for key in kinds)
         findings.append(Finding(api.reason, f"{describe(kinds)} {verb} not served by this cluster: {api.install} "
                                             f"(CRD {crds}); needed by {', '.join(fields)}"))
-    return findings
+    # In the conditions' precedence (status.DEGRADED_REASONS), whatever the table's order.
+    return sorted(findings, key=lambda finding: DEGRADED_REASONS.index(finding.reason))
 
 
 def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
     """Facts the builders need and the references that are missing, before anything is applied."""
     namespace = names.namespace(reg)
     findings: list[Finding] = []
+    gone = unserved(cluster)
     bucket_access_secret = None
     pvc_access_modes = None
     for name, where, keys in _secret_refs(reg):
@@ -216,9 +212,9 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
                 f"StorageClass {fs.storage_class} (spec.config.storage.filesystem.storageClass) not found",
             ))
 
-    findings += missing_apis(cluster, reg)
+    findings += _missing_apis(gone, reg)
     obj = reg.spec.config.storage.object_storage
-    if obj is not None and cluster.serves(COSI, "BucketClaim"):  # not served: missing_apis said so
+    if obj is not None and (COSI, "BucketClaim") not in gone:  # not served: _missing_apis said so
         if obj.bucket_claim and cluster.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
             findings.append(Finding(
                 "MissingBucketClaim",
@@ -247,7 +243,6 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
                 "(spec.config.storage.objectStorage.bucketAccessClass) not found",
             ))
 
-    service_monitor_crd = cluster.serves(MONITORING, "ServiceMonitor")
     # Only where a roll surges on one node (a ReadWriteOnce claim): elsewhere a stalled roll changes nothing here.
     fallback = reg.spec.rollout.recreate_after_deadline \
         and storage.surges_on_one_node(reg, ClusterFacts(image, pvc_access_modes=pvc_access_modes)) \
@@ -261,10 +256,7 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
             "again",
         ))
     facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
-                         pvc_access_modes=pvc_access_modes, service_monitor_crd=service_monitor_crd,
-                         rollout_fallback=fallback,
-                         gateway_api=cluster.serves(GATEWAY, "HTTPRoute"),
-                         cert_manager=cluster.serves(CERT_MANAGER, "Certificate"))
+                         pvc_access_modes=pvc_access_modes, rollout_fallback=fallback, unserved=gone)
     return Lookup(facts=facts, findings=findings)
 
 
@@ -304,8 +296,9 @@ def _cannot_start_beside(pod: Mapping[str, Any]) -> bool:
     return all(w.get("reason") in (None, "ContainerCreating", "PodInitializing") for w in waiting)
 
 
-def waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
-    """After applying: storage that exists but is not usable yet (claim not Bound, access not granted)."""
+def waiting(cluster: Cluster, reg: Registry, gone: frozenset[tuple[str, str]]) -> list[Finding]:
+    """After applying: storage that exists but is not usable yet (claim not Bound, access not granted). gone: the
+    kinds not served (unserved; missing_apis said so)."""
     namespace = names.namespace(reg)
     found: list[Finding] = []
     fs = reg.spec.config.storage.filesystem
@@ -315,9 +308,10 @@ def waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
         phase = _status(claim).get("phase")
         if claim is not None and phase != "Bound":
             found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
-    found += _certificates_waiting(cluster, reg)
+    if (CERT_MANAGER, "Certificate") not in gone:
+        found += _certificates_waiting(cluster, reg)
     obj = reg.spec.config.storage.object_storage
-    if obj is not None and cluster.serves(COSI, "BucketClaim"):
+    if obj is not None and (COSI, "BucketClaim") not in gone:
         claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
         claim = cluster.get(COSI, "BucketClaim", namespace, claim_name)
         # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
@@ -342,8 +336,6 @@ def waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
 
 def _certificates_waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
     """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
-    if not cluster.serves(CERT_MANAGER, "Certificate"):
-        return []  # missing_apis said so
     namespace = names.namespace(reg)
     found = []
     tls, ingress = reg.spec.http.tls, reg.spec.ingress

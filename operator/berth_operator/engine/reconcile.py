@@ -16,28 +16,27 @@ from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, R
 from berth_api.timestamps import format_time
 
 from ..builders import build_all, names, problems
+from ..builders.kinds import CLASS_KINDS, MISSING_API_REASONS, NAMED_KINDS
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
-from ..core.kinds import CLASS_KINDS, KINDS, NAMED_KINDS
 from ..kube.client import KubeError
 from . import apply, expansion, facts, gc_schedule, pod_problems, status
 from .status import DeploymentState, Finding, Observation
 
 REGISTRY = (API_VERSION, KIND)
 STATUS_CONFLICT_RETRIES = 5
-# Findings about objects no watch reports (cluster-scoped classes, which Berth may only get) or about a write that
-# failed: only the periodic refresh sees them change, so a Registry with one of them is polled
-# (handlers.sweep_forever); all others are not. A Secret, ConfigMap, claim, BucketClaim or BucketAccess the spec
-# names is watched by name (cluster/named.py: Outcome.named), so MissingSecret and the like are not polled.
+# Findings about objects no watch reports (cluster-scoped classes, which Berth may only get; an optional API not
+# served: builders/kinds.py MISSING_API_REASONS) or about a write that failed: only the periodic refresh sees them
+# change, so a Registry with one of them is polled (handlers.sweep_forever); all others are not. A Secret,
+# ConfigMap, claim, BucketClaim or BucketAccess the spec names is watched by name (cluster/named.py:
+# Outcome.named), so MissingSecret and the like are not polled.
 UNWATCHED_REASONS = frozenset({
     "ApplyFailed", "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass",
-    "VolumeExpansionNotAllowed", "MissingMonitoringCRD", "MissingCOSI", "MissingGatewayAPI", "MissingCertManager",
-})
+    "VolumeExpansionNotAllowed",
+}) | MISSING_API_REASONS
 # Reads whose object's change wakes the Registry that read it: the named kinds (cluster/named.py) and the classes
 # (the caches of classes).
 WAKING_READS = frozenset(NAMED_KINDS) | frozenset(CLASS_KINDS)
-# An optional API not served (core.kinds.OptionalApi): discovery wakes such a Registry once it is (handlers.py).
-MISSING_API_REASONS = frozenset(info.optional.reason for info in KINDS.values() if info.optional is not None)
 
 
 @dataclass
@@ -73,6 +72,21 @@ class Outcome:
         if degraded is None:
             return "ok"
         return "invalid" if degraded["reason"] == "InvalidSpec" else "degraded"
+
+
+@dataclass
+class Seen:
+    """What one reconcile saw and the status reports besides its findings (the spec's address, selector and
+    storage are the last valid spec's while the spec is invalid)."""
+
+    generation: Any
+    moment: datetime.datetime
+    deployment: dict[str, Any] | None = None
+    live_pods: list[dict[str, Any]] | None = None  # None: not listed (prune no agent record, count none)
+    url: str | None = None
+    selector: str | None = None
+    storage: str | None = None
+    external: str | None = None
 
 
 def now(clock: UtcClock | None = None) -> str:
@@ -130,19 +144,19 @@ def _apply(
     lookup = facts.look_up(cluster, reg, agent_image)
     findings += lookup.findings
     findings += [Finding(problem.reason, problem.message) for problem in problems(reg, lookup.facts)]
-    # A kind the cluster does not serve is not applied (facts.missing_apis reported it); the rest is.
+    # A kind the cluster does not serve is neither built nor pruned (facts.missing_apis reported it).
+    gone = lookup.facts.unserved
     secret = apply.http_secret_value(cluster, reg)
-    built = [manifest for manifest in build_all(reg, lookup.facts, http_secret_value=secret)
-             if cluster.serves(manifest["apiVersion"], manifest["kind"])]
+    built = build_all(reg, lookup.facts, http_secret_value=secret)
     for manifest in built:
         action = apply.apply_object(cluster, manifest)
         if action is not None:
             actions.append(action)
-    actions += apply.prune(cluster, reg, built)
+    actions += apply.prune(cluster, reg, built, gone)
     grown, resize_findings = expansion.expand(cluster, reg)
     actions += grown
     findings += resize_findings
-    findings += facts.waiting(cluster, reg)
+    findings += facts.waiting(cluster, reg, gone)
     deployment = cluster.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
     return deployment, _live_pods(cluster, reg)
 
@@ -161,16 +175,12 @@ def reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, cl
 
 def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, clock: UtcClock | None) -> Outcome:
     clock = clock or WallClock()
-    moment = clock.now()
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
-    generation = meta.get("generation")
     live_status = _usable_status(body.get("status"))
     outcome = Outcome()
     findings: list[Finding] = []
-    deployment = None
-    live_pods: list[dict[str, Any]] | None = None
-    url = selector = storage = external = None
+    seen = Seen(generation=meta.get("generation"), moment=clock.now())
 
     try:
         reg = parse(body)
@@ -178,32 +188,30 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
         reg = None
         findings.append(Finding("InvalidSpec", describe_validation_error(exc)))
         # Nothing is applied, but what runs from the last valid spec keeps running: report it as it is.
-        url, selector, storage, external = (live_status.get(k) for k in ("url", "selector", "storage",
-                                                                          "externalAddress"))
+        seen.url, seen.selector, seen.storage, seen.external = (
+            live_status.get(k) for k in ("url", "selector", "storage", "externalAddress"))
         try:
-            deployment = cluster.get("apps/v1", "Deployment", namespace, name)
+            seen.deployment = cluster.get("apps/v1", "Deployment", namespace, name)
         except KubeError:
-            deployment = None
+            seen.deployment = None
 
     if reg is not None:
-        storage = reg.spec.config.storage.backend
-        selector = names.selector_string(reg)
-        url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
+        seen.storage = reg.spec.config.storage.backend
+        seen.selector = names.selector_string(reg)
+        seen.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
-            deployment, live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
-            external = status.external_address(
+            seen.deployment, seen.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
+            seen.external = status.external_address(
                 reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
-        findings += status.binary_findings(live_pods or [], reg.spec.image)
-        findings += pod_problems.findings(live_pods or [])
+        findings += status.binary_findings(seen.live_pods or [], reg.spec.image)
+        findings += pod_problems.findings(seen.live_pods or [])
 
     outcome.polled = needs_polling(findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
-        if _report(cluster, body, reg, list(findings), outcome, generation=generation, moment=moment,
-                   deployment=deployment, live_pods=live_pods, url=url, selector=selector, storage=storage,
-                   external=external):
+        if _report(cluster, body, reg, list(findings), outcome, seen):
             return outcome
         # The status moved since body was read, and this write records a result (Interrupted): read it
         # again and decide again (the runner may have recorded its own result just before).
@@ -228,22 +236,8 @@ def _uncollectable(reg: Registry | None) -> str | None:
         return GC_PROXY_MESSAGE
     return None
 
-def _report(
-    cluster: Cluster,
-    body: Mapping[str, Any],
-    reg: Registry | None,
-    findings: list[Finding],
-    outcome: Outcome,
-    *,
-    generation: Any,
-    moment: datetime.datetime,
-    deployment: dict[str, Any] | None,
-    live_pods: list[dict[str, Any]] | None,
-    url: str | None,
-    selector: str | None,
-    storage: str | None,
-    external: str | None = None,
-) -> bool:
+def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, findings: list[Finding],
+            outcome: Outcome, seen: Seen) -> bool:
     """Decide garbage collection, compute the status and write what differs; fills outcome. False: not written
     because the status changed since body was read (only a result-recording write is guarded so)."""
     meta = body.get("metadata") or {}
@@ -251,7 +245,7 @@ def _report(
     outcome.previous_conditions = list(live_status.get("conditions") or [])
     gc = gc_schedule.decide(
         reg.spec.garbage_collection if reg is not None else None,
-        annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=moment,
+        annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=seen.moment,
         spec_valid=reg is not None,
         uncollectable=_uncollectable(reg),
     )
@@ -260,6 +254,7 @@ def _report(
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
+    live_pods = seen.live_pods
     if reg is not None and live_pods is not None and cluster.cached:
         live_pods = _confirm_pods(cluster, reg, live_pods, agents)
     pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
@@ -267,14 +262,14 @@ def _report(
     if serving is not None:  # a terminating pod's record is kept until it is gone, but no longer counted
         agents = {pod: rec for pod, rec in agents.items() if pod in serving}
     obs = Observation(
-        generation=generation,
+        generation=seen.generation,
         findings=tuple(findings),
-        deployment=DeploymentState.from_manifest(deployment),
+        deployment=DeploymentState.from_manifest(seen.deployment),
         agents=agents,
         serving_pods=serving,
     )
-    wanted = status.operator_status(obs, live_status, now=format_time(moment), url=url, selector=selector,
-                                    storage=storage, external_address=external)
+    wanted = status.operator_status(obs, live_status, now=format_time(seen.moment), url=seen.url,
+                                    selector=seen.selector, storage=seen.storage, external_address=seen.external)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=pod_names)
     if gc.status_patch is not None:  # merged key by key: the runner's keys of garbageCollection stay its own

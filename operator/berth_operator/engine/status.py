@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..builders.kinds import MISSING_API_REASONS
+
 # Reasons, grouped by the condition they make True. The order inside each tuple is precedence:
 # the first reason found names the condition, the messages of all of them are joined.
 DEGRADED_REASONS = (
@@ -61,6 +63,12 @@ PROGRESSING_REASONS = (
     "WaitingForFileSystemResize",
     "GarbageCollecting",
 )
+# Something the pods need that is not there: an object the spec names, or an optional API (the table of kinds'
+# reasons). The Ready condition names one of them, or a pod problem, as the cause of a wait.
+MISSING_REASONS = frozenset({
+    "MissingSecret", "MissingSecretKey", "MissingConfigMap", "MissingConfigMapKey", "MissingPVC", "MissingBucketClaim",
+    "MissingBucketAccess", "MissingStorageClass", "MissingBucketClass", "MissingBucketAccessClass",
+}) | MISSING_API_REASONS
 POD_PROBLEM_REASONS = frozenset({"ImagePullFailed", "Unschedulable", "ContainerConfigError", "OOMKilled",
                                  "CrashLoopBackOff", "RegistryBinaryMissing"})
 # Findings with these reasons keep pods from serving at all: Ready is False while they last.
@@ -227,7 +235,7 @@ def conditions(obs: Observation) -> dict[str, tuple[str, str, str]]:
         ready_c = ("False", "ScaledToZero", "spec.replicas is 0")
     elif waiting:
         # A missing Secret or claim, or a pod that cannot run, is why the pods wait: name it rather than the symptom.
-        causes = [f for f in degraded if f.reason.startswith("Missing") or f.reason in POD_PROBLEM_REASONS]
+        causes = [f for f in degraded if f.reason in MISSING_REASONS or f.reason in POD_PROBLEM_REASONS]
         cause = _first(causes, DEGRADED_REASONS) if causes else _first(waiting, PROGRESSING_REASONS)
         ready_c = ("False", cause.reason, _join(causes or waiting))
     elif any(f.reason == "AgentFailed" for f in degraded):
