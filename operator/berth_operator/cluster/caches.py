@@ -115,8 +115,7 @@ class Caches:
         self._by_instance: dict[Key, set[str]] = {}
         self._written: dict[Key, str | None] = {}  # our last write of each object: its resourceVersion, None: deleted
         self._lock = threading.Lock()
-        self._streams = Streams()
-        self._stop = self._streams.stopping
+        self._streams = Streams()  # the informers' threads; its `stopping` event stops them
         self._unsynced = {(av, kind, ns) for av, kind in kinds for ns in self.namespaces}
         # Informers of an optional kind that became served and have not listed it yet: their kind is read from the
         # server meanwhile (every other informer covers its kind from `synced` on).
@@ -225,30 +224,30 @@ class Caches:
         if self.discovery is None or (api_version, kind) not in OPTIONAL_KINDS:
             return True
         while not self.discovery.known.wait(SERVED_POLL_SECONDS):
-            if self._stop.is_set():
+            if self._streams.stopping.is_set():
                 return False
         return self.discovery.serves(api_version, kind)
 
     def _run(self, api_version: str, kind: str, namespace: str | None) -> None:
-        while not self._stop.is_set():
+        while not self._streams.stopping.is_set():
             if not self._served(api_version, kind):
                 self._serve_nothing(api_version, kind, namespace)
                 continue
             try:
                 version = self._list(api_version, kind, namespace)
                 self._mark_synced(api_version, kind, namespace)
-                while not self._stop.is_set():
+                while not self._streams.stopping.is_set():
                     version = self._watch(api_version, kind, namespace, version)
                     if version is None:  # 410 Gone: list again
                         break
             except Exception as exc:  # an outage or a refusal: say so, wait, list again
-                if self._stop.is_set():
+                if self._streams.stopping.is_set():
                     return
                 if not self._served(api_version, kind):
                     continue  # its CRD went away (discovery says so): nothing to report
                 logger.warning("cache of %s in %s: %s; listing again in %.0f s", kind, namespace or "all namespaces",
                                exc if isinstance(exc, KubeError) else type(exc).__name__, RETRY_SECONDS)
-                self._stop.wait(RETRY_SECONDS)
+                self._streams.stopping.wait(RETRY_SECONDS)
 
     def _serve_nothing(self, api_version: str, kind: str, namespace: str | None) -> None:
         """A kind the cluster does not serve: synced and empty until it is served (objects of a CRD deleted are
@@ -261,7 +260,7 @@ class Caches:
         for obj in gone:
             self._changed(obj, deleted=True)
         self._mark_synced(api_version, kind, namespace)
-        while not self._stop.wait(SERVED_POLL_SECONDS):
+        while not self._streams.stopping.wait(SERVED_POLL_SECONDS):
             if self.discovery is not None and self.discovery.serves(api_version, kind):
                 with self._lock:
                     self._relisting.add(slot)  # read from the server until listed
