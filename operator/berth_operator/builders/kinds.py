@@ -8,12 +8,13 @@ not make (named, spec_class), and what deploy/clusterrole.yaml grants on it (ver
 test_cluster_role.py derives the ClusterRole from here). A new kind is one entry here, its builder module and its
 ClusterRole line.
 
-It sits among the builders because it holds them; core.kinds re-exports it for the layers below the engine.
+It sits among the builders because it holds them; core.kinds re-exports it (the client, the caches, discovery
+and the reactor read it there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ CERT_MANAGER = "cert-manager.io/v1"
 Builder = Callable[..., "dict[str, Any] | None"]
 Names = Callable[[Registry], "str | tuple[str, ...]"]
 Fields = Callable[[Registry], "tuple[str, ...]"]
+Refusal = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class Kind:
     spec fields of a Registry that need this optional kind (none: it needs no object of it); named: a spec can
     name an object of it that Berth did not make (a user's Secret or claim), whose changes wake the Registries
     that read it (cluster/named.py); spec_class: a cluster-scoped class a spec names (the admin's), cached
-    cluster-wide whole (Caches.of_classes); verbs: what the ClusterRole grants on it."""
+    cluster-wide whole (Caches.of_classes); verbs: what the ClusterRole grants on it; must_replace(live, wanted):
+    the API server refuses that change in place, so the apply layer deletes the object and creates it again."""
 
     api_version: str
     kind: str
@@ -100,6 +103,7 @@ class Kind:
     named: bool = False
     spec_class: bool = False
     verbs: tuple[str, ...] = ()
+    must_replace: Refusal | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -154,7 +158,7 @@ TABLE: tuple[Kind, ...] = (
          optional=CERT_MANAGER_API, needed_by=certificate.needed_by, verbs=PRUNED),
     # The registry's Service is deleted and created again when Kubernetes refuses a change in place (service.py).
     Kind("v1", "Service", "services", cached=True, applied=APPLY,
-         builders=(service.build, metrics_service.build), verbs=PRUNED),
+         builders=(service.build, metrics_service.build), verbs=PRUNED, must_replace=service.must_replace),
     Kind("networking.k8s.io/v1", "Ingress", "ingresses", cached=True, applied=APPLY, builders=(ingress.build,),
          prune=names.ingress_name, verbs=PRUNED),
     Kind(GATEWAY, "HTTPRoute", "httproutes", cached=True, applied=APPLY, builders=(http_route.build,),

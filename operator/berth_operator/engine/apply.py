@@ -15,8 +15,8 @@
 - An object missing from the caches is not read first: it is applied without force (a create-only kind:
   POSTed), and read only when the server refuses that (409, 422: it exists and is someone else's, or differs).
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
-- A change the API server refuses in place (a LoadBalancer Service's class: builders.service.must_replace) is
-  made by deleting the object (by uid) and creating it again at once.
+- A change the API server refuses in place (the table of kinds' must_replace: a LoadBalancer Service's class,
+  builders.service.must_replace) is made by deleting the object (by uid) and creating it again at once.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them: those of the
   kinds whose entry in the table of kinds names a prune (builders/kinds.py). The kinds that hold data (the claims)
   name none: they go only with the Registry, through owner references.
@@ -35,7 +35,7 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from ..builders import kinds, names, service
+from ..builders import kinds, names
 from ..cluster.view import Cluster
 from ..kube.client import FIELD_MANAGER, KubeError
 
@@ -192,7 +192,8 @@ def apply_object(cluster: Cluster, wanted: Mapping[str, Any]) -> Action | None:
             raise NotOurs(f"{kind} {name} exists and is controlled by another owner (uid {owner}); not touching it")
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
-        if kind == "Service" and service.must_replace(live, wanted):
+        refused = kinds.lookup(api_version, kind).must_replace
+        if refused is not None and refused(live, wanted):
             return _replace(cluster, live, _annotated(wanted, digest))
     for _attempt in range(CONFLICT_RETRIES):
         try:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
 from berth_api.timestamps import format_time
 
-from ..builders import build_all, names, problems
+from ..builders import build_all, exposure, names, problems
 from ..builders.kinds import CLASS_KINDS, MISSING_API_REASONS, NAMED_KINDS
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
@@ -201,7 +201,7 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
         seen.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
             seen.deployment, seen.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
-            seen.external = status.external_address(
+            seen.external = exposure.external_address(
                 reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))

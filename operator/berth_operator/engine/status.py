@@ -276,27 +276,6 @@ def url(name: str, namespace: str, port: int, *, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{name}.{namespace}.svc:{port}"
 
 
-def external_address(reg: Any, service: Mapping[str, Any] | None) -> str | None:
-    """Where the registry is reached from outside, as far as seen: the Ingress's first host (with https:// when
-    the Ingress terminates TLS), the HTTPRoute's first hostname, the LoadBalancer's address (once its controller
-    wrote one) and port, or NODE:<nodePort> (any node's address; the port as allocated). reg: a Registry."""
-    spec = reg.spec
-    if spec.ingress is not None:
-        return f"{'https' if spec.ingress.tls is not None else 'http'}://{spec.ingress.hosts[0]}"
-    if spec.gateway is not None and spec.gateway.hostnames:
-        return spec.gateway.hostnames[0]
-    live = (service or {}).get("spec") or {}
-    ports = live.get("ports") or [{}]
-    if spec.service.type == "LoadBalancer" and live.get("type") == "LoadBalancer":
-        for entry in ((service or {}).get("status") or {}).get("loadBalancer", {}).get("ingress") or ():
-            address = entry.get("ip") or entry.get("hostname")
-            if address:
-                return f"{address}:{ports[0].get('port', spec.http.port)}"
-    if spec.service.type in ("NodePort", "LoadBalancer") and ports[0].get("nodePort"):
-        return f"NODE:{ports[0]['nodePort']}"
-    return None
-
-
 def selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
