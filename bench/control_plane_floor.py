@@ -38,7 +38,7 @@ from berth_operator.builders import ClusterFacts, build_all  # noqa: E402
 from berth_operator.core.kinds import CREATE_ONLY_KINDS  # noqa: E402
 from berth_operator.engine.reconcile import parse  # noqa: E402
 from berth_operator.kube.client import Kube  # noqa: E402
-from berth_operator.reactor.handlers import RECONCILE_WORKERS  # noqa: E402
+from berth_operator.reactor.state import RECONCILE_WORKERS  # noqa: E402
 from operator_reconcile import NS, SPECS, controllers_settled, cpu_seconds, seed, wait  # noqa: E402
 from support.control_plane import running_cluster, skip_reason  # noqa: E402
 from support.kube import COSI_CRDS  # noqa: E402

@@ -48,10 +48,10 @@ def _sample() -> dict:
                 counts[key[1]] += 1
             found["classes" if not obj.owners else "caches"] = {k: [counts[k], sizes[k] // 1024] for k in counts}
         elif cls.__name__ == "Context":
-            bodies = list(obj.bodies.values())
+            bodies = list(obj.seen.bodies.values())
             found["bodies"] = [len(bodies), sum(map(len, bodies)) // 1024]
-            found["waking"] = len(obj.waking)
-            found["queued_for_a_worker"] = obj.executor._work_queue.qsize()
+            found["waking"] = len(obj.wakes.waking)
+            found["queued_for_a_worker"] = obj.workers.executor._work_queue.qsize()
     del objects
     tasks = list(asyncio.tasks._all_tasks)
     names = collections.Counter(t.get_name().split("-")[0] for t in tasks)

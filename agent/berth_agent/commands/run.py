@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     # Absolute paths: the registry's command line names the config path, and supervisor/procfs.py matches it exactly.
     args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
     try:
-        host, port = _split_addr(args.health_addr)
-        args.registry_metrics = (_split_addr(args.registry_metrics_addr, "--registry-metrics-addr")
+        host, port = _bind_addr(args.health_addr)
+        args.registry_metrics = (_bind_addr(args.registry_metrics_addr, "--registry-metrics-addr")
                                  if args.registry_metrics_addr else None)
         if args.registry is not None and args.registry.count("/") != 1:
             raise ValueError("--registry must be NAMESPACE/NAME")
@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _split_addr(addr: str, flag: str = "--health-addr") -> tuple[str, int]:
+def _bind_addr(addr: str, flag: str = "--health-addr") -> tuple[str, int]:
+    """Where to listen: split_addr's answer, with every IPv4 address for an empty host."""
     host, port = split_addr(addr, flag)
     return host or "0.0.0.0", port
 

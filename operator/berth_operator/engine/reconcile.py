@@ -75,7 +75,7 @@ class Outcome:
 
 
 @dataclass
-class Seen:
+class Observed:
     """What one reconcile saw and the status reports besides its findings (the spec's address, selector and
     storage are the last valid spec's while the spec is invalid)."""
 
@@ -180,7 +180,7 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
     live_status = _usable_status(body.get("status"))
     outcome = Outcome()
     findings: list[Finding] = []
-    seen = Seen(generation=meta.get("generation"), moment=clock.now())
+    observed = Observed(generation=meta.get("generation"), moment=clock.now())
 
     try:
         reg = parse(body)
@@ -188,30 +188,30 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
         reg = None
         findings.append(Finding("InvalidSpec", describe_validation_error(exc)))
         # Nothing is applied, but what runs from the last valid spec keeps running: report it as it is.
-        seen.url, seen.selector, seen.storage, seen.external = (
+        observed.url, observed.selector, observed.storage, observed.external = (
             live_status.get(k) for k in ("url", "selector", "storage", "externalAddress"))
         try:
-            seen.deployment = cluster.get("apps/v1", "Deployment", namespace, name)
+            observed.deployment = cluster.get("apps/v1", "Deployment", namespace, name)
         except KubeError:
-            seen.deployment = None
+            observed.deployment = None
 
     if reg is not None:
-        seen.storage = reg.spec.config.storage.backend
-        seen.selector = names.selector_string(reg)
-        seen.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
+        observed.storage = reg.spec.config.storage.backend
+        observed.selector = names.selector_string(reg)
+        observed.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
-            seen.deployment, seen.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
-            seen.external = exposure.external_address(
+            observed.deployment, observed.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
+            observed.external = exposure.external_address(
                 reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
-        findings += status.binary_findings(seen.live_pods or [], reg.spec.image)
-        findings += pod_problems.findings(seen.live_pods or [])
+        findings += status.binary_findings(observed.live_pods or [], reg.spec.image)
+        findings += pod_problems.findings(observed.live_pods or [])
 
     outcome.polled = needs_polling(findings)
     outcome.awaits_api = any(f.reason in MISSING_API_REASONS for f in findings)
     for _attempt in range(STATUS_CONFLICT_RETRIES):
-        if _report(cluster, body, reg, list(findings), outcome, seen):
+        if _report(cluster, body, reg, list(findings), outcome, observed):
             return outcome
         # The status moved since body was read, and this write records a result (Interrupted): read it
         # again and decide again (the runner may have recorded its own result just before).
@@ -237,7 +237,7 @@ def _uncollectable(reg: Registry | None) -> str | None:
     return None
 
 def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, findings: list[Finding],
-            outcome: Outcome, seen: Seen) -> bool:
+            outcome: Outcome, observed: Observed) -> bool:
     """Decide garbage collection, compute the status and write what differs; fills outcome. False: not written
     because the status changed since body was read (only a result-recording write is guarded so)."""
     meta = body.get("metadata") or {}
@@ -245,7 +245,7 @@ def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, fin
     outcome.previous_conditions = list(live_status.get("conditions") or [])
     gc = gc_schedule.decide(
         reg.spec.garbage_collection if reg is not None else None,
-        annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=seen.moment,
+        annotations=meta.get("annotations"), live=live_status.get("garbageCollection"), now=observed.moment,
         spec_valid=reg is not None,
         uncollectable=_uncollectable(reg),
     )
@@ -254,7 +254,7 @@ def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, fin
         findings.append(Finding("GarbageCollecting", gc_schedule.progress_message(gc.pending)))
 
     agents = {pod: rec for pod, rec in live_status["agents"].items() if isinstance(rec, Mapping)}
-    live_pods = seen.live_pods
+    live_pods = observed.live_pods
     if reg is not None and live_pods is not None and cluster.cached:
         live_pods = _confirm_pods(cluster, reg, live_pods, agents)
     pod_names = None if live_pods is None else [p["metadata"]["name"] for p in live_pods]
@@ -262,14 +262,15 @@ def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, fin
     if serving is not None:  # a terminating pod's record is kept until it is gone, but no longer counted
         agents = {pod: rec for pod, rec in agents.items() if pod in serving}
     obs = Observation(
-        generation=seen.generation,
+        generation=observed.generation,
         findings=tuple(findings),
-        deployment=DeploymentState.from_manifest(seen.deployment),
+        deployment=DeploymentState.from_manifest(observed.deployment),
         agents=agents,
         serving_pods=serving,
     )
-    wanted = status.operator_status(obs, live_status, now=format_time(seen.moment), url=seen.url,
-                                    selector=seen.selector, storage=seen.storage, external_address=seen.external)
+    wanted = status.operator_status(obs, live_status, now=format_time(observed.moment), url=observed.url,
+                                    selector=observed.selector, storage=observed.storage,
+                                    external_address=observed.external)
     outcome.conditions = wanted["conditions"]
     patch = status.status_patch(live_status, wanted, live_pods=pod_names)
     if gc.status_patch is not None:  # merged key by key: the runner's keys of garbageCollection stay its own

@@ -20,10 +20,11 @@
 - Garbage collection (gc_schedule): a new berth.dev/gc-requested-at value or a run the runner started or
   ended reconciles at once (kopf's diff ignores berth.dev/ annotations and status), and each reconcile arms
   a timer (wakeups) for the next scheduled run or the deadline of the run in progress.
-Reconciles run in a bounded pool of worker threads (RECONCILE_WORKERS), never a thread per Registry, and not
-in the default executor; they wait until the caches have listed. A reconcile takes one of RECONCILE_WORKERS slots
-before it reads or copies its body: at 1000 Registries created at once the others wait holding nothing (a body
-copied for each one queued was most of the operator's peak memory, docs/benchmarks.md).
+Reconciles run in a bounded pool of worker threads (state.Workers: RECONCILE_WORKERS), never a thread per
+Registry, and not in the default executor; they wait until the caches have listed. A reconcile takes one of
+RECONCILE_WORKERS slots before it reads or copies its body: at 1000 Registries created at once the others wait
+holding nothing (a body copied for each one queued was most of the operator's peak memory, docs/benchmarks.md).
+The state the handlers share is state.Context.
 Handlers return normally for an invalid or unsatisfiable spec (the condition and a Warning event say why);
 kopf never retries those: only an edit of the Registry (or the sweep) runs the reconcile again.
 """
@@ -31,81 +32,29 @@ kopf never retries those: only an edit of the Registry (or the sweep) runs the r
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from berth_api import GROUP, KIND, PLURAL, VERSION
 
-from ..cluster.view import Cluster
 from ..core import metrics
-from ..core.clock import UtcClock, WallClock
 from ..engine import gc_schedule
 from ..engine.apply import Action
 from ..engine.reconcile import Outcome, reconcile
 from ..engine.status import degraded_changed
 from ..kube.client import NotLeader
-from .wakeups import Wakeups
+from .state import Change, Context, Key
 
 logger = logging.getLogger("berth.operator")
 
 REGISTRIES = (GROUP, VERSION, PLURAL)
-# Reconciles in flight at once. A reconcile mostly waits for the API server (each write waits for etcd's
-# fsync), and uses little CPU: 16 overlap those waits.
-RECONCILE_WORKERS = 16
-
-
-@dataclass
-class Context:
-    """State shared by every handler of one running operator."""
-
-    kube: Cluster
-    agent_image: str
-    refresh_interval: float = 60.0
-    # The newest body kopf has seen of each Registry (the sweep reconciles from it), as compact() made it.
-    bodies: dict[tuple[str, str], bytes] = field(default_factory=dict)
-    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    seen_agents: dict[tuple[str, str], str] = field(default_factory=dict)
-    seen_gc: dict[tuple[str, str], str] = field(default_factory=dict)
-    clock: UtcClock = field(default_factory=WallClock)
-    wakeups: Wakeups | None = None
-    sweeper: asyncio.Task[None] | None = None
-    reconciles: int = 0  # reconciles started, for tests that check there is no retry loop
-    completed: int = 0  # reconciles finished (successfully or not)
-    caches_ready: asyncio.Event | None = None  # set once the caches have listed (None: no caches)
-    polled: set[tuple[str, str]] = field(default_factory=set)  # the Registries the sweep reconciles
-    # A wake is queued, its reconcile not begun: the changes (cache key, resourceVersion) it is for.
-    waking: dict[tuple[str, str], list[tuple[Any, str | None]]] = field(default_factory=dict)
-    wake_tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    written: dict[tuple[str, str], str] = field(default_factory=dict)  # resourceVersion of our last status write
-    awaiting_api: set[tuple[str, str]] = field(default_factory=set)  # Degraded for an API the cluster lacks
-    # Wakes by name (named.py): the objects each Registry's last reconcile read from the server, and the reverse.
-    names_read: dict[tuple[str, str], frozenset[tuple[str, str, str, str]]] = field(default_factory=dict)
-    readers: dict[tuple[str, str, str, str], set[tuple[str, str]]] = field(default_factory=dict)
-    # A named object that changes while a reconcile that read it runs is indexed only once that reconcile ends:
-    # its change is kept (numbered) while any reconcile runs, and a reconcile that began before it wakes again.
-    named_changes: int = 0
-    changed_while_running: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
-    running: int = 0
-    kopf_context: contextvars.Context | None = None  # copied from a kopf handler: wakes post Events in it
-    executor: concurrent.futures.ThreadPoolExecutor = field(
-        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(RECONCILE_WORKERS, "berth-reconcile"))
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(RECONCILE_WORKERS))
-
-    def __post_init__(self) -> None:
-        if self.wakeups is None:
-            self.wakeups = Wakeups(self.clock)
-
-    def lock(self, key: tuple[str, str]) -> asyncio.Lock:
-        return self.locks.setdefault(key, asyncio.Lock())
 
 
 def compact(body: Mapping[str, Any]) -> bytes:
@@ -115,7 +64,7 @@ def compact(body: Mapping[str, Any]) -> bytes:
     return json.dumps({**body, "metadata": meta}, separators=(",", ":")).encode()
 
 
-def _key(body: Mapping[str, Any]) -> tuple[str, str]:
+def _key(body: Mapping[str, Any]) -> Key:
     meta = body.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
 
@@ -154,7 +103,7 @@ async def run_reconcile(
     body: Mapping[str, Any] | None = None,
     *,
     trigger: str,
-    key: tuple[str, str] | None = None,
+    key: Key | None = None,
     fetch: Callable[[], Awaitable[Mapping[str, Any] | None]] | None = None,
 ) -> Outcome | None:
     """Reconcile one Registry (serialized per Registry), then metrics, events and one log line.
@@ -165,58 +114,71 @@ async def run_reconcile(
     key = key or _key(body or {})
     if ctx.caches_ready is not None:
         await ctx.caches_ready.wait()
-    async with ctx.lock(key), ctx.slots:
+    workers = ctx.workers
+    async with workers.lock(key), workers.slots:
         if fetch is not None:
             body = await fetch()
-        elif body is not None and _older(body, ctx.written.get(key)):
+        elif body is not None and _older(body, ctx.results.written.get(key)):
             # A trigger's body from before our own last status write (kopf had not delivered it yet, and a
             # wake's reconcile ran first): decide from what the server holds, not from that stale body.
-            body = await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, *key)
+            body = await asyncio.to_thread(ctx.cluster.get, "berth.dev/v1alpha1", KIND, *key)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None
         raw = json.loads(compact(body))  # our own copy (kopf keeps its body), without managedFields
-        ctx.reconciles += 1
-        started = time.monotonic()
-        work = functools.partial(reconcile, ctx.kube, raw, agent_image=ctx.agent_image, clock=ctx.clock)
-        since = ctx.named_changes
-        ctx.running += 1
-        try:
-            outcome = await asyncio.get_running_loop().run_in_executor(ctx.executor, work)
-        except NotLeader:
-            # The Lease was released (a stop) or lost while this ran: the next leader reconciles it from scratch.
-            logger.info("reconcile of Registry %s/%s left to the next leader: this operator no longer leads", *key)
-            return None
-        except Exception as exc:
-            ctx.polled.add(key)  # retried by the sweep too, whatever kopf does
-            metrics.RECONCILES.labels(result="error").inc()
-            metrics.ERRORS.labels(reason=type(exc).__name__).inc()
-            raise
-        finally:
-            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
-            ctx.completed += 1
-            ctx.running -= 1
-    if outcome.status_version is not None:
-        ctx.written[key] = outcome.status_version
-    if outcome.polled and not outcome.gone:
-        ctx.polled.add(key)
-    else:
-        ctx.polled.discard(key)
-    if outcome.awaits_api and not outcome.gone:
-        ctx.awaiting_api.add(key)
-    else:
-        ctx.awaiting_api.discard(key)
-    _index_names(ctx, key, frozenset() if outcome.gone else outcome.named)
-    _wake_for_missed_names(ctx, key, since, frozenset() if outcome.gone else outcome.named)
+        outcome = await _reconcile_in_worker(ctx, key, raw)
+    if outcome is not None:
+        _report(ctx, key, trigger, raw, outcome)
+    return outcome
+
+
+async def _reconcile_in_worker(ctx: Context, key: Key, raw: dict[str, Any]) -> Outcome | None:
+    """The reconcile itself, in a worker thread (the caller holds the Registry's lock and a slot); None when this
+    operator stopped leading meanwhile. A named object that changed while it ran wakes it again after."""
+    workers = ctx.workers
+    workers.started += 1
+    started = time.monotonic()
+    settings = ctx.settings
+    work = functools.partial(reconcile, ctx.cluster, raw, agent_image=settings.agent_image, clock=settings.clock)
+    since = ctx.names.changes
+    workers.running += 1
+    try:
+        outcome = await asyncio.get_running_loop().run_in_executor(workers.executor, work)
+    except NotLeader:
+        # The Lease was released (a stop) or lost while this ran: the next leader reconciles it from scratch.
+        logger.info("reconcile of Registry %s/%s left to the next leader: this operator no longer leads", *key)
+        return None
+    except Exception as exc:
+        ctx.results.polled.add(key)  # retried by the sweep too, whatever kopf does
+        metrics.RECONCILES.labels(result="error").inc()
+        metrics.ERRORS.labels(reason=type(exc).__name__).inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        workers.completed += 1
+        workers.running -= 1
+    named = frozenset() if outcome.gone else outcome.named
+    ctx.results.record(key, outcome)
+    ctx.names.index(key, named)
+    missed = ctx.names.missed(named, since, running=workers.running > 0)
+    if missed:
+        # A named object this reconcile read changed after it began, before its reads were indexed: no wake found
+        # this Registry then (else a Secret created just after a status said it was missing went unseen until
+        # the next sweep).
+        wake(ctx, *key, (missed[0], None), trigger="named object changed")
+    return outcome
+
+
+def _report(ctx: Context, key: Key, trigger: str, raw: Mapping[str, Any], outcome: Outcome) -> None:
+    """After a reconcile: its timer, metrics, Events and one log line."""
     metrics.RECONCILES.labels(result=outcome.result).inc()
-    if ctx.wakeups is not None:
-        namespace, name = key
-        ctx.wakeups.at(key, None if outcome.gone else outcome.wake_at,
-                       lambda: refresh(ctx, namespace, name, trigger="timer"))
+    namespace, name = key
+    ctx.wakes.timers.at(key, None if outcome.gone else outcome.wake_at,
+                        lambda: refresh(ctx, namespace, name, trigger="timer"))
     for action in outcome.actions:
         metrics.APPLY_OPERATIONS.labels(kind=action.kind, verb=action.verb.lower()).inc()
     if outcome.gone:
         metrics.record_conditions(key, None)
-        return outcome
+        return
     metrics.record_conditions(key, outcome.conditions)
     degraded = outcome.degraded
     if degraded is not None:
@@ -228,7 +190,6 @@ async def run_reconcile(
         ", ".join(map(str, outcome.actions)) or "no writes",
         "Degraded " + degraded["reason"] if degraded else "not degraded",
     )
-    return outcome
 
 
 async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip_own: bool = False) -> None:
@@ -238,69 +199,40 @@ async def refresh(ctx: Context, namespace: str, name: str, *, trigger: str, skip
     key = (namespace, name)
 
     async def fetch() -> Mapping[str, Any] | None:
-        changes = ctx.waking.pop(key, [])  # from here on a new change needs a new reconcile
-        if skip_own and ctx.kube.cached and changes and all(ctx.kube.ours(*change) for change in changes):
+        changes = ctx.wakes.waking.pop(key, [])  # from here on a new change needs a new reconcile
+        cluster = ctx.cluster
+        if skip_own and cluster.cached and changes and all(cluster.ours(*change) for change in changes):
             return None  # only echoes of the writes of the reconcile that held the lock: nothing to do
-        return await asyncio.to_thread(ctx.kube.get, "berth.dev/v1alpha1", KIND, namespace, name)
+        return await asyncio.to_thread(cluster.get, "berth.dev/v1alpha1", KIND, namespace, name)
 
     await run_reconcile(ctx, key=key, fetch=fetch, trigger=trigger)
 
 
-def _index_names(ctx: Context, key: tuple[str, str], named: frozenset[tuple[str, str, str, str]]) -> None:
-    for gone in ctx.names_read.get(key, frozenset()) - named:
-        readers = ctx.readers.get(gone)
-        if readers is not None:
-            readers.discard(key)
-            if not readers:
-                del ctx.readers[gone]
-    for read in named:
-        ctx.readers.setdefault(read, set()).add(key)
-    if named:
-        ctx.names_read[key] = named
-    else:
-        ctx.names_read.pop(key, None)
-
-
-def _wake_for_missed_names(ctx: Context, key: tuple[str, str], since: int,
-                           named: frozenset[tuple[str, str, str, str]]) -> None:
-    """A named object this reconcile read changed after it began, before its reads were indexed: no wake found
-    this Registry then, so it is woken now (else a Secret created just after a status said it was missing went
-    unseen until the next sweep)."""
-    missed = sorted(read for read in named if ctx.changed_while_running.get(read, 0) > since)
-    if ctx.running == 0:
-        ctx.changed_while_running.clear()
-    if missed:
-        wake(ctx, *key, (missed[0], None), trigger="named object changed")
-
-
-def named_changed(ctx: Context, change: tuple[Any, str | None]) -> None:
+def named_changed(ctx: Context, change: Change) -> None:
     """An object some Registries named changed (named.py; in the loop's thread): wake each that read it."""
-    ctx.named_changes += 1
-    if ctx.running:
-        ctx.changed_while_running[change[0]] = ctx.named_changes
-    for namespace, name in sorted(ctx.readers.get(change[0], ())):
+    for namespace, name in ctx.names.changed(change[0], running=ctx.workers.running > 0):
         wake(ctx, namespace, name, change, trigger="named object changed")
 
 
 def names_resynced(ctx: Context, api_version: str, kind: str) -> None:
     """The watch of a named kind (re)started, and may have missed changes: wake every Registry naming one."""
-    keys = {reader for read, readers in ctx.readers.items() if read[:2] == (api_version, kind) for reader in readers}
-    for namespace, name in sorted(keys):
+    for namespace, name in ctx.names.readers_of_kind(api_version, kind):
         wake(ctx, namespace, name, ((api_version, kind, namespace, ""), None), trigger=f"watch of {kind} resynced")
 
 
-def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None], *,
+def wake(ctx: Context, namespace: str, name: str, change: Change, *,
          trigger: str = "owned object changed") -> None:
     """An owned object of this Registry changed (caches.py; in the loop's thread), or one it names (named.py):
     reconcile it, once for any number of changes that arrive before that reconcile begins, and not at all when
     every one of them was our own write (an echo that overtook the answer)."""
     key = (namespace, name)
-    if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
+    wakes = ctx.wakes
+    if wakes.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
         return
-    if key in ctx.waking:
-        ctx.waking[key].append(change)
+    if key in wakes.waking:
+        wakes.waking[key].append(change)
         return
-    ctx.waking[key] = [change]
+    wakes.waking[key] = [change]
 
     async def reconcile_changed() -> None:
         try:
@@ -308,19 +240,15 @@ def wake(ctx: Context, namespace: str, name: str, change: tuple[Any, str | None]
         except Exception:  # the sweep retries it (run_reconcile marked it polled)
             logger.exception("reconcile of Registry %s/%s after a change (%s) failed", *key, trigger)
 
-    # In kopf's context (its Event poster needs it), as the sweep is.
-    task = asyncio.create_task(reconcile_changed(), name=f"berth-changed-{namespace}/{name}",
-                               context=ctx.kopf_context.copy())
-    ctx.wake_tasks.add(task)
-    task.add_done_callback(ctx.wake_tasks.discard)
+    wakes.spawn(reconcile_changed(), name=f"berth-changed-{namespace}/{name}")
 
 
 def apis_changed(ctx: Context, served: bool) -> None:
     """Discovery saw optional kinds become served (or stop being served; in the loop's thread): reconcile the
     Registries waiting for one, or, when one went, every Registry (one that used it must now say so)."""
-    if ctx.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every Registry
+    if ctx.wakes.kopf_context is None:  # before kopf's first Registry event, whose handlers reconcile every one
         return
-    keys = sorted(ctx.awaiting_api if served else ctx.bodies)
+    keys = sorted(ctx.results.awaiting_api if served else ctx.seen.bodies)
     for namespace, name in keys:
 
         async def reconcile_waiting(namespace: str = namespace, name: str = name) -> None:
@@ -329,21 +257,18 @@ def apis_changed(ctx: Context, served: bool) -> None:
             except Exception:  # the sweep retries it (run_reconcile marked it polled)
                 logger.exception("reconcile of Registry %s/%s after an API change failed", namespace, name)
 
-        task = asyncio.create_task(reconcile_waiting(), name=f"berth-api-{namespace}/{name}",
-                                   context=ctx.kopf_context.copy())
-        ctx.wake_tasks.add(task)
-        task.add_done_callback(ctx.wake_tasks.discard)
+        ctx.wakes.spawn(reconcile_waiting(), name=f"berth-api-{namespace}/{name}")
 
 
 async def sweep_forever(ctx: Context) -> None:
     while True:
-        await asyncio.sleep(ctx.refresh_interval)
+        await asyncio.sleep(ctx.settings.refresh_interval)
         # With caches, only what they cannot know; without (no watches), every Registry.
-        keys = [key for key in ctx.bodies if ctx.caches_ready is None or key in ctx.polled]
+        keys = [key for key in ctx.seen.bodies if ctx.caches_ready is None or key in ctx.results.polled]
         for key in keys:
 
-            async def latest(key: tuple[str, str] = key) -> Mapping[str, Any] | None:
-                kept = ctx.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
+            async def latest(key: Key = key) -> Mapping[str, Any] | None:
+                kept = ctx.seen.bodies.get(key)  # the newest body kopf has seen, once the lock is ours
                 return json.loads(kept) if kept is not None else None
 
             try:
@@ -359,6 +284,16 @@ def _agents_digest(body: Mapping[str, Any]) -> str:
     return json.dumps(summary, sort_keys=True)
 
 
+def _forget(ctx: Context, key: Key) -> None:
+    """A Registry deleted: nothing of it is kept."""
+    ctx.seen.forget(key)
+    ctx.workers.locks.pop(key, None)
+    ctx.results.forget(key)
+    ctx.names.index(key, frozenset())
+    ctx.wakes.timers.cancel(key)
+    metrics.record_conditions(key, None)
+
+
 def make_registry(ctx: Context) -> kopf.OperatorRegistry:
     """The handlers of one operator instance (a fresh registry, so several can run in one process)."""
     registry = kopf.OperatorRegistry()
@@ -368,12 +303,8 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
         if ctx.sweeper is not None:
             ctx.sweeper.cancel()
             await asyncio.gather(ctx.sweeper, return_exceptions=True)
-        for task in list(ctx.wake_tasks):
-            task.cancel()
-        await asyncio.gather(*ctx.wake_tasks, return_exceptions=True)
-        if ctx.wakeups is not None:
-            await ctx.wakeups.close()
-        ctx.executor.shutdown(wait=False, cancel_futures=True)
+        await ctx.wakes.close()
+        ctx.workers.executor.shutdown(wait=False, cancel_futures=True)
 
     # One function, three causes. retries bound kopf's retry of an unexpected error (a bug or an API
     # outage); expected failures never raise.
@@ -389,32 +320,15 @@ def make_registry(ctx: Context) -> kopf.OperatorRegistry:
             # Started from a resource handler, not from on.startup: kopf sets the context its Event poster
             # needs (kopf.event) only in the tasks that process objects, and the sweep posts Events too.
             ctx.sweeper = asyncio.create_task(sweep_forever(ctx), name="berth-sweeper")
-            ctx.kopf_context = contextvars.copy_context()
+            ctx.wakes.kopf_context = contextvars.copy_context()
         body = event.get("object") or {}
         key = _key(body)
         if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
-            ctx.bodies.pop(key, None)
-            ctx.seen_agents.pop(key, None)
-            ctx.seen_gc.pop(key, None)
-            ctx.locks.pop(key, None)
-            ctx.polled.discard(key)
-            ctx.awaiting_api.discard(key)
-            ctx.written.pop(key, None)
-            _index_names(ctx, key, frozenset())
-            if ctx.wakeups is not None:
-                ctx.wakeups.cancel(key)
-            metrics.record_conditions(key, None)
+            _forget(ctx, key)
             return
-        ctx.bodies[key] = compact(body)
-        digest = _agents_digest(body)
-        before = ctx.seen_agents.get(key)
-        ctx.seen_agents[key] = digest
-        gc_digest = gc_schedule.watch_digest(body)
-        gc_before = ctx.seen_gc.get(key)
-        ctx.seen_gc[key] = gc_digest
-        if before is not None and before != digest:
-            await run_reconcile(ctx, body, trigger="agents")
-        elif gc_before is not None and gc_before != gc_digest:
-            await run_reconcile(ctx, body, trigger="garbage collection")
+        trigger = ctx.seen.remember(key, compact(body), agents=_agents_digest(body),
+                                    gc=gc_schedule.watch_digest(body))
+        if trigger is not None:
+            await run_reconcile(ctx, body, trigger=trigger)
 
     return registry

@@ -12,6 +12,7 @@ import signal
 import threading
 import urllib.parse
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp.web
@@ -26,8 +27,9 @@ from ..core.clock import UtcClock, WallClock
 from ..core.identity import own_identity
 from ..core.kinds import CACHED_KINDS, CLASS_KINDS, NAMED_KINDS
 from ..kube.client import Kube
-from .handlers import RECONCILE_WORKERS, Context, apis_changed, make_registry, named_changed, names_resynced, wake
+from .handlers import apis_changed, make_registry, named_changed, names_resynced, wake
 from .leader import LeaderElector, LeaseSettings
+from .state import RECONCILE_WORKERS, Context, Settings
 
 # Persist kopf's own bookkeeping in our annotations, never in status (the CRD's status schema has no
 # room for status.kopf, and the API server would prune it).
@@ -118,7 +120,7 @@ def _stop_on_signals(stopping: asyncio.Event) -> None:
     signal while standing by, or between taking the Lease and kopf's own handlers (the stand-by's health server
     closing, the caches starting), stops the operator cleanly and releases the Lease. Without, that gap had the
     default action: killed by the signal, the Lease left to expire. kopf replaces these with its own once it
-    starts, and _operate puts them back."""
+    starts, and _run_kopf puts them back."""
     if threading.current_thread() is not threading.main_thread():
         return
     loop = asyncio.get_running_loop()
@@ -184,89 +186,127 @@ async def _operate(
     clock: UtcClock,
 ) -> None:
     """kopf with our handlers and the caches, until stopped."""
-    loop = asyncio.get_running_loop()
-    caches_ready = asyncio.Event()
-    ctx: Context | None = None
-
-    def changed(namespace: str, name: str, key: Any, version: str | None) -> None:  # an informer's thread
-        if ctx is not None:
-            loop.call_soon_threadsafe(wake, ctx, namespace, name, (key, version))
-
-    def served_changed(kinds: frozenset[tuple[str, str]]) -> None:  # discovery's thread
-        if ctx is not None:
-            served = all(discovery.serves(*kind) for kind in kinds)
-            loop.call_soon_threadsafe(apis_changed, ctx, served)
-
-    def name_changed(key: Any, version: str | None) -> None:  # a named watch's thread
-        if ctx is not None:
-            loop.call_soon_threadsafe(named_changed, ctx, (key, version))
-
-    def class_changed(_namespace: str, _owner: str, key: Any, version: str | None) -> None:  # an informer's thread
-        name_changed(key, version)
-
-    def name_resynced(api_version: str, kind: str) -> None:  # a named watch's thread
-        if ctx is not None:
-            loop.call_soon_threadsafe(names_resynced, ctx, api_version, kind)
-
-    # Discovery holds one open watch (CRDs); the informers and the named watches one per kind and namespace; the
-    # reconciles one connection per worker.
-    discovery = Discovery(Kube(_pooled(configuration, 2)))
-    discovery.on_change(served_changed)
-    watches = len(CACHED_KINDS) * (len(namespaces) or 1)
-    caches = Caches(Kube(_pooled(configuration, watches + 2)), None if clusterwide else namespaces,
-                    on_change=changed, discovery=discovery)
-    named = NamedWatches(Kube(_pooled(configuration, len(NAMED_KINDS) * (len(namespaces) or 1) + 2)),
-                         None if clusterwide else namespaces, on_change=name_changed, on_resync=name_resynced,
-                         discovery=discovery)
-    # The classes a spec names: cached cluster-wide, never waited for (until listed, a reconcile GETs them).
-    classes = Caches.of_classes(Kube(_pooled(configuration, len(CLASS_KINDS) + 2)), class_changed, discovery)
-    kube = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), caches,
-                   served=discovery.serves, classes=classes)
-    ctx = Context(kube=kube, agent_image=agent_image, refresh_interval=refresh_interval, clock=clock,
-                  caches_ready=caches_ready)
+    relay = _Relay(asyncio.get_running_loop())
+    watches = _Watches.open(configuration, namespaces, clusterwide, relay)
+    # The reconciles: one connection per worker.
+    cluster = Cluster(Kube(_pooled(configuration, RECONCILE_WORKERS + 4), may_write=may_write), watches.caches,
+                      served=watches.discovery.serves, classes=watches.classes)
+    ctx = relay.ctx = Context(cluster=cluster, settings=Settings(agent_image, refresh_interval, clock),
+                              caches_ready=asyncio.Event())
     if context is not None:
         context["ctx"] = ctx
     registry = make_registry(ctx)
-    discovery.start()
-    caches.start()
-    classes.start()
-    named.start()
-    synced = asyncio.create_task(_set_when(caches, caches_ready))
+    watches.start()
+    synced = asyncio.create_task(_set_when(watches.caches, ctx.caches_ready))
+    try:
+        await _run_kopf(registry, configuration, namespaces=namespaces, clusterwide=clusterwide, liveness=liveness,
+                        stopping=stopping, ready_flag=ready_flag)
+    finally:
+        synced.cancel()
+        await asyncio.gather(synced, return_exceptions=True)
+        await watches.stop()
+        ctx.workers.executor.shutdown(wait=False, cancel_futures=True)
+        cluster.close()
+        logger.info("stopped: kopf, the caches and the watches")
+
+
+@dataclass
+class _Relay:
+    """What the watches hear (each method is called in the thread of the watch it is given to: an informer's, a
+    named watch's, discovery's), handed to the handlers in the loop's thread. Until the Context exists (it needs
+    the watches' caches) it is dropped: kopf's first events reconcile every Registry anyway."""
+
+    loop: asyncio.AbstractEventLoop
+    ctx: Context | None = None
+
+    def owned_changed(self, namespace: str, name: str, key: Any, version: str | None) -> None:
+        self._call(wake, namespace, name, (key, version))
+
+    def named_changed(self, key: Any, version: str | None) -> None:
+        self._call(named_changed, (key, version))
+
+    def class_changed(self, _namespace: str, _owner: str, key: Any, version: str | None) -> None:
+        self.named_changed(key, version)
+
+    def names_resynced(self, api_version: str, kind: str) -> None:
+        self._call(names_resynced, api_version, kind)
+
+    def served_changed(self, discovery: Discovery, kinds: frozenset[tuple[str, str]]) -> None:
+        if self.ctx is not None:
+            self._call(apis_changed, all(discovery.serves(*kind) for kind in kinds))
+
+    def _call(self, handler: Callable[..., None], *args: Any) -> None:
+        if self.ctx is not None:
+            self.loop.call_soon_threadsafe(handler, self.ctx, *args)
+
+
+@dataclass
+class _Watches:
+    """Discovery (one open watch, of CRDs), the caches of what Berth owns (one informer per kind and namespace), the
+    watches of the objects Registries name (as many) and the cache of the classes a spec names (cluster-wide, never
+    waited for: until listed, a reconcile GETs them). Each with a client whose pool fits its connections."""
+
+    discovery: Discovery
+    caches: Caches
+    named: NamedWatches
+    classes: Caches
+
+    @classmethod
+    def open(cls, configuration: Configuration, namespaces: Collection[str], clusterwide: bool,
+             relay: _Relay) -> _Watches:
+        discovery = Discovery(Kube(_pooled(configuration, 2)))
+        discovery.on_change(lambda kinds: relay.served_changed(discovery, kinds))
+        scope = None if clusterwide else namespaces
+        per_namespace = len(namespaces) or 1
+        caches = Caches(Kube(_pooled(configuration, len(CACHED_KINDS) * per_namespace + 2)), scope,
+                        on_change=relay.owned_changed, discovery=discovery)
+        named = NamedWatches(Kube(_pooled(configuration, len(NAMED_KINDS) * per_namespace + 2)), scope,
+                             on_change=relay.named_changed, on_resync=relay.names_resynced, discovery=discovery)
+        classes = Caches.of_classes(Kube(_pooled(configuration, len(CLASS_KINDS) + 2)), relay.class_changed,
+                                    discovery)
+        return cls(discovery, caches, named, classes)
+
+    def start(self) -> None:
+        self.discovery.start()
+        self.caches.start()
+        self.classes.start()
+        self.named.start()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.caches.stop)
+        await asyncio.to_thread(self.classes.stop)
+        await asyncio.to_thread(self.named.stop)
+        await asyncio.to_thread(self.discovery.stop)
+        self.discovery.kube.close()
+
+
+async def _run_kopf(registry: kopf.OperatorRegistry, configuration: Configuration, *, namespaces: Collection[str],
+                    clusterwide: bool, liveness: str | None, stopping: asyncio.Event,
+                    ready_flag: asyncio.Event | threading.Event | None) -> None:
+    """kopf with our handlers and settings, logging in with configuration's credentials, until stopping is set."""
 
     @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)
 
-    try:
-        # kopf.operator() is these two calls. Between them, kopf's signal handlers replace ours. Theirs end kopf by
-        # its own signal future, leaving its waiter on `stopping` pending, which run_tasks waits 5 s for; and the
-        # Lease was released only after that. Ours again: a signal sets `stopping` (kopf's stop flag), and _run
-        # hands the Lease over at once.
-        existing = set(asyncio.all_tasks())
-        tasks = await kopf.spawn_tasks(
-            registry=registry,
-            settings=settings(),
-            identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
-            standalone=True,
-            clusterwide=clusterwide,
-            namespaces=list(namespaces),
-            liveness_endpoint=liveness,
-            stop_flag=stopping,
-            ready_flag=ready_flag,
-        )
-        _stop_on_signals(stopping)
-        await kopf.run_tasks(tasks, ignored=existing)
-    finally:
-        synced.cancel()
-        await asyncio.gather(synced, return_exceptions=True)
-        await asyncio.to_thread(caches.stop)
-        await asyncio.to_thread(classes.stop)
-        await asyncio.to_thread(named.stop)
-        await asyncio.to_thread(discovery.stop)
-        discovery.kube.close()
-        ctx.executor.shutdown(wait=False, cancel_futures=True)
-        kube.close()
-        logger.info("stopped: kopf, the caches and the watches")
+    # kopf.operator() is these two calls. Between them, kopf's signal handlers replace ours. Theirs end kopf by its
+    # own signal future, leaving its waiter on `stopping` pending, which run_tasks waits 5 s for; and the Lease was
+    # released only after that. Ours again: a signal sets `stopping` (kopf's stop flag), and _run hands the Lease
+    # over at once.
+    existing = set(asyncio.all_tasks())
+    tasks = await kopf.spawn_tasks(
+        registry=registry,
+        settings=settings(),
+        identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
+        standalone=True,
+        clusterwide=clusterwide,
+        namespaces=list(namespaces),
+        liveness_endpoint=liveness,
+        stop_flag=stopping,
+        ready_flag=ready_flag,
+    )
+    _stop_on_signals(stopping)
+    await kopf.run_tasks(tasks, ignored=existing)
 
 
 def _pooled(configuration: Configuration, connections: int) -> Configuration:
