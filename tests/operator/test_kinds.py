@@ -1,5 +1,6 @@
-"""The one table of the kinds the operator manages (issue 27, berth_operator.core.kinds): the client, the caches,
-the apply layer and the builders all read it, so a new kind is one entry plus its builder."""
+"""The one table of the kinds the operator manages (issue 27, issue 40: berth_operator.builders.kinds, re-exported
+by core.kinds): the client, the caches, the apply layer and the builders all read it, so a new kind is one entry,
+its builder module and its ClusterRole line (tests/deploy/test_cluster_role.py)."""
 
 from __future__ import annotations
 
