@@ -8,8 +8,8 @@ token from the issuer for every pull, as a client whose token just expired would
 
 The rotation is docs/guide/rotation.md's order: 1. the bundle gets {old, new}; 2. every pod's status.agents shows it
 applied; 3. the issuer switches to the new key; 4. the bundle drops the old one. No request fails and none is refused;
-the old key's tokens, minted at the end, are refused. Each trust change names a new state in status.agents.<pod>.configHash
-and in berth_agent_config_info (issue 26), though config.yml stays as it was.
+the old key's tokens, minted at the end, are refused. Each trust change names a new state in
+status.agents.<pod>.configHash and in berth_agent_config_info (issue 26), though config.yml stays as it was.
 """
 
 from __future__ import annotations
