@@ -46,6 +46,7 @@ def sh(api, tmp_path):
             outputs.append(done.stdout)
         return outputs
 
+    run.env = env
     return run
 
 
@@ -111,3 +112,25 @@ def test_the_status_and_event_reads(sh, installed) -> None:
     assert per_pod == ""
     (events,) = sh("monitoring-events")
     assert events == "" or shlex.split(events.splitlines()[0])[0] == "LAST"
+
+
+def test_the_conditions_and_kubectl_wait_on_the_current_generation(api, sh, installed) -> None:
+    """What the operator would write (no operator runs here): Ready True, first at an older generation, which
+    `kubectl wait` must not take, then at the current one, which it returns on."""
+    generation = api.get(REGISTRIES, "default", NAME)["metadata"]["generation"]
+
+    def ready_at(observed: int) -> None:
+        condition = {"type": "Ready", "status": "True", "reason": "Available", "message": "serving",
+                     "observedGeneration": observed, "lastTransitionTime": "2026-12-01T00:00:00Z"}
+        api.patch(REGISTRIES, "default", NAME, {"status": {"conditions": [condition]}}, subresource="status")
+
+    ready_at(generation - 1)
+    (command,) = commands("monitoring-wait-ready")
+    stale = subprocess.run(["bash", "-c", command.replace("NAME", NAME) + " --timeout=3s"], cwd=REPO,
+                           env=sh.env, capture_output=True, text=True, timeout=60)
+    assert stale.returncode != 0, stale.stdout  # a Ready of an older generation is not about this spec
+    ready_at(generation)
+    (waited,) = sh("monitoring-wait-ready")
+    assert f"registry.berth.dev/{NAME} condition met" in waited
+    described, conditions = sh("monitoring-conditions")
+    assert "Available" in described and '"reason":"Available"' in conditions
