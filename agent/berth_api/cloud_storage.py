@@ -58,7 +58,7 @@ class AzureCredentials(ApiModel):
         description="shared_key: the storage account's key from secret (one of its two keys: rotate one while the "
         "other serves). client_secret: a Microsoft Entra application's secret from secret, with tenantID and "
         "clientID. default_credentials: the pod's workload identity (no Secret; label the pod template and "
-        "annotate the ServiceAccount as README, Storage says).")
+        "annotate the ServiceAccount as docs/guide/placement-and-identity.md, Cloud identity, says).")
     secret: SecretKeyRef | None = Field(
         None, description="The Secret and key holding the account key (shared_key) or the client secret "
         "(client_secret). A new value is applied hot: checked against the service first, then a hitless restart.")

@@ -77,11 +77,11 @@ class Config(ApiModel):
     proxy: Proxy | None = Field(
         None, description="Run as a pull-through cache of one upstream registry (pushes are refused). Pull "
         "with the upstream's repository names (library/alpine for Docker Hub's alpine), or point containerd "
-        "and Docker at it as a mirror (README, Operate).")
+        "and Docker at it as a mirror (docs/guide/pull-through-cache.md).")
     notifications: Notifications | None = Field(
         None, description="Webhook notifications of pushes, pulls and deletes (Distribution's notifications). "
         "On Distribution 3 a reload waits, bounded, for the old process's queues; on 2.8 events still queued at a "
-        "reload are lost (README, Operate).")
+        "reload are lost (docs/guide/monitoring.md, Notifications).")
 
     @model_validator(mode="after")
     def _auth_in_one_place(self) -> Config:

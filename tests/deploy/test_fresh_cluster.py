@@ -4,7 +4,7 @@
   a Kustomization object there fails with "no matches for kind"), and `kubectl apply -k crds` builds it.
 - Every file under examples/ applies to a fresh cluster on which Berth is installed: each object is a Registry
   or a built-in kind, and no object names a namespace the same file does not create.
-- deploy/kustomization.yaml has the `newName` and `newTag` the README tells the user to set.
+- deploy/kustomization.yaml has the `newName` and `newTag` docs/guide/install.md tells the user to set.
 """
 
 from __future__ import annotations

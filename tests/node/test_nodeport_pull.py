@@ -1,10 +1,11 @@
-"""The README's NodePort walkthrough ("Pull from your cluster's nodes") on the real node (issue 30's acceptance):
-a Registry with the README's `spec.service`, an image pushed from the host with skopeo through the node port,
-containerd set up with the README's `hosts.toml` (in the node's own config_path, not /etc), and a Pod whose image
-is NODE:nodePort/...: containerd pulls it from Berth and the Pod runs.
+"""The NodePort walkthrough of docs/guide/exposure.md ("Pull over HTTP through a NodePort") on the real node
+(issue 30's acceptance): a Registry with the guide's `spec.service`, an image pushed from the host with skopeo
+through the node port to the guide's reference, containerd set up with the guide's `hosts.toml` (in the node's own
+config_path, not /etc), and a Pod whose image is NODE:nodePort/...: containerd pulls it from Berth and the Pod runs.
 
-The README's own text is the input: its `spec.service`, its hosts.toml path and its TOML block, with NODE
-replaced by the node's address. A step the README gets wrong or leaves out fails here.
+The guide's own text is the input: its `spec.service`, its hosts.toml path, its TOML block (`run:
+nodeport-hosts-toml`) and its push (`run: nodeport-push`), with NODE replaced by the node's address. A step the
+guide gets wrong or leaves out fails here.
 """
 
 from __future__ import annotations
@@ -22,24 +23,26 @@ import tomllib
 import yaml
 
 from support import images
+from support.doc_commands import block, commands, section
 from support.node import Node
-from support.node_berth import REPO, create_registry, registry, registry_pods, wait_for
+from support.node_berth import create_registry, registry, registry_pods, wait_for
 from support.registry import OCI_MANIFEST, http_get, push_image
 
 LAYER = "application/vnd.oci.image.layer.v1.tar"  # uncompressed: a layer's digest is its diff_id
 
 
-def _walkthrough() -> tuple[dict, str, str]:
-    """From README.md's "Pull from your cluster's nodes": the NodePort `spec.service`, the hosts.toml path
-    (under /etc/containerd/certs.d, NODE in it) and the TOML block."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### Pull from your cluster's nodes"):]
-    section = section[section.index("Over HTTP through a NodePort"):]
-    service = yaml.safe_load(re.search(r"`spec\.service: (\{[^`]*\})`", section).group(1))
-    path = re.search(r"`/etc/containerd/certs\.d/([^`]+/hosts\.toml)`", section).group(1)
-    assert 'config_path = "/etc/containerd/certs.d"' in section, "the README no longer says where config_path points"
-    toml = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
-    return service, path, toml
+def _walkthrough() -> tuple[dict, str, str, str]:
+    """From docs/guide/exposure.md's "Pull over HTTP through a NodePort": the NodePort `spec.service`, the
+    hosts.toml path (under /etc/containerd/certs.d, NODE in it), the TOML block and the pushed reference."""
+    text = section("docs/guide/exposure.md", "Pull over HTTP through a NodePort")
+    service = yaml.safe_load(re.search(r"`spec\.service: (\{[^`]*\})`", text).group(1))
+    path = re.search(r"`/etc/containerd/certs\.d/([^`]+/hosts\.toml)`", text).group(1)
+    assert 'config_path = "/etc/containerd/certs.d"' in text, "the guide no longer says where config_path points"
+    toml = block("nodeport-hosts-toml")
+    (push,) = commands("nodeport-push")
+    reference = re.fullmatch(r"skopeo copy --dest-tls-verify=false oci:\S+ docker://NODE:(\d+)/(\S+)", push)
+    assert reference and int(reference.group(1)) == service["nodePort"], push
+    return service, path, toml, reference.group(2)
 
 
 def _runnable_layout(layout: pathlib.Path, token: str) -> str:
@@ -80,10 +83,9 @@ def _node_address(node: Node) -> str:
     return next(a["address"] for a in addresses if a["type"] == "InternalIP")
 
 
-def test_readme_nodeport_walkthrough_a_pod_runs_an_image_berth_serves(kube_node: Node, berth_image: str,
-                                                                      node_namespace: str,
-                                                                      tmp_path: pathlib.Path) -> None:
-    service, hosts_path, hosts_toml = _walkthrough()
+def test_the_guides_nodeport_walkthrough_a_pod_runs_an_image_berth_serves(
+        kube_node: Node, berth_image: str, node_namespace: str, tmp_path: pathlib.Path) -> None:
+    service, hosts_path, hosts_toml, reference = _walkthrough()
     assert service["type"] == "NodePort", service
     create_registry(kube_node, node_namespace, "apps", {"service": service, "config": {"storage": {"inmemory": {}}}})
     node_port = service["nodePort"]
@@ -95,17 +97,17 @@ def test_readme_nodeport_walkthrough_a_pod_runs_an_image_berth_serves(kube_node:
 
     token = os.urandom(8).hex()
     digest = _runnable_layout(tmp_path / "app", token)
-    push_image(tmp_path / "app", address, "team/app:1.0")  # skopeo copy oci:... docker://NODE:PORT/team/app:1.0
+    push_image(tmp_path / "app", address, reference)  # the guide's skopeo copy oci:... docker://NODE:PORT/team/app:1.0
 
-    # containerd as the README sets it up, in this node's own config_path (the node's containerd config has it
-    # in the CRI registry section, as the README says).
+    # containerd as the guide sets it up, in this node's own config_path (the node's containerd config has it
+    # in the CRI registry section, as the guide says).
     config = tomllib.loads((pathlib.Path(kube_node.state.root) / "containerd" / "config.toml").read_text())
     certs_d = pathlib.Path(config["plugins"]["io.containerd.grpc.v1.cri"]["registry"]["config_path"])
     hosts_file = certs_d / hosts_path.replace("NODE", node_ip)
     hosts_file.parent.mkdir(parents=True)
     hosts_file.write_text(hosts_toml.replace("NODE", node_ip))
     try:
-        image = f"{address}/team/app:1.0"
+        image = f"{address}/{reference}"
         kube_node.api.create({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": node_namespace},
             "spec": {"containers": [{"name": "app", "image": image}], "terminationGracePeriodSeconds": 1}})
@@ -119,7 +121,8 @@ def test_readme_nodeport_walkthrough_a_pod_runs_an_image_berth_serves(kube_node:
     # The pull went through the registry: its pod logged the manifest request by digest or tag.
     (registry_pod,) = registry_pods(kube_node, node_namespace, "apps")
     served = kube_node.kubectl("logs", "-n", node_namespace, registry_pod["metadata"]["name"], "-c", "registry")
-    assert re.search(r"/v2/team/app/manifests/(1\.0|sha256:)", served), served[-3000:]
+    repository, tag = reference.rsplit(":", 1)
+    assert re.search(rf"/v2/{re.escape(repository)}/manifests/({re.escape(tag)}|sha256:)", served), served[-3000:]
 
 
 def _answers(url: str) -> bool:

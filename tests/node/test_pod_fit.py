@@ -148,7 +148,8 @@ def pull_secret(address: str) -> dict:
 @pytest.fixture(scope="module")
 def mirror(kube_node: Node, berth_image: str) -> Iterator[Mirror]:
     """A Berth Registry with htpasswd auth behind a NodePort, holding the registry image as private/registry and
-    private/other (tag 3.1.1); containerd told to pull from it over HTTP (hosts.toml, as the README's walkthrough)."""
+    private/other (tag 3.1.1); containerd told to pull from it over HTTP (hosts.toml, as docs/guide/exposure.md's
+    walkthrough)."""
     node = kube_node
     ns = node.namespace("mirror")
     node.api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users", "namespace": ns},

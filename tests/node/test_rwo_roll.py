@@ -2,8 +2,8 @@
 pod starts beside the old one on the claim's node and serves before the old one leaves its Service (preStop) and
 drains, so a probe through the Service (a new connection every 20 ms, no retry) and an 8 s upload see nothing.
 Before, every such change was Recreate: 18 to 20 s down. A ReadWriteOncePod claim stays Recreate (its cost is
-printed, README "What rolls"); a new pod that cannot be placed leaves the old one serving, and the Registry says
-why."""
+printed, docs/guide/install.md "What rolls the pods"); a new pod that cannot be placed leaves the old one serving,
+and the Registry says why."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_a_readwriteoncepod_claim_rolls_by_recreate(kube_node: Node, berth_image
     serving = time.monotonic() - began
     time.sleep(2)
     counts = probe.stop()
-    # The cost README states: the registry is down from the old pod's stop until the new one serves.
+    # The cost docs/guide/install.md states: the registry is down from the old pod's stop until the new one serves.
     print(f"ReadWriteOncePod, spec.image: Recreate, the new pod Ready {serving:.1f} s after the edit; "
           f"{counts.answered} answered, {counts.refused} refused, {counts.failed} failed "
           f"(+{counts.closed_without_response} closed)")

@@ -3,7 +3,7 @@ Service. Built only when the cluster serves the Gateway API (build_all skips it 
 reports MissingGatewayAPI: needed_by).
 
 No timeouts are set: the standard channel's HTTPRoute timeouts are optional for implementations, and one that
-does not support a value refuses the rule; the Gateway's own limits are documented in the README instead.
+does not support a value refuses the rule; the Gateway's own limits are in docs/guide/exposure.md instead.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from .meta import object_meta
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     metadata = object_meta(reg, names.service_account_name(reg), names.AGENT_COMPONENT)
     annotations = reg.spec.service_account.annotations
-    if annotations:  # workload identity: the cloud's webhook or metadata server keys on these (README)
+    if annotations:  # the cloud's webhook or metadata server keys on these (docs/guide/placement-and-identity.md)
         metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",

@@ -211,7 +211,7 @@ def test_a_key_rotated_through_the_api_under_pull_load(tmp_path, kube_api, monke
 
             wait(reports_new_state, what=lambda: f"status to report the new state\n{pod.agent_log_text()}")
             wait(lambda: drained(pod), what="the old registry to finish draining")
-            backend.revoke(old)  # the README's procedure: only now is the old key revoked
+            backend.revoke(old)  # docs/guide/rotation.md's procedure: only now is the old key revoked
             after = loop.stats.successes
             wait(lambda: loop.stats.successes >= after + 10, what="pulls after the old key was revoked")
         finally:

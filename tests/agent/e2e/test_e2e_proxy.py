@@ -198,8 +198,8 @@ class MissLoop(PullLoop):
 
 
 def rotate(kube_api, pods: dict, upstream: Upstream, loops: list[PullLoop]) -> dict:
-    """The README's order: 1. the upstream gets the new password; 2. the Secret is updated; 3. once every pod
-    reports the new config and the drain timeout has passed, the old password is revoked at the upstream. A
+    """docs/guide/rotation.md's order: 1. the upstream gets the new password; 2. the Secret is updated; 3. once
+    every pod reports the new config and the drain timeout has passed, the old password is revoked at the upstream. A
     basic-auth upstream gets a second user with the new password instead, and the old user is removed."""
     before = {name: records(kube_api)[name]["configHash"] for name in pods}
     if upstream.front is not None:

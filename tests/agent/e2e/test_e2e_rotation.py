@@ -2,7 +2,7 @@
 storage.s3's own Secret (issue 37: the same code path, ten rotations).
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
-key 2, delete key 1 once the old registry drained (as the README says). The registry restarts in place under
+key 2, delete key 1 once the old registry drained (as docs/guide/rotation.md says). The registry restarts in place under
 the same supervisor, the earlier image pulls back byte-identical, a new push works, and a pull loop running
 through the swap sees no failed request. On Distribution 2.8 and on the real 3.1.1 (skipped without
 BERTH_REGISTRY3_BIN).
@@ -91,7 +91,7 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
         swap_secret_dir(pod.mounts / volume(fmt), cosi_secret(fmt, moto.endpoint, key2))
         wait_for(lambda: pod.actions("restarted"),
                  what=lambda: f"the agent to restart the registry\n{pod.agent_log_text()}")
-        # Revoke key 1 as the README says: once the old registry finished the pulls it had (with key 1) and
+        # Revoke key 1 as docs/guide/rotation.md says: once the old registry finished the pulls it had (with key 1) and
         # exited. A pull it still streams fails mid-body when its key disappears under it.
         wait_for(lambda: len(pod.supervisor.registries()) == 1, what="the old registry to finish draining")
         moto.delete_access_key("registry", key1.access_key_id)
@@ -126,7 +126,7 @@ def test_rotation_restarts_in_place_with_no_failed_pull(pod, tmp_path, fmt, dist
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_ten_rotations_of_a_secret_key_under_pulls(pod, tmp_path, dist):
     """storage.s3 with its key in a Secret: ten rotations while a pull loop runs, the old key deleted after each
-    (once its registry drained, as README says), no failed pull, one registry restart per rotation."""
+    (once its registry drained, as docs/guide/rotation.md says), no failed pull, one registry restart per rotation."""
     rotations = 10
     with running_moto(tmp_path / "moto") as moto:
         key = moto.create_s3_user("registry", bucket=BUCKET)

@@ -6,10 +6,10 @@ the issuer is support.token_issuer on 127.0.0.1, its trust a ConfigMap in the AP
 write it, and never updates it within the test: the API copy is the fast path) a mounted volume. Clients fetch a
 token from the issuer for every pull, as a client whose token just expired would.
 
-The rotation is the README's order: 1. the bundle gets {old, new}; 2. every pod's status.agents shows it applied;
-3. the issuer switches to the new key; 4. the bundle drops the old one. No request fails and none is refused; the
-old key's tokens, minted at the end, are refused. Each trust change names a new state in status.agents.<pod>.configHash
-and in berth_agent_config_info (issue 26), though config.yml stays as it was.
+The rotation is docs/guide/rotation.md's order: 1. the bundle gets {old, new}; 2. every pod's status.agents shows it
+applied; 3. the issuer switches to the new key; 4. the bundle drops the old one. No request fails and none is refused;
+the old key's tokens, minted at the end, are refused. Each trust change names a new state in
+status.agents.<pod>.configHash and in berth_agent_config_info (issue 26), though config.yml stays as it was.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def records(kube_api) -> dict:
 
 
 def wait_applied(kube_api, pods: dict, trust: Trust, *which: str) -> None:
-    """Step 2 of the README: every pod's status.agents.<pod>.trust shows the new file's sha256, with no error."""
+    """Step 2 of docs/guide/rotation.md: every pod's status.agents.<pod>.trust shows the new file's sha256, with no
+    error."""
     field = "rootCertBundle" if trust.kind == "bundle" else "jwks"
     wanted = hashlib.sha256(trust.data(*which).encode()).hexdigest()
     for name in pods:

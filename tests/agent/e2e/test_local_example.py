@@ -1,9 +1,10 @@
-"""The README's "Run it" section, as a new user follows it, offline (issue 10, "From a fresh clone, offline").
+"""docs/guide/local-run.md (and README.md's copy of its first steps), as a new user follows it, offline (issue 10,
+"From a fresh clone, offline").
 
-`bash examples/local/run` starts (on a free port and a temporary state dir: the only changes), then the README's
+`bash examples/local/run` starts (on a free port and a temporary state dir: the only changes), then the guide's
 push/pull block runs line by line exactly as written, with 127.0.0.1:5000 and /tmp/ pointed at this test's port
-and directory. The read-only edit makes the README's push fail with 405 while its pull works, and undoing it
-makes the push work again. The log says what the README says: one line per action, `msg` equal to `action`.
+and directory. The read-only edit makes the guide's push fail with 405 while its pull works, and undoing it
+makes the push work again. The log says what the guide says: one line per action, `msg` equal to `action`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shlex
 import signal
 import socket
@@ -24,33 +24,27 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.doc_commands import block, commands
 from support.new_connections import NewConnectionLoop
 from support.ports import free_port
 from support.registry import REGISTRY3_BINARY, http_get, read_oci_image, requires_registry3
 from support.supervisor import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
-README_ADDR = "127.0.0.1:5000"
+GUIDE_ADDR = "127.0.0.1:5000"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
-def run_it_blocks() -> list[str]:
-    """The ```sh blocks of the README's "Run it" section."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("\n## Run it\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)```", section, re.S)
-
-
 def test_the_readme_names_the_local_run_and_an_offline_push():
-    start, client = run_it_blocks()[:2]
+    start, client = block("local-run-start"), block("local-run-push-pull")
     assert start.strip() == "bash examples/local/run"
     assert "docker.io" not in client and "oci_image.py" in client  # no registry on the internet needed
-    assert yaml.safe_load((REPO / "examples/local/registry.yaml").read_text())["spec"]["http"]["addr"] == README_ADDR
+    assert yaml.safe_load((REPO / "examples/local/registry.yaml").read_text())["spec"]["http"]["addr"] == GUIDE_ADDR
 
 
 def set_readonly(registry_file: Path, enabled: bool) -> None:
-    """The README's edit: storage.maintenance.readonly.enabled, saved the way an editor saves."""
+    """The guide's edit: storage.maintenance.readonly.enabled, saved the way an editor saves."""
     document = yaml.safe_load(registry_file.read_text())
     document["spec"]["config"]["storage"]["maintenance"]["readonly"]["enabled"] = enabled
     temp = registry_file.with_suffix(".swp")
@@ -70,7 +64,7 @@ def running_local(tmp_path, *, binary: str | None = None):
     """examples/local/run, with Debian's 2.8 or (`binary`, a Distribution 3 registry) BERTH_REGISTRY_BIN."""
     addr = f"127.0.0.1:{free_port()}"
     registry_file = tmp_path / "registry.yaml"
-    text = (REPO / "examples/local/registry.yaml").read_text().replace(README_ADDR, addr)
+    text = (REPO / "examples/local/registry.yaml").read_text().replace(GUIDE_ADDR, addr)
     if binary is not None:
         text = text.replace('image: docker.io/library/registry:2', 'image: docker.io/library/registry:3') \
             .replace('distribution: "2"', 'distribution: "3"')
@@ -115,10 +109,9 @@ def _listening(addr: str) -> bool:
 
 
 def readme_commands(addr: str, tmp_path: Path) -> list[str]:
-    """The README's client block, one command per line, on this test's port and directory."""
-    block = run_it_blocks()[1]
-    return [line.replace(README_ADDR, addr).replace("/tmp/", f"{tmp_path}/")
-            for line in block.splitlines() if line.strip()]
+    """The guide's client block, one command per line, on this test's port and directory."""
+    return [line.replace(GUIDE_ADDR, addr).replace("/tmp/", f"{tmp_path}/")
+            for line in commands("local-run-push-pull")]
 
 
 def sh(command: str) -> subprocess.CompletedProcess:
@@ -148,7 +141,7 @@ def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_p
     set_readonly(registry_file, False)
     wait_for(lambda: sh(push).returncode == 0, timeout=30, what="pushes to work again")
 
-    # What the README says of the log: one line per action, msg and action the same word; the local start's
+    # What the guide says of the log: one line per action, msg and action the same word; the local start's
     # plain data directory is an info line, not a warning.
     # The new registry answers before the agent has verified it and logged `restarted` (the overlapped restart):
     # wait for the line, then hold the whole log to the promise.
@@ -169,7 +162,12 @@ def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_p
 
 @requires_registry3
 def test_a_distribution_3_binary_runs_on_the_held_socket_and_reloads_refuse_nothing(tmp_path):
-    """The README's Distribution 3 variant (issue 29): the same supervisor as the registry container's."""
+    """The guide's Distribution 3 variant (issue 29): the same supervisor as the registry container's, started
+    with the variables the guide names (running_local sets them as the guide's command does)."""
+    (command,) = commands("local-run-distribution-3")
+    assignments = [word.split("=", 1)[0] for word in shlex.split(command) if "=" in word]
+    assert assignments == ["BERTH_REGISTRY_BIN", "BERTH_REGISTRY_FILE"], command
+    assert command.endswith(" bash examples/local/run"), command
     with running_local(tmp_path, binary=REGISTRY3_BINARY) as (addr, registry_file, state, _output):
         assert "holding the registry's listening socket" in (state / "registry.log").read_text()
         host, port = addr.rsplit(":", 1)

@@ -136,7 +136,7 @@ def test_a_restarted_agent_rolls_back_to_the_files_on_disk_when_its_new_config_f
         wait_for(pod.serving, what="the registry on the config it had")
     assert (pod.config_dir / "config.yml").read_bytes() == good
     assert pod.metric("rollbacks_total") == 1
-    # The README names the action as the log does: msg and action agree on every action line.
+    # docs/guide/local-run.md names the action as the log does: msg and action agree on every action line.
     [rollback] = pod.actions("rolled back")
     assert rollback["action"] == "rolled back" and rollback["restored_hash"]
     assert all(line["action"] == line["msg"] for line in pod.agent_lines() if "action" in line)
