@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 
-from .backoff import QUICK_FAILURE_SECONDS, CrashBackoff
+from .backoff import PAUSE_SECONDS, QUICK_FAILURE_SECONDS, CrashBackoff
 from .gc import GarbageCollectChild
 from .group import ReuseportGroup
 from .handover_file import read_handover
@@ -40,7 +40,6 @@ from .write import log as write_log
 from .write import put, send
 
 CONFIG_POLL_SECONDS = 0.01  # while waiting for the first config.yml (in a pod it is there before the container)
-PAUSE_SECONDS = 1.0  # between two tries to bind the held socket
 PROBE_SECONDS = 0.005  # how often a successor's debug port is tried (it answers ~30 ms after exec)
 # `registry --version`: 3.x ".../distribution/distribution/v3 v3.1.1", 2.8 ".../docker/distribution 2.8.2"
 ACTIVATION = re.compile(rb"distribution/v3\b|\sv3\.\d")
@@ -165,7 +164,7 @@ class Supervisor(Host):
             try:
                 self.group.hold()
             except OSError as exc:
-                self.log(f"cannot listen on {self.s.listen}: {exc}; trying again in 1s")
+                self.log(f"cannot listen on {self.s.listen}: {exc}; trying again in {PAUSE_SECONDS:g}s")
                 self.turn(PAUSE_SECONDS)
 
     def start_registry(self, *, successor: bool = False) -> Registry | None:
