@@ -30,6 +30,7 @@ _EXPORTS = {
     "restart_registry": ".overlapped",
     "scrub": ".output",
     "supervisor_pid": ".output",
+    "wait_for_successor": ".probe",
     "wait_until_serving": ".probe",
     "with_registry_error": ".output",
 }

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from .endpoint import Endpoint
 from .handover import signal_handover, write_handover
-from .probe import CRASHES_AFTER_HANDOVER, CRASHES_BEFORE_GIVING_UP, LISTENER_POLL_SECONDS, wait_until_serving
+from .probe import (
+    CRASHES_AFTER_HANDOVER,
+    CRASHES_BEFORE_GIVING_UP,
+    LISTENER_POLL_SECONDS,
+    wait_for_successor,
+    wait_until_serving,
+)
 from .procfs import (
     PROC,
     RegistryProcess,
@@ -102,10 +108,11 @@ def restart_registry(
             result.handed_over = True
         # else: it exited already (no draintimeout, nothing in flight): the supervisor restarts on the exit.
     timing: dict[str, float] = {}
-    new, detail = wait_until_serving(
-        config_path, endpoint, timeout=timeout, exclude=set(old) | draining, proc=proc, stop=stop, nudge=nudge,
-        crashes=CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP, timing=timing,
-        fast=result.handed_over)
+    # After a handover the old registry no longer listens: whatever answers is the new one.
+    wait = wait_for_successor if result.handed_over else wait_until_serving
+    new, detail = wait(config_path, endpoint, timeout=timeout, exclude=set(old) | draining, proc=proc, stop=stop,
+                       nudge=nudge, crashes=CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP,
+                       timing=timing)
     if closed_at is not None and "listening" in timing:
         result.no_listener_seconds = round(max(0.0, timing["listening"] - closed_at), 4)
     result.ok, result.new, result.detail = new is not None, new, detail

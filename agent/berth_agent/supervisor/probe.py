@@ -51,6 +51,60 @@ def is_up(status: int | None) -> bool:
     return status in (200, 401)
 
 
+class _Watch:
+    """What a wait for a new registry on config_path has seen: the processes that appeared (not in `exclude`),
+    which of them died at start, the last answer to GET /, and the failure text at the end."""
+
+    def __init__(self, config_path: Path, endpoint: Endpoint, timeout: float,
+                 exclude: list[RegistryProcess] | set[RegistryProcess], proc: Path, crashes: int,
+                 timing: dict[str, float] | None) -> None:
+        self.config_path, self.endpoint, self.timeout, self.proc = config_path, endpoint, timeout, proc
+        self.deadline = time.monotonic() + timeout
+        self.old = set(exclude)
+        self.crashes, self.timing = crashes, timing
+        self.seen: set[RegistryProcess] = set()
+        self.current: RegistryProcess | None = None
+        self.last_status: int | None = None
+
+    def fresh(self) -> list[RegistryProcess]:
+        found = [p for p in find_registry_processes(self.config_path, proc=self.proc) if p not in self.old]
+        self.seen.update(found)
+        return found
+
+    def ask(self) -> int | None:
+        self.last_status = answers(self.endpoint, timeout=min(1.0, max(0.05, self.deadline - time.monotonic())))
+        return self.last_status
+
+    def found(self, process: RegistryProcess, now: float) -> tuple[RegistryProcess, str]:
+        if self.timing is not None:
+            self.timing.setdefault("listening", now)
+        return process, ""
+
+    def refused(self) -> str | None:
+        """Registries that died without ever answering: the config is refused at start (the supervisor keeps
+        retrying it once a second). No need to sit out the whole bound."""
+        died = [p for p in self.seen if not p.alive(self.proc)]
+        if len(died) >= self.crashes:
+            return f"the registry exited at start {len(died)} times on {self.config_path} (a config it refuses?)"
+        return None
+
+    def failure(self) -> tuple[None, str]:
+        if self.current is None:
+            return None, f"no registry process serving {self.config_path} appeared within {self.timeout:g}s"
+        if self.last_status is None:
+            return None, (f"the registry did not answer on {self.endpoint.host}:{self.endpoint.port} within "
+                          f"{self.timeout:g}s")
+        return None, f"the registry answered HTTP {self.last_status} on GET / instead of 200 within {self.timeout:g}s"
+
+
+def _pause(stop: threading.Event | None, seconds: float) -> bool:
+    """Sleep `seconds`; True when `stop` was set meanwhile."""
+    if stop is not None:
+        return stop.wait(seconds)
+    time.sleep(seconds)
+    return False
+
+
 def wait_until_serving(
     config_path: Path,
     endpoint: Endpoint,
@@ -62,77 +116,77 @@ def wait_until_serving(
     nudge: Callable[[], None] | None = None,
     crashes: int = CRASHES_BEFORE_GIVING_UP,
     timing: dict[str, float] | None = None,
-    fast: bool = False,
 ) -> tuple[RegistryProcess | None, str]:
     """Wait for a registry process not in `exclude` serving config_path that answers HTTP; (process, why not).
 
-    `nudge` is called every NUDGE_SECONDS while no new process has appeared (to repeat a handover signal);
-    `timing["listening"]` gets the monotonic time the new registry first answered. `fast` (after a handover:
-    the old registry no longer listens, so whatever answers is new) tries GET / every millisecond and scans
-    /proc only to confirm the answer and, every SCAN_SECONDS, to count registries that died at start.
+    Looks in /proc first, then asks GET / (the old registry may still listen: only an answer while a new process
+    runs counts). `nudge` is called every NUDGE_SECONDS while no new process has appeared (to repeat a handover
+    signal); `timing["listening"]` gets the monotonic time the new registry first answered.
     """
-    deadline = time.monotonic() + timeout
-    old = set(exclude)
-    last_status: int | None = None
-    current: RegistryProcess | None = None
-    seen: set[RegistryProcess] = set()
-    nudged = scanned = time.monotonic()
-    while fast:
-        last_status = answers(endpoint, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
-        now = time.monotonic()
-        if is_up(last_status) or now - scanned >= SCAN_SECONDS:
-            scanned = now
-            fresh = [p for p in find_registry_processes(config_path, proc=proc) if p not in old]
-            seen.update(fresh)
-            if is_up(last_status) and fresh:
-                current = max(fresh, key=lambda p: p.start_ticks)
-                if timing is not None:
-                    timing.setdefault("listening", now)
-                return current, ""
-            died = [p for p in seen if not p.alive(proc)]
-            if len(died) >= crashes:
-                return None, f"the registry exited at start {len(died)} times on {config_path} (a config it refuses?)"
-        if nudge is not None and now - nudged >= NUDGE_SECONDS and last_status is None:
-            nudge()
-            nudged = now
-        if now >= deadline:
-            fast = False  # one last full look below, then the usual failure text
-            break
-        if stop is not None and stop.wait(LISTENER_POLL_SECONDS):
-            return None, STOPPED
-        if stop is None:
-            time.sleep(LISTENER_POLL_SECONDS)
+    watch = _Watch(config_path, endpoint, timeout, exclude, proc, crashes, timing)
+    return _look_until_serving(watch, stop, nudge, time.monotonic())
+
+
+def _look_until_serving(watch: _Watch, stop: threading.Event | None, nudge: Callable[[], None] | None,
+                        nudged: float) -> tuple[RegistryProcess | None, str]:
     while True:
-        fresh = [p for p in find_registry_processes(config_path, proc=proc) if p not in old]
-        seen.update(fresh)
+        fresh = watch.fresh()
         if fresh:
-            current = fresh[0]
-            last_status = answers(endpoint, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
+            watch.current = fresh[0]
             # Only trust the answer if that process is still the one running (not one that died meanwhile).
-            if is_up(last_status) and current.alive(proc):
-                if timing is not None:
-                    timing.setdefault("listening", time.monotonic())
-                return current, ""
+            if is_up(watch.ask()) and watch.current.alive(watch.proc):
+                return watch.found(watch.current, time.monotonic())
         elif nudge is not None and time.monotonic() - nudged >= NUDGE_SECONDS:
             nudge()
             nudged = time.monotonic()
-        # Registries that died without ever answering: the config is refused at start (the supervisor keeps
-        # retrying it once a second). No need to sit out the whole bound.
-        died = [p for p in seen if not p.alive(proc)]
-        if len(died) >= crashes:
-            return None, f"the registry exited at start {len(died)} times on {config_path} (a config it refuses?)"
-        if time.monotonic() >= deadline:
-            break
-        if stop is not None and stop.wait(POLL_SECONDS):
+        refused = watch.refused()
+        if refused is not None:
+            return None, refused
+        if time.monotonic() >= watch.deadline:
+            return watch.failure()
+        if _pause(stop, POLL_SECONDS):
             return None, STOPPED
-        if stop is None:
-            time.sleep(POLL_SECONDS)
-    if current is None:
-        return None, f"no registry process serving {config_path} appeared within {timeout:g}s"
-    if last_status is None:
-        return None, f"the registry did not answer on {endpoint.host}:{endpoint.port} within {timeout:g}s"
-    return None, f"the registry answered HTTP {last_status} on GET / instead of 200 within {timeout:g}s"
+
+
+def wait_for_successor(
+    config_path: Path,
+    endpoint: Endpoint,
+    *,
+    timeout: float,
+    exclude: list[RegistryProcess] | set[RegistryProcess] = (),
+    proc: Path = PROC,
+    stop: threading.Event | None = None,
+    nudge: Callable[[], None] | None = None,
+    crashes: int = CRASHES_AFTER_HANDOVER,
+    timing: dict[str, float] | None = None,
+) -> tuple[RegistryProcess | None, str]:
+    """wait_until_serving after a 2.8 handover: the old registry no longer listens, so whatever answers is new.
+    Tries GET / every millisecond and scans /proc only to confirm an answer and, every SCAN_SECONDS, to count
+    registries that died at start; at the deadline one last full look (wait_until_serving's), then its failure
+    text."""
+    watch = _Watch(config_path, endpoint, timeout, exclude, proc, crashes, timing)
+    nudged = scanned = time.monotonic()
+    while True:
+        status = watch.ask()
+        now = time.monotonic()
+        if is_up(status) or now - scanned >= SCAN_SECONDS:
+            scanned = now
+            fresh = watch.fresh()
+            if is_up(status) and fresh:
+                watch.current = max(fresh, key=lambda p: p.start_ticks)
+                return watch.found(watch.current, now)
+            refused = watch.refused()
+            if refused is not None:
+                return None, refused
+        if nudge is not None and now - nudged >= NUDGE_SECONDS and status is None:
+            nudge()
+            nudged = now
+        if now >= watch.deadline:
+            return _look_until_serving(watch, stop, nudge, nudged)
+        if _pause(stop, LISTENER_POLL_SECONDS):
+            return None, STOPPED
 
 
 __all__ = ["CRASHES_AFTER_HANDOVER", "CRASHES_BEFORE_GIVING_UP", "LISTENER_POLL_SECONDS", "NUDGE_SECONDS",
-           "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "answers", "is_up", "wait_until_serving"]
+           "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "answers", "is_up", "wait_for_successor",
+           "wait_until_serving"]

@@ -1,4 +1,4 @@
-"""supervise.main's reuseport group on real sockets and stand-in registry processes: the program names the current
+"""supervise.group's reuseport group on real sockets and stand-in registry processes: the program names the current
 registry's socket at every moment, so no new connection ever reaches a registry that is stopping or gone.
 
 A socket leaves the group only when its last holder closes it, and the kernel then moves the group's last socket
@@ -19,10 +19,13 @@ import time
 
 import pytest
 
-from berth_agent.supervisor.supervise.main import MAX_WAITING, RETIRE_SECONDS, Registry, Supervisor
+from berth_agent.supervisor.supervise.held_socket import RETIRE_SECONDS, Phase
+from berth_agent.supervisor.supervise.main import Supervisor
+from berth_agent.supervisor.supervise.registry import Registry
 from berth_agent.supervisor.supervise.settings import Settings
 from berth_agent.supervisor.supervise.spawn import free_loopback_port, listening_socket
 from berth_agent.supervisor.supervise.steer import accept_queue
+from berth_agent.supervisor.supervise.waiting import MAX_WAITING
 
 HOLD = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(60)"
 
@@ -54,10 +57,10 @@ def supervisor(tmp_path):
 def _group(sup: Supervisor) -> int:
     """A held socket, as hold_socket makes it: the group's first, the program on it."""
     first = listening_socket("127.0.0.1", int(sup.s.listen.rpartition(":")[2]), reuse_port=True)
-    sup.listener, sup.group = first, []
-    sup.joined(first)
-    sup.steering = sup.steer(0)
-    assert sup.steering
+    sup.group.listener, sup.group.order = first, []
+    sup.group.joined(first)
+    sup.group.steering = sup.group.steer(0)
+    assert sup.group.steering
     return first.getsockname()[1]
 
 
@@ -69,20 +72,20 @@ def _registry(sup: Supervisor, held: list, sock: socket.socket) -> Registry:
     held.append(process)
     registry = Registry(process.pid, time.monotonic(), free_loopback_port("127.0.0.1"), None)
     registry.sock = sock
-    sup.registries[process.pid] = registry
+    sup.registries.by_pid[process.pid] = registry
     return registry
 
 
 def _successor(sup: Supervisor, held: list) -> Registry:
-    sock = sup.successor_socket()
-    assert sock is not None and sock is not sup.listener
+    sock = sup.group.successor_socket()
+    assert sock is not None and sock is not sup.group.listener
     return _registry(sup, held, sock)
 
 
 def _answers(sup: Supervisor, registry: Registry) -> None:
-    """What probe_successor does once the successor answers on its debug port."""
-    sup.current, sup.listener = registry, registry.sock
-    sup.point_at_current()
+    """What the handover's probe does once the successor answers on its debug port (Supervisor.promote)."""
+    sup.registries.current = registry
+    sup.group.serve_on(registry.sock)
 
 
 def _gone(pid: int) -> None:
@@ -101,10 +104,23 @@ def _exit(sup: Supervisor, held: list, registry: Registry) -> None:
     next(p for p in held if p.pid == registry.pid).terminate()
     _gone(registry.pid)
     deadline = time.monotonic() + 5
-    while registry.pid in sup.registries and time.monotonic() < deadline:
+    while registry.pid in sup.registries.by_pid and time.monotonic() < deadline:
         sup.reap()
         time.sleep(0.005)
-    assert registry.pid not in sup.registries
+    assert registry.pid not in sup.registries.by_pid
+
+
+def _retiring(sup: Supervisor, registry: Registry) -> None:
+    """The handover in RETIRING for `registry`, past its bound (no handshake look): retire takes it at once."""
+    handover = sup.handover
+    handover.retiring, handover.phase = (registry, registry.sock, time.monotonic() - RETIRE_SECONDS), Phase.RETIRING
+    handover.retire(time.monotonic())
+
+
+def _regroup(sup: Supervisor) -> None:
+    """What the loop does each turn on the held socket after the handover's own steps."""
+    sup.group.regroup()
+    sup.handover.take_pending(time.monotonic())
 
 
 def _connect(port: int, count: int, clients: list) -> None:
@@ -120,17 +136,17 @@ def test_a_registry_that_exits_while_a_successor_joins_never_misplaces_the_succe
     reaped. The successor, once it answers, must get every new connection, the current one none."""
     sup, held, clients = supervisor
     port = _group(sup)
-    current = _registry(sup, held, sup.listener)
+    current = _registry(sup, held, sup.group.listener)
     old, current = current, _successor(sup, held)
     _answers(sup, current)
-    sup.retiring = (old, old.sock, time.monotonic() - RETIRE_SECONDS)  # no handshake look
-    sup.retire()
-    ((waiting, _old),) = sup.waiting
-    sup.release(waiting, old, "its queues are empty")  # SIGTERM: it closes its listener and exits
+    _retiring(sup, old)
+    ((waiting, _old),) = sup.waiting.waiting
+    # SIGTERM: it closes its listener and exits
+    sup.waiting.release(waiting, old, "its queues are empty", time.monotonic())
     _gone(old.pid)  # the supervisor has not reaped it yet
     successor = _successor(sup, held)  # the next SIGHUP's successor joins now
     sup.reap()  # the exit is seen only now
-    sup.regroup()
+    _regroup(sup)
     _connect(port, 16, clients)
     assert _queued(current, successor) == [16, 0], "a starting successor was given connections"
     _answers(sup, successor)
@@ -144,28 +160,28 @@ def test_a_socket_whose_leaving_would_move_the_current_one_waits_for_the_next_su
     successor joins behind the current one; every connection meanwhile reaches the current registry."""
     sup, held, clients = supervisor
     port = _group(sup)
-    a = _registry(sup, held, sup.listener)
+    a = _registry(sup, held, sup.group.listener)
     b = _successor(sup, held)
     _answers(sup, b)
     current = _successor(sup, held)
     _answers(sup, current)
     _exit(sup, held, a)
     _exit(sup, held, b)
-    sup.regroup()
-    assert len(sup.unused) == 2 and all(s.fileno() >= 0 for s in sup.unused) and len(sup.group) == 3
+    _regroup(sup)
+    assert len(sup.group.unused) == 2 and all(s.fileno() >= 0 for s in sup.group.unused) and len(sup.group.order) == 3
     _connect(port, 16, clients)
     assert accept_queue(current.sock) == 16
     successor = _successor(sup, held)
-    sup.regroup()  # one of them can go now: the successor takes its slot, the current socket stays where it is
+    _regroup(sup)  # one of them can go now: the successor takes its slot, the current socket stays where it is
     _connect(port, 16, clients)
-    assert _queued(current, successor) == [32, 0] and len(sup.unused) == 1 and len(sup.group) == 3
+    assert _queued(current, successor) == [32, 0] and len(sup.group.unused) == 1 and len(sup.group.order) == 3
     _answers(sup, successor)
-    sup.regroup()
+    _regroup(sup)
     _connect(port, 16, clients)
-    assert _queued(current, successor) == [32, 16] and not sup.unused and len(sup.group) == 2
+    assert _queued(current, successor) == [32, 16] and not sup.group.unused and len(sup.group.order) == 2
     _exit(sup, held, current)
-    sup.regroup()  # [current, successor] -> [successor]: the hash in between has one socket to choose from
-    assert sup.group == [sup.group[0]] and sup.pointed == 0
+    _regroup(sup)  # [current, successor] -> [successor]: the hash in between has one socket to choose from
+    assert sup.group.order == [sup.group.order[0]] and sup.group.pointed == 0
     _connect(port, 16, clients)
     assert accept_queue(successor.sock) == 32
 
@@ -173,22 +189,22 @@ def test_a_socket_whose_leaving_would_move_the_current_one_waits_for_the_next_su
 def test_a_fifth_waiting_registry_stops_the_oldest_at_once_and_its_socket_gets_no_connection(supervisor):
     sup, held, clients = supervisor
     port = _group(sup)
-    registries = [_registry(sup, held, sup.listener)]
+    registries = [_registry(sup, held, sup.group.listener)]
     for _ in range(MAX_WAITING + 1):
         registries.append(_successor(sup, held))
         _answers(sup, registries[-1])
     *waiting, current = registries
-    sup.waiting = []
+    sup.waiting.waiting = []
     for registry in waiting:
-        sup.retiring = (registry, registry.sock, time.monotonic() - RETIRE_SECONDS)  # no handshake look
-        sup.retire()
-    assert len(sup.waiting) == MAX_WAITING + 1
-    sup.check_waiting(time.monotonic())
+        _retiring(sup, registry)
+    assert len(sup.waiting.waiting) == MAX_WAITING + 1
+    sup.waiting.check(time.monotonic())
     _gone(held[0].pid)  # SIGTERMed: more than MAX_WAITING wait
-    assert len(sup.waiting) == MAX_WAITING and all(p.poll() is None for p in held[1:])
+    assert len(sup.waiting.waiting) == MAX_WAITING and all(p.poll() is None for p in held[1:])
     _connect(port, 16, clients)
     assert _queued(*registries) == [0] * MAX_WAITING + [0, 16]
     sup.reap()
-    sup.regroup()
+    _regroup(sup)
     _connect(port, 16, clients)
-    assert accept_queue(current.sock) == 32 and sup.group.index(sup.group[sup.pointed]) == sup.pointed
+    order = sup.group.order
+    assert accept_queue(current.sock) == 32 and order.index(order[sup.group.pointed]) == sup.group.pointed

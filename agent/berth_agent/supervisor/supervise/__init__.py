@@ -9,7 +9,12 @@ pid), so a reload never leaves the port without a listener, and new connections 
 old registry stops.
 
 Layout, top to bottom: names (the files and markers it shares with the agent), settings (its environment),
-lines (whole-line output with the notification-header redaction), spawn (fork and exec with the socket), steer
-(which registry's socket gets new connections), gc (garbage-collect requests), main (the loop). It imports nothing
-else of the agent: every registry pod pays for its memory (a bare Python is about 10 MiB).
+write (its log and state files), lines (whole-line output with the notification-header redaction), spawn (fork and
+exec with the socket), steer (which registry's socket gets new connections), notify (what a steered-away registry
+waits for), gc (garbage-collect requests); the parts, one job each: registry (the processes), signals (the signal
+pipe), relay (each registry's output), backoff (when an exited registry starts again), ports (debug ports),
+handover_file, overlapped (the 2.8 handover), group (the held sockets' reuseport group), waiting (steered-away
+registries), held_socket (the 3.x handover's state machine); main (the loop that wires them). It imports nothing
+else of the agent and nothing heavy of the standard library (no typing, no importlib.metadata but for --version):
+every registry pod pays for its memory (a bare Python is about 10 MiB).
 """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from pathlib import Path
 
@@ -13,6 +12,9 @@ DEFAULT_CONFIG = "/etc/berth/" + CONFIG_NAME  # berth_api.pod.CONFIG_DIR
 
 def berth_version() -> str:
     """The installed Berth's version (the three commands print it for --version)."""
+    # Imported only here: importlib.metadata pulls in email, zipfile and typing (3 MiB in every registry pod).
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("berth")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed

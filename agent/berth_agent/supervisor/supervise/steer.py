@@ -10,7 +10,7 @@ a socket that leaves (its last holder closed it) is replaced by the last one, an
 to the kernel's hash over every socket of the group. So outside a handover the group is [current] and the program
 says 0; a successor joins as 1 (still steered to 0 while it starts: a successor that fails drops nothing); once
 it answers the program says 1; once the old registry has exited the supervisor closes its copy of the old socket,
-the successor moves to 0 and the program is pointed there (main.close_sockets: only the supervisor's close makes a
+the successor moves to 0 and the program is pointed there (group.close_sockets: only the supervisor's close makes a
 socket leave, so it always knows the group's order).
 
 Standard library only: the program is one instruction packed with struct, its address taken from an array.
