@@ -1,7 +1,7 @@
 """API-to-serving latency: a COSI key rotation made through the API server only, until the registry serves on it.
 
 The agent runs in API mode (`--registry`, `--api-secret cosi=NAME`) against the test API server (kmock,
-tests/support/kube.py) on 127.0.0.1, on S3 (moto, IAM enforced). For each of N rotations: create a new access
+tests/support/clusters/kube.py) on 127.0.0.1, on S3 (moto, IAM enforced). For each of N rotations: create a new access
 key, write it into the COSI Secret through the API (a merge patch; the mounted volume is left as it was, as
 during the kubelet's 60-90 s sync, field-notes §3, §7), and time from sending the patch until a NEW registry
 process serves the config and answers GET / with 200; then delete the old key. Beside it, in the same run and
@@ -24,10 +24,10 @@ from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 from agent_swap_latency import BUCKET, cosi, spec, wait_drained, wait_new_registry
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.procfs import find_registry_processes
-from support.kube import KubeApi
-from support.pod import RegistryPod, registry_object
-from support.s3 import running_moto
-from support.secretdir import write_secret_dir
+from support.clouds.s3 import running_moto
+from support.clusters.kube import KubeApi
+from support.registries.pod import RegistryPod, registry_object
+from support.registries.secretdir import write_secret_dir
 
 SECRET = "registry-creds"
 

@@ -53,8 +53,8 @@ def cold_starts(config: bytes, root: Path, count: int, binary: str | None = None
 
     from berth_agent.supervisor.endpoint import Endpoint
     from berth_agent.supervisor.probe import answers
-    from support.ports import free_port
-    from support.registry import REGISTRY_BINARY, registry_env, with_addr
+    from support.common.ports import free_port
+    from support.registries.registry import REGISTRY_BINARY, registry_env, with_addr
 
     samples = []
     for i in range(count):

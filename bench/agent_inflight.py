@@ -2,7 +2,7 @@
 
 One registry pod (`--replicas 1`: agent in file mode, clients straight to the registry) or two
 (`--replicas 2` or 3: agents on the kmock API server taking turns through the Registry's reload Lease, clients
-through tests/support/balancer.py, which sends new connections only to pods whose /readyz is 200, as a
+through tests/support/traffic/balancer.py, which sends new connections only to pods whose /readyz is 200, as a
 Service's endpoints do). Filesystem storage (shared by the two pods), drainTimeout 30s. PULLERS threads GET a
 1 MiB blob without pause while the Registry is edited RELOADS times (spec.config.log.level toggled; each
 edit restarts every registry), waiting for every pod to apply an edit before the next. A slow chunked upload
@@ -30,13 +30,13 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-from support.balancer import Balancer
-from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.ports import free_port
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image
-from support.supervisor import minimal_config, wait_for
-from support.upload import ConnectProbe, SlowUpload
+from support.common.ports import free_port
+from support.registries.pod import RegistryPod, filesystem_spec, registry_object
+from support.registries.registry import make_oci_image, push_image
+from support.registries.supervisor import minimal_config, wait_for
+from support.traffic.balancer import Balancer
+from support.traffic.pull_loop import PullLoop
+from support.traffic.upload import ConnectProbe, SlowUpload
 
 
 class Uploads(threading.Thread):
@@ -82,8 +82,8 @@ def run_one(args, root: Path, shm: Path) -> dict:
 
 
 def run_many(args, root: Path) -> dict:
-    from support.kube import KubeApi
-    from support.replicas import backends, running_replicas
+    from support.clusters.kube import KubeApi
+    from support.registries.replicas import backends, running_replicas
 
     with KubeApi() as api:
         port = free_port()

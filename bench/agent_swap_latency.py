@@ -31,11 +31,11 @@ from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
 from berth_agent.supervisor.procfs import find_registry_processes
-from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image
-from support.s3 import REGION, running_moto
-from support.secretdir import swap_secret_dir, write_secret_dir
+from support.clouds.s3 import REGION, running_moto
+from support.registries.pod import RegistryPod, filesystem_spec, registry_object
+from support.registries.registry import make_oci_image, push_image
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.traffic.pull_loop import PullLoop
 
 BUCKET = "registry-data"
 

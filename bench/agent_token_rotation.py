@@ -20,12 +20,12 @@ import urllib.error
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.pull_loop import PullLoop
-from support.registry import REGISTRY3_BINARY, make_oci_image, push_image
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import REGISTRY_BIN
-from support.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token
+from support.registries.pod import RegistryPod, filesystem_spec, registry_object
+from support.registries.registry import REGISTRY3_BINARY, make_oci_image, push_image
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import REGISTRY_BIN
+from support.services.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token
+from support.traffic.pull_loop import PullLoop
 
 SERVICE = "berth-bench-registry"
 ALICE = ("alice", "alice-password")

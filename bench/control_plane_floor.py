@@ -5,7 +5,7 @@ machine; the operator's run minus this is the operator's overhead.
     python bench/operator_reconcile.py --count 1000   # the operator's run, for comparison
     python bench/control_plane_floor.py --count 1000 [--workers 16]
 
-Per N, on a fresh control plane (support.control_plane: kube-apiserver, etcd, kube-controller-manager,
+Per N, on a fresh control plane (support.clusters.control_plane: kube-apiserver, etcd, kube-controller-manager,
 kube-scheduler) seeded as operator_reconcile.py seeds it (its `seed`: the classes, the bound claim, N Registries of
 the four specs): each Registry's objects are built by the operator's own builders (builders.build_all, the facts
 the operator would look up) and written with a plain client (the operator's raw client as cluster admin, no caches,
@@ -40,9 +40,9 @@ from berth_operator.engine.reconcile import parse  # noqa: E402
 from berth_operator.kube.client import Kube  # noqa: E402
 from berth_operator.reactor.state import RECONCILE_WORKERS  # noqa: E402
 from operator_reconcile import NS, SPECS, controllers_settled, cpu_seconds, seed, wait  # noqa: E402
-from support.control_plane import running_cluster, skip_reason  # noqa: E402
-from support.kube import COSI_CRDS  # noqa: E402
-from support.operator_harness import AGENT_IMAGE, REGISTRIES_PATH  # noqa: E402
+from support.clusters.control_plane import running_cluster, skip_reason  # noqa: E402
+from support.clusters.kube import COSI_CRDS  # noqa: E402
+from support.clusters.operator_harness import AGENT_IMAGE, REGISTRIES_PATH  # noqa: E402
 
 
 def facts_for(index: int) -> ClusterFacts:

@@ -1,6 +1,7 @@
 """Garbage collection on a filesystem registry of about 1,000 blobs, about half of them unreferenced (issue 12).
 
-The store (tests/support/gc_store.py): IMAGES images of LAYERS random layers of LAYER_SIZE bytes, each with its
+The store (tests/support/registries/gc_store.py): IMAGES images of LAYERS random layers of LAYER_SIZE bytes, each with
+its
 own config and manifest (LAYERS + 2 blobs each: 125 x 8 = 1,000 by default), pushed through the registry's API
 over 10 repositories; then the manifests of every second image are deleted (63 images, 504 blobs unreferenced).
 
@@ -11,7 +12,8 @@ read-only). Each run is checked: the blobs it deletes are exactly the unreferenc
 disk are theirs.
 
 `--mode flow`: the real agent flow (docs/design.md §4.5), with 1 and then 2 replicas (`--replicas`), ROUNDS
-times each on a fresh copy of the 2.8 store: registry pods as in the end-to-end tests (support.replicas: agent
+times each on a fresh copy of the 2.8 store: registry pods as in the end-to-end tests (support.registries.replicas:
+agent
 subprocess + berth-supervise + Debian's 2.8 on 127.0.0.2, 127.0.0.3, sharing the data directory), a Registry on the
 test API server, and a run asked for as the operator asks (its own `gc_schedule.decide` on the run-now
 annotation writes status.garbageCollection.request). Measured:
@@ -50,9 +52,9 @@ import yaml
 
 from agent_common import summary_ms, workdir
 from berth_agent.gc import report as gc_report
-from support import gc_store
-from support.ports import free_port
-from support.registry import REGISTRY3_BINARY, REGISTRY_BINARY, registry_env, running_registry
+from support.common.ports import free_port
+from support.registries import gc_store
+from support.registries.registry import REGISTRY3_BINARY, REGISTRY_BINARY, registry_env, running_registry
 
 
 def registry_config(root: Path) -> bytes:
@@ -188,12 +190,12 @@ def log_time(line: dict) -> float:
 
 
 def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replicas: int) -> dict:
-    from support.balancer import Balancer
-    from support.kube import KubeApi
-    from support.pod import filesystem_spec
-    from support.pull_loop import PullLoop
-    from support.replicas import backends, running_replicas
-    from support.supervisor import wait_for
+    from support.clusters.kube import KubeApi
+    from support.registries.pod import filesystem_spec
+    from support.registries.replicas import backends, running_replicas
+    from support.registries.supervisor import wait_for
+    from support.traffic.balancer import Balancer
+    from support.traffic.pull_loop import PullLoop
 
     shutil.copytree(store_dir, root / "data")
     port = free_port()
@@ -201,7 +203,7 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     spec["config"]["storage"]["delete"] = {"enabled": True}
     held = args.flow_distribution == "3"  # 3.1.1 under berth-supervise, each pod's socket held (issue 29)
     if held:
-        from support.pod import on_distribution
+        from support.registries.pod import on_distribution
 
         spec = on_distribution(spec, "3")
     kept = store.kept[0]

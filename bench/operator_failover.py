@@ -21,8 +21,8 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.kube import KubeApi  # noqa: E402
-from support.operator_harness import REGISTRIES_PATH, OperatorProcess  # noqa: E402
+from support.clusters.kube import KubeApi  # noqa: E402
+from support.clusters.operator_harness import REGISTRIES_PATH, OperatorProcess  # noqa: E402
 
 NS = "bench"
 

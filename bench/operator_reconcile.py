@@ -1,5 +1,6 @@
 """The operator at N Registries on a real control plane (kube-apiserver, etcd, kube-controller-manager and
-kube-scheduler v1.36: support.control_plane): converge, idle, one edit. Prints each figure beside its target and
+kube-scheduler v1.36: support.clusters.control_plane): converge, idle, one edit. Prints each figure beside its target
+and
 fails (exit 1) when the run is not what a user would call converged (issue 26; docs/benchmarks.md).
 
     python bench/operator_reconcile.py [--count 100 --count 300 --count 1000] [--idle 130]
@@ -48,11 +49,11 @@ import kubernetes.watch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.apiserver import KubeApiServer  # noqa: E402
-from support.apiserver_identities import OPERATOR_USER, start_operator  # noqa: E402
-from support.control_plane import ControlPlane, running_cluster, skip_reason  # noqa: E402
-from support.kube import COSI_CRDS  # noqa: E402
-from support.operator_harness import REGISTRIES_PATH  # noqa: E402
+from support.clusters.apiserver import KubeApiServer  # noqa: E402
+from support.clusters.apiserver_identities import OPERATOR_USER, start_operator  # noqa: E402
+from support.clusters.control_plane import ControlPlane, running_cluster, skip_reason  # noqa: E402
+from support.clusters.kube import COSI_CRDS  # noqa: E402
+from support.clusters.operator_harness import REGISTRIES_PATH  # noqa: E402
 
 NS = "bench"
 COSI = "objectstorage.k8s.io/v1alpha1"

@@ -2,7 +2,8 @@
 upstream, in MiB/s in the same run; and a credential change until the registry serves with the new password.
 
 One pod in file mode (`berth-agent run --registry-file`, berth-supervise, the real registry) as a proxy of a token
-upstream on 127.0.0.1 (tests/support/upstream.py: a real registry behind the one-port front that serves /token
+upstream on 127.0.0.1 (tests/support/registries/upstream.py: a real registry behind the one-port front that serves
+/token
 and forwards /v2/, and labels each token with the password that got it). Each round pushes a fresh image of
 `--layers` random layers of `--layer-mib` MiB to the upstream, then GETs every layer blob: directly from the
 upstream (with a token, through the same front the cache uses), through the cache (cold: a miss each), and from
@@ -23,11 +24,11 @@ import urllib.request
 from pathlib import Path
 
 from agent_common import cold_starts, shm_dir, summary_ms, workdir
-from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.registry import REGISTRY3_BINARY, make_oci_image, push_image
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import REGISTRY_BIN
-from support.upstream import token_for, token_upstream
+from support.registries.pod import RegistryPod, filesystem_spec, registry_object
+from support.registries.registry import REGISTRY3_BINARY, make_oci_image, push_image
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import REGISTRY_BIN
+from support.registries.upstream import token_for, token_upstream
 
 USER = "mirror"
 

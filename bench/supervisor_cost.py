@@ -28,9 +28,9 @@ from berth_agent.core.write import write_atomic  # noqa: E402
 from berth_agent.supervisor.endpoint import Endpoint  # noqa: E402
 from berth_agent.supervisor.probe import answers  # noqa: E402
 from berth_agent.supervisor.restarter import SupervisorRestarter  # noqa: E402
-from support.new_connections import NewConnectionLoop  # noqa: E402
-from support.ports import free_port  # noqa: E402
-from support.supervisor import REGISTRY_BIN, SUPERVISE_ARGV, minimal_config, registry_env  # noqa: E402
+from support.common.ports import free_port  # noqa: E402
+from support.registries.supervisor import REGISTRY_BIN, SUPERVISE_ARGV, minimal_config, registry_env  # noqa: E402
+from support.traffic.new_connections import NewConnectionLoop  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -2,7 +2,15 @@
 (an imported fixture is an unused name to a linter, and a test's parameter of that name shadows it)."""
 
 # Imported in this order: a later one imports an earlier one, which must be registered (assert-rewritten) first.
-# support.signals: every test process starts children with default signal dispositions (a shell cannot trap an
+# support.common.signals: every test process starts children with default signal dispositions (a shell cannot trap an
 # inherited SIG_IGN).
-pytest_plugins = ["support.signals", "support.kube", "support.redisserver", "support.registry", "support.s3",
-                  "support.apiserver", "support.control_plane", "support.node"]
+pytest_plugins = [
+    "support.common.signals",
+    "support.clusters.kube",
+    "support.services.redisserver",
+    "support.registries.registry",
+    "support.clouds.s3",
+    "support.clusters.apiserver",
+    "support.clusters.control_plane",
+    "support.clusters.node",
+]

@@ -6,7 +6,7 @@
 The image has one layer holding one file (`hello.txt`, or `--file NAME=TEXT`), a config and a manifest. The
 same arguments give the same bytes, so the same digest, every time: tar headers carry no time, owner or mode
 from this machine. It is an image to push and pull, not one to run (there is no program in it).
-Berth's tests build their images with `write_layout` too (tests/support/registry.py).
+Berth's tests build their images with `write_layout` too (tests/support/registries/registry.py).
 """
 
 from __future__ import annotations

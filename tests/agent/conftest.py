@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from support.ports import free_port
-from support.supervisor import Supervisor
+from support.common.ports import free_port
+from support.registries.supervisor import Supervisor
 
 
 @pytest.fixture(autouse=True)
@@ -96,8 +96,9 @@ def health():
 @pytest.fixture
 def dist() -> tuple[str, str]:
     """(major, registry binary) the `pod` runs: Debian's 2.8. A test runs on both majors with
-    `@pytest.mark.parametrize("dist", support.registry.registry_binaries())` (3.x skips without its binary)."""
-    from support.supervisor import REGISTRY_BIN
+    `@pytest.mark.parametrize("dist", support.registries.registry.registry_binaries())` (3.x skips without its
+    binary)."""
+    from support.registries.supervisor import REGISTRY_BIN
 
     return ("2", REGISTRY_BIN)
 
@@ -105,7 +106,7 @@ def dist() -> tuple[str, str]:
 @pytest.fixture
 def pod(tmp_path, dist):
     """A registry pod on this machine (agent subprocess + berth-supervise + the registry); stopped afterwards."""
-    from support.pod import RegistryPod
+    from support.registries.pod import RegistryPod
 
     registry_pod = RegistryPod(tmp_path / "pod", binary=dist[1])
     yield registry_pod

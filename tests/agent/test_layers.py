@@ -1,6 +1,6 @@
 """The agent's layout holds: no import cycle, and no import from a lower layer to a higher one.
 
-Every import counts, also one inside a function or under TYPE_CHECKING (support.layers walks them all).
+Every import counts, also one inside a function or under TYPE_CHECKING (support.common.layers walks them all).
 docs/design.md ("Map of the agent") names the layers.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import berth_agent
-from support import layers
+from support.common import layers
 
 ROOT = Path(berth_agent.__file__).parent
 

@@ -27,7 +27,7 @@ def test_the_docker_hub_mirror_example_is_a_registry_and_the_secret_it_reads(tmp
     from berth_agent.inputs.mounts import read_inputs
     from berth_agent.render.config import render
     from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
-    from support.secretdir import write_secret_dir
+    from support.registries.secretdir import write_secret_dir
 
     registry = yaml.safe_load((MIRROR / "registry.yaml").read_text(encoding="utf-8"))
     secret = yaml.safe_load((MIRROR / "token-secret.yaml").read_text(encoding="utf-8"))

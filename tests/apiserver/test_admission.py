@@ -21,7 +21,7 @@ from api.test_examples import DOCUMENTS, leaves
 from api.test_registry_validation import INVALID
 from api.test_strict_types import COERCION_DOCUMENTS
 from berth_api import Registry
-from support.apiserver import ApiError, KubeApiServer
+from support.clusters.apiserver import ApiError, KubeApiServer
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 

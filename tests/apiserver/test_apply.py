@@ -12,10 +12,10 @@ import json
 import pytest
 
 from berth_operator.kube.client import FIELD_MANAGER
-from support.apiserver import JSON_PATCH, MERGE_PATCH, api_path
-from support.apiserver_identities import OPERATOR_USER, start_operator
-from support.operator_harness import REGISTRIES_PATH, wait_for
-from support.operator_harness import reconciled as reconciled_registry
+from support.clusters.apiserver import JSON_PATCH, MERGE_PATCH, api_path
+from support.clusters.apiserver_identities import OPERATOR_USER, start_operator
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import reconciled as reconciled_registry
 
 WRITES = ("create", "update", "patch", "delete")
 OWNED = ("deployments", "services", "serviceaccounts", "roles", "rolebindings", "poddisruptionbudgets",

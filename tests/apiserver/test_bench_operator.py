@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support.control_plane import skip_reason
+from support.clusters.control_plane import skip_reason
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "operator_reconcile.py"
 FLOOR = BENCH.parent / "control_plane_floor.py"

@@ -1,4 +1,4 @@
-"""support.control_plane does what a cluster's controller manager and scheduler do, as their own identities:
+"""support.clusters.control_plane does what a cluster's controller manager and scheduler do, as their own identities:
 a Deployment makes a ReplicaSet and Pods, the scheduler marks them unschedulable (there is no node), the
 garbage collector removes them with their owner, a namespace gets its default ServiceAccount."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from support.apiserver import service_account_user
+from support.clusters.apiserver import service_account_user
 
 
 def wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:

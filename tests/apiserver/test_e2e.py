@@ -2,7 +2,7 @@
 end-to-end scenarios that need no kubelet (status and Ready, Events, reload Lease turns, Secrets watched over
 the API, GC requests and acknowledgements).
 
-The operator (deploy/'s RBAC) makes the Registry's objects. support.workload plays the Deployment controller
+The operator (deploy/'s RBAC) makes the Registry's objects. support.clusters.workload plays the Deployment controller
 and the kubelet for its Deployment: registry pods on this machine (agent + berth-supervise + docker-registry), a
 Pod object for each from the template (so the ServiceAccount the operator made must exist, and the operator's
 label selector finds them), the Deployment's status. Each agent runs with its own token of that ServiceAccount
@@ -18,14 +18,14 @@ import hashlib
 import pytest
 
 from berth_api import GC_REQUEST_ANNOTATION
-from support.apiserver import KubeApiServer, forbidden, service_account_user, token_id
-from support.apiserver_identities import OPERATOR_USER, start_operator
-from support.gc import GatedRegistry, gc_status, wait_last_run, wait_until
-from support.pod import filesystem_spec, registry_object
-from support.ports import free_port
-from support.registry import make_oci_image, push_image
-from support.supervisor import REGISTRY_BIN
-from support.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.clusters.apiserver import KubeApiServer, forbidden, service_account_user, token_id
+from support.clusters.apiserver_identities import OPERATOR_USER, start_operator
+from support.clusters.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.common.ports import free_port
+from support.registries.gc import GatedRegistry, gc_status, wait_last_run, wait_until
+from support.registries.pod import filesystem_spec, registry_object
+from support.registries.registry import make_oci_image, push_image
+from support.registries.supervisor import REGISTRY_BIN
 
 pytestmark = pytest.mark.e2e  # berth-operator and real agents as processes: not in the quick run
 

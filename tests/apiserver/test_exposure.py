@@ -19,14 +19,14 @@ import pytest
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, certificate, http_route, ingress, service
-from support.apiserver import (
+from support.clusters.apiserver import (
     ApiError,
     KubeApiServer,
     install_cert_manager_crds,
     install_gateway_api_crds,
 )
-from support.apiserver_identities import refused_requests, start_operator
-from support.operator_harness import wait_for
+from support.clusters.apiserver_identities import refused_requests, start_operator
+from support.clusters.operator_harness import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 ISSUER = {"name": "ca", "kind": "ClusterIssuer"}

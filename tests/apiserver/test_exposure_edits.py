@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from berth_operator.kube.client import FIELD_MANAGER
-from support.apiserver import (
+from support.clusters.apiserver import (
     KubeApiServer,
     install_cert_manager_crds,
     install_gateway_api_crds,
 )
-from support.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
-from support.operator_harness import REGISTRIES_PATH, reconciled, wait_for
+from support.clusters.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
+from support.clusters.operator_harness import REGISTRIES_PATH, reconciled, wait_for
 
 WRITES = ("create", "update", "patch", "delete")
 NAME = "edited"

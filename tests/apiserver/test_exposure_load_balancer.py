@@ -13,9 +13,9 @@ import json
 
 import urllib3
 
-from support.apiserver import KubeApiServer, api_path
-from support.apiserver_identities import start_operator
-from support.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.apiserver import KubeApiServer, api_path
+from support.clusters.apiserver_identities import start_operator
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # what kubectl get asks for
 

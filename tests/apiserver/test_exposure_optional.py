@@ -14,14 +14,14 @@ import base64
 
 import pytest
 
-from support.apiserver import (
+from support.clusters.apiserver import (
     KubeApiServer,
     install_cert_manager_crds,
     install_gateway_api_crds,
 )
-from support.apiserver_identities import operator_on_own_server, refused_requests
-from support.certs import self_signed
-from support.operator_harness import wait_for
+from support.clusters.apiserver_identities import operator_on_own_server, refused_requests
+from support.clusters.operator_harness import wait_for
+from support.services.certs import self_signed
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 NS, NAME = "exposed", "edge"

@@ -4,7 +4,7 @@ Only the holder of the Lease writes; kill -9 it, and the standby takes the Lease
 what was missed meanwhile, and nothing twice. The Lease's optimistic concurrency (a stale resourceVersion is
 refused) is the real server's.
 
-The audit log tells the two apart by their tokens' ids (support.apiserver.token_id).
+The audit log tells the two apart by their tokens' ids (support.clusters.apiserver.token_id).
 How fast the standby takes over is a figure of bench/operator_failover.py (no timed assertions here);
 this test checks the order of events, from the Lease's own timestamps.
 """
@@ -18,10 +18,10 @@ import time
 
 import pytest
 
-from support.apiserver import token_id
-from support.apiserver_identities import OPERATOR_USER, install_operator_rbac, start_operator
-from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess, wait_for
-from support.operator_harness import reconciled as reconciled_registry
+from support.clusters.apiserver import token_id
+from support.clusters.apiserver_identities import OPERATOR_USER, install_operator_rbac, start_operator
+from support.clusters.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess, wait_for
+from support.clusters.operator_harness import reconciled as reconciled_registry
 
 WRITES = ("create", "update", "patch", "delete")
 

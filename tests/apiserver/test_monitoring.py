@@ -17,9 +17,9 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, service_monitor
-from support.apiserver import REPO, ApiError, KubeApiServer, install_monitoring_crds
-from support.apiserver_identities import refused_requests, start_operator
-from support.operator_harness import reconciled, wait_for
+from support.clusters.apiserver import REPO, ApiError, KubeApiServer, install_monitoring_crds
+from support.clusters.apiserver_identities import refused_requests, start_operator
+from support.clusters.operator_harness import reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 SERVICE_MONITORS = "monitoring.coreos.com/v1/servicemonitors"

@@ -23,8 +23,8 @@ from apiserver.test_apply import operator  # noqa: F401 (the fixture: berth-oper
 from apiserver.test_pod_security import create_pod, restricted  # noqa: F401 (the fixture)
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
-from support.apiserver import REPO, KubeApiServer, skip_reason
-from support.operator_harness import AGENT_IMAGE, reconciled, wait_for
+from support.clusters.apiserver import REPO, KubeApiServer, skip_reason
+from support.clusters.operator_harness import AGENT_IMAGE, reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 # What each cloud keys on (the examples' comments cite the documentation).

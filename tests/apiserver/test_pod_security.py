@@ -1,7 +1,7 @@
 """The restricted Pod Security Standard as the real API server enforces it (the PodSecurity admission plugin, a
 namespace labelled `pod-security.kubernetes.io/enforce: restricted`, as deploy/namespace.yaml labels the
 operator's): the registry pod of every example and the operator's own pod are admitted, and every breach
-support.pss claims to catch (tests/deploy/test_pss.py) is refused by the server too, so the offline checker
+support.clusters.pss claims to catch (tests/deploy/test_pss.py) is refused by the server too, so the offline checker
 the builder tests use says what the API server says. Pods are created with dryRun (nothing would run them).
 """
 
@@ -15,8 +15,8 @@ import yaml
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
 from deploy.test_pss import BREAKS, compliant
-from support.apiserver import REPO, ApiError
-from support.operator_harness import AGENT_IMAGE
+from support.clusters.apiserver import REPO, ApiError
+from support.clusters.operator_harness import AGENT_IMAGE
 
 EXAMPLES = sorted(p.stem for p in (REPO / "examples").glob("*.yaml"))
 

@@ -3,7 +3,7 @@ else: get/list/watch its own Registry (by name: list and watch with fieldSelecto
 status, get/list/watch the Secrets its pod mounts (each by name, the same way), get and update its Registry's
 reload and GC Leases, create and patch Events.
 
-The ServiceAccount, Role, RoleBinding and Leases are the operator's builders' (support.apiserver_identities),
+The ServiceAccount, Role, RoleBinding and Leases are the operator's builders' (support.clusters.apiserver_identities),
 the token a real one from the TokenRequest API. Remove a rule from builders/role.py and an "allowed" case
 here fails with 403; widen one and the rules review at the end fails.
 """
@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from berth_operator.builders import ClusterFacts
-from support.apiserver import REPO, ApiError, KubeApiServer, api_path
-from support.apiserver_identities import agent_token
-from support.operator_harness import AGENT_IMAGE
+from support.clusters.apiserver import REPO, ApiError, KubeApiServer, api_path
+from support.clusters.apiserver_identities import agent_token
+from support.clusters.operator_harness import AGENT_IMAGE
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 SECRETS = "v1/secrets"

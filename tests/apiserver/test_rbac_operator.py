@@ -24,8 +24,8 @@ import urllib.request
 import pytest
 import yaml
 
-from support.apiserver import REPO, KubeApiServer, forbidden, install_cosi_crds, token_id
-from support.apiserver_identities import (
+from support.clusters.apiserver import REPO, KubeApiServer, forbidden, install_cosi_crds, token_id
+from support.clusters.apiserver_identities import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
     cluster_role_grants,
@@ -33,7 +33,7 @@ from support.apiserver_identities import (
     operator_token,
     start_operator,
 )
-from support.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled, wait_for
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 REGISTRIES = "berth.dev/v1alpha1/registries"

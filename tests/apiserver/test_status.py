@@ -11,8 +11,8 @@ them (kmock lets a /status patch change spec and stamps no generation: field-not
 
 from __future__ import annotations
 
-from support.apiserver_identities import start_operator
-from support.operator_harness import reconciled, wait_for
+from support.clusters.apiserver_identities import start_operator
+from support.clusters.operator_harness import reconciled, wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 

@@ -2,7 +2,7 @@
 allowed by resourceNames, through fieldSelector metadata.name): what kmock only imitates (field-notes §6).
 
 - 410 Gone: a watch resumed from a resourceVersion etcd has compacted away is refused with 410 by an API
-  server reading etcd directly (support.apiserver.uncached_apiserver); the watcher lists again, says so at
+  server reading etcd directly (support.clusters.apiserver.uncached_apiserver); the watcher lists again, says so at
   INFO, reports no error, and the next change still arrives;
 - bookmarks: the watch cache sends a BOOKMARK before each watch's timeout; the watcher moves its
   resourceVersion to it (past another Registry's write it never sees) and resumes from there;
@@ -25,9 +25,9 @@ from agent.conftest import ChangeCollector
 from berth_agent.core.health import Health
 from berth_agent.sources.registry_api import RegistryApiWatcher
 from berth_agent.sources.secret_api import SecretApiWatcher
-from support.apiserver import KubeApiServer, etcd_compact
-from support.apiserver_identities import agent_token
-from support.sources import running
+from support.clusters.apiserver import KubeApiServer, etcd_compact
+from support.clusters.apiserver_identities import agent_token
+from support.registries.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 SECRETS = "v1/secrets"

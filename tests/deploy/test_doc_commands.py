@@ -1,5 +1,5 @@
 """The docs cannot rot (issue 41): every shell block in README.md and docs/ is either run by a named test
-(`<!-- run: ID -->`, the test reads it with support.doc_commands.block(ID)) or says what it needs that this
+(`<!-- run: ID -->`, the test reads it with support.common.doc_commands.block(ID)) or says what it needs that this
 machine lacks (`<!-- needs: ... -->`); every `run:` ID is named by a test; blocks sharing an ID are identical.
 The convention: docs/guide/develop.md, "How the commands in these pages are tested".
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pathlib
 import re
 
-from support import doc_commands
-from support.doc_commands import REPO, all_blocks, parse
+from support.common import doc_commands
+from support.common.doc_commands import REPO, all_blocks, parse
 
 # Where a test names the IDs it runs: every test file and support module, but not the checker and the parser.
 SELF = {pathlib.Path(__file__).resolve(), pathlib.Path(doc_commands.__file__).resolve()}
@@ -27,7 +27,7 @@ def test_every_shell_block_is_run_by_a_test_or_says_what_it_needs() -> None:
 
 
 def run_ids_named_by_tests(root: pathlib.Path = REPO / "tests") -> set[str]:
-    """The string literals of the test files that read the docs through support.doc_commands."""
+    """The string literals of the test files that read the docs through support.common.doc_commands."""
     named: set[str] = set()
     for path in root.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
@@ -70,7 +70,7 @@ def test_commands_join_continued_lines_and_drop_comments(monkeypatch) -> None:
 
 
 def test_an_id_no_test_names_is_found(tmp_path: pathlib.Path) -> None:
-    (tmp_path / "test_x.py").write_text('from support.doc_commands import block\n\nblock("install")\n')
+    (tmp_path / "test_x.py").write_text('from support.common.doc_commands import block\n\nblock("install")\n')
     (tmp_path / "test_y.py").write_text('print("local-run-start")\n')  # not a test that reads the docs
     assert "install" in run_ids_named_by_tests(tmp_path)
     assert "local-run-start" not in run_ids_named_by_tests(tmp_path)

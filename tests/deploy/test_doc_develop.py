@@ -13,7 +13,7 @@ import yaml
 
 from api.admission import admit
 from berth_api import Registry
-from support.doc_commands import REPO, block, commands
+from support.common.doc_commands import REPO, block, commands
 
 
 def test_the_regenerate_commands_write_the_committed_files(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from support.apiserver import REPO, KubeApiServer, skip_reason
-from support.doc_commands import commands
+from support.clusters.apiserver import REPO, KubeApiServer, skip_reason
+from support.common.doc_commands import commands
 
 NAME = "ci-cache"  # examples/filesystem-storageclass.yaml, which the install block applies
 REGISTRIES = "berth.dev/v1alpha1/registries"

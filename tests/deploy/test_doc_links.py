@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from support.doc_commands import REPO, doc_files
+from support.common.doc_commands import REPO, doc_files
 
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")

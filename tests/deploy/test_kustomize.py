@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from support.pss import restricted_violations
+from support.clusters.pss import restricted_violations
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 VERSIONS = ["1.30.0", latest_version()]

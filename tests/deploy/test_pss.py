@@ -1,4 +1,4 @@
-"""The restricted Pod Security Standard checker (tests/support/pss.py) catches every rule it claims to."""
+"""The restricted Pod Security Standard checker (tests/support/clusters/pss.py) catches every rule it claims to."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from support.pss import restricted_violations
+from support.clusters.pss import restricted_violations
 
 
 def compliant() -> dict:

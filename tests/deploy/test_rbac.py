@@ -16,8 +16,8 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, deployment, role
-from support.apiserver_identities import cluster_role_grants, grants
-from support.operator_harness import AGENT_IMAGE
+from support.clusters.apiserver_identities import cluster_role_grants, grants
+from support.clusters.operator_harness import AGENT_IMAGE
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

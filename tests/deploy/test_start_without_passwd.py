@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from support.kube import (
+from support.clusters.kube import (
     KubeApi,
 )
-from support.operator_harness import REGISTRIES_PATH, wait_for
-from support.ports import free_port
-from support.processes import stop_process
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.common.ports import free_port
+from support.common.processes import stop_process
 
 UID = GID = 65532
 NS = "nopasswd"

@@ -1,4 +1,4 @@
-"""The test API server (tests/support/kube.py) behaves like the API server where kmock 0.8 does not.
+"""The test API server (tests/support/clusters/kube.py) behaves like the API server where kmock 0.8 does not.
 
 Each test drives the server with the official kubernetes client over HTTP, as the agent and the operator
 will, and names the field-notes §6 gap it covers.
@@ -16,7 +16,7 @@ import kubernetes.watch
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from support.kube import KubeApi, install_cosi_crds
+from support.clusters.kube import KubeApi, install_cosi_crds
 
 GROUP, VERSION, PLURAL = "berth.dev", "v1alpha1", "registries"
 NS = "ns1"

@@ -7,7 +7,7 @@ import threading
 import kopf
 import pytest
 
-from support.kube import KubeApi, run_kopf
+from support.clusters.kube import KubeApi, run_kopf
 
 NS = "ns1"
 REGISTRIES = "berth.dev/v1alpha1/registries"

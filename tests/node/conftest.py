@@ -1,4 +1,4 @@
-"""The node tier: every test here runs pods on the run's one real node (support.node)."""
+"""The node tier: every test here runs pods on the run's one real node (support.clusters.node)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.node import Node
-from support.node_berth import install_berth
+from support.clusters.node import Node
+from support.clusters.node_berth import install_berth
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from support.node import Node
-from support.node_berth import create_registry, lease_holder, operator_pods, registry_pods, wait_for
+from support.clusters.node import Node
+from support.clusters.node_berth import create_registry, lease_holder, operator_pods, registry_pods, wait_for
 
 
 def test_apply_k_deploy_runs_two_operators_one_leader_and_a_registry(kube_node: Node, berth_image: str,

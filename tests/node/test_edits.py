@@ -2,15 +2,15 @@
 same pod, the same container restart counts, a new registry process; and the registry's own metrics are scraped
 through the pod's `reg-metrics` port across it. Distribution 3's in-place edit (the held socket) is
 test_held_socket.py's case, with the same checks under load; the metrics helpers are
-support.node_berth's."""
+support.clusters.node_berth's."""
 
 from __future__ import annotations
 
 import re
 
 from berth_api.pod import REGISTRY_METRICS_PORT
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     applied_generation,
     base_gets,
     create_registry,

@@ -12,9 +12,8 @@ import urllib.parse
 from datetime import datetime
 
 from berth_api.pod import AGENT_HEALTH_PORT, REGISTRY_METRICS_PORT
-from support.new_connections import NewConnectionLoop
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     applied_generation,
     base_gets,
     create_registry,
@@ -26,7 +25,8 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.readyz import ReadyzProbe
+from support.registries.readyz import ReadyzProbe
+from support.traffic.new_connections import NewConnectionLoop
 
 RELOADS = 10
 
@@ -86,7 +86,7 @@ def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_
     import signal
     import time
 
-    from support.node_berth import container_pid
+    from support.clusters.node_berth import container_pid
 
     spec = {"image": "docker.io/library/registry:3", "config": {"log": {"level": "info"}, "storage": {"inmemory": {}}}}
     create_registry(kube_node, node_namespace, "killed", spec)

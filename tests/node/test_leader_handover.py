@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     OPERATOR_NAMESPACE,
     OPERATOR_SELECTOR,
     create_registry,

@@ -22,11 +22,11 @@ import tomllib
 
 import yaml
 
-from support import images
-from support.doc_commands import block, commands, section
-from support.node import Node
-from support.node_berth import create_registry, registry, registry_pods, wait_for
-from support.registry import OCI_MANIFEST, http_get, push_image
+from support.clusters import images
+from support.clusters.node import Node
+from support.clusters.node_berth import create_registry, registry, registry_pods, wait_for
+from support.common.doc_commands import block, commands, section
+from support.registries.registry import OCI_MANIFEST, http_get, push_image
 
 LAYER = "application/vnd.oci.image.layer.v1.tar"  # uncompressed: a layer's digest is its diff_id
 
@@ -46,7 +46,7 @@ def _walkthrough() -> tuple[dict, str, str, str]:
 
 
 def _runnable_layout(layout: pathlib.Path, token: str) -> str:
-    """An OCI layout of the node images' busybox layer (support.images) and one layer holding `token`, whose
+    """An OCI layout of the node images' busybox layer (support.clusters.images) and one layer holding `token`, whose
     command prints it and sleeps; returns the manifest digest. The token makes it unique per run: containerd
     cannot have it already."""
     busybox = images.Builder().busybox()

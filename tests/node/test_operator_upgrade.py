@@ -11,9 +11,8 @@ import urllib.parse
 
 import pytest
 
-from support.new_connections import NewConnectionLoop
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     OPERATOR_NAMESPACE,
     create_registry,
     deployment_available,
@@ -23,7 +22,8 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.upload import SlowUpload
+from support.traffic.new_connections import NewConnectionLoop
+from support.traffic.upload import SlowUpload
 
 pytestmark = [pytest.mark.node_exclusive, pytest.mark.timeout(2400)]
 

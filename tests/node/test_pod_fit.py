@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from support import images
-from support.node import GATEWAY, POD_CIDR, Node
-from support.node_berth import (
+from support.clusters import images
+from support.clusters.node import GATEWAY, POD_CIDR, Node
+from support.clusters.node_berth import (
     REGISTRIES,
     condition,
     create_registry,
@@ -39,9 +39,9 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.registry import make_oci_image, pull_image, push_archive, push_image, running_registry
-from support.tinyproxy import running_tinyproxy
-from support.upstream import htpasswd
+from support.registries.registry import make_oci_image, pull_image, push_archive, push_image, running_registry
+from support.registries.upstream import htpasswd
+from support.services.tinyproxy import running_tinyproxy
 
 INMEMORY = {"config": {"storage": {"inmemory": {}}}}
 USER = ("puller", "pull-s3cret")
@@ -175,7 +175,7 @@ def mirror(kube_node: Node, berth_image: str) -> Iterator[Mirror]:
 
 
 def _answers(url: str) -> bool:
-    from support.registry import http_get
+    from support.registries.registry import http_get
     try:
         return http_get(url, timeout=2).status in (200, 401)
     except OSError:

@@ -16,9 +16,8 @@ import time
 import urllib.parse
 
 from berth_api import GC_REQUEST_ANNOTATION
-from support.new_connections import NewConnectionLoop
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     REGISTRIES,
     condition,
     create_registry,
@@ -30,8 +29,9 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.registry import http_get, make_oci_image, push_image
-from support.upload import SlowUpload
+from support.registries.registry import http_get, make_oci_image, push_image
+from support.traffic.new_connections import NewConnectionLoop
+from support.traffic.upload import SlowUpload
 
 SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 

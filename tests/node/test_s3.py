@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pathlib
 
-from support.node import GATEWAY, Node
-from support.node_berth import create_registry, registry_pods, service_url
-from support.registry import make_oci_image, pull_image, push_image
-from support.s3 import REGION, running_moto
+from support.clouds.s3 import REGION, running_moto
+from support.clusters.node import GATEWAY, Node
+from support.clusters.node_berth import create_registry, registry_pods, service_url
+from support.registries.registry import make_oci_image, pull_image, push_image
 
 BUCKET = "registry-data"
 

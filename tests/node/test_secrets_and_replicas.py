@@ -12,8 +12,8 @@ import time
 
 from berth_api import GC_REQUEST_ANNOTATION
 from berth_api.pod import AGENT_HEALTH_PORT, HTPASSWD_VOLUME
-from support.node import Node
-from support.node_berth import (
+from support.clusters.node import Node
+from support.clusters.node_berth import (
     REGISTRIES,
     applied_generation,
     create_registry,
@@ -27,9 +27,9 @@ from support.node_berth import (
     service_url,
     wait_for,
 )
-from support.pull_loop import PullLoop
-from support.registry import http_get, make_oci_image, manifest_status, push_image
-from support.upstream import htpasswd
+from support.registries.registry import http_get, make_oci_image, manifest_status, push_image
+from support.registries.upstream import htpasswd
+from support.traffic.pull_loop import PullLoop
 
 # The kubelet rewrites a Secret volume on its pod sync, 60 to 90 s after the change (field-notes §3, §7).
 KUBELET_SWAP_TIMEOUT = 240

@@ -10,8 +10,8 @@ import pytest
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts
-from support.kube import KubeApi
-from support.operator_harness import OperatorHarness
+from support.clusters.kube import KubeApi
+from support.clusters.operator_harness import OperatorHarness
 
 AGENT_IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 
@@ -121,7 +121,7 @@ def builder_case(request: pytest.FixtureRequest) -> tuple[Registry, ClusterFacts
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Controller tests: the operator in process (support.operator_harness) against the test API server.
+# Controller tests: the operator in process (support.clusters.operator_harness) against the test API server.
 
 
 

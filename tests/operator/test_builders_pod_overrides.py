@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from berth_operator.builders import build_all
 from berth_operator.builders.pod import SERVICE_ACCOUNT_ANNOTATION
-from support.pss import restricted_violations
+from support.clusters.pss import restricted_violations
 
 from .test_builders_deployment import built, containers
 

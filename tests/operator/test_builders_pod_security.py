@@ -1,5 +1,5 @@
 """The registry pod template meets every rule of the restricted Pod Security Standard (Kubernetes docs,
-"Pod Security Standards", baseline and restricted profiles): through the shared checker (support.pss), and
+"Pod Security Standards", baseline and restricted profiles): through the shared checker (support.clusters.pss), and
 asserted field by field here."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from berth_operator.builders import build_all
-from support.pss import ALLOWED_VOLUME_SOURCES, restricted_violations
+from support.clusters.pss import ALLOWED_VOLUME_SOURCES, restricted_violations
 
 
 def pod_template(reg, facts) -> dict:

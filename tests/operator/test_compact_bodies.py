@@ -14,7 +14,7 @@ from berth_operator.cluster.view import Cluster
 from berth_operator.engine.reconcile import reconcile
 from berth_operator.kube.client import Kube
 from berth_operator.reactor.handlers import compact
-from support.operator_harness import AGENT_IMAGE, REGISTRIES_PATH
+from support.clusters.operator_harness import AGENT_IMAGE, REGISTRIES_PATH
 
 NS = "compact"
 MANAGED_FIELDS = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "berth.dev/v1alpha1",

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from support.operator_harness import REGISTRIES_PATH, wait_for
-from support.ports import free_port, wait_for_port
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.common.ports import free_port, wait_for_port
 
 NS = "cli"
 

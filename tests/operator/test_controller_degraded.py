@@ -6,7 +6,7 @@ import base64
 import time
 from typing import Any
 
-from support.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "degraded"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "edits"
 
@@ -153,7 +153,7 @@ def test_deleting_the_registry_leaves_nothing_behind(cosi_crds, operator_harness
 
     assert kube_api.get(REGISTRIES_PATH, NS, "gone") is None  # no finalizer held it
     assert harness.owned(NS, reg["metadata"]["uid"]) == {}
-    from support.operator_harness import OWNED_PATHS
+    from support.clusters.operator_harness import OWNED_PATHS
 
     for path in OWNED_PATHS.values():
         assert kube_api.list(path, NS) == [], path

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from berth_operator.engine.expansion import decide
-from support.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "grow"
 PVCS = "v1/persistentvolumeclaims"

@@ -12,8 +12,8 @@ import datetime
 from typing import Any
 
 from berth_api import GC_PROXY_MESSAGE, GC_REQUEST_ANNOTATION, GC_STORAGE_MESSAGE
-from support.clock import SetClock
-from support.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.common.clock import SetClock
 
 NS = "gc"
 T0 = datetime.datetime(2026, 11, 30, 2, 59, 30, tzinfo=datetime.UTC)
@@ -267,7 +267,7 @@ def reconcile_directly(kube_api, body: dict[str, Any]):
     from berth_operator.cluster.view import Cluster
     from berth_operator.engine.reconcile import reconcile
     from berth_operator.kube.client import Kube
-    from support.operator_harness import AGENT_IMAGE
+    from support.clusters.operator_harness import AGENT_IMAGE
 
     configuration = kubernetes.client.Configuration()
     configuration.host = kube_api.url

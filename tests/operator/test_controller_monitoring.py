@@ -4,7 +4,7 @@ on the real API server: tests/apiserver/test_monitoring.py."""
 
 from __future__ import annotations
 
-from support.operator_harness import REGISTRIES_PATH
+from support.clusters.operator_harness import REGISTRIES_PATH
 
 NS = "monitored"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support.operator_harness import OWNED_PATHS, OperatorHarness, wait_for
+from support.clusters.operator_harness import OWNED_PATHS, OperatorHarness, wait_for
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -148,7 +148,7 @@ def seed(api, namespace: str, objects: list[dict[str, Any]]) -> None:
 @pytest.fixture(scope="module")
 def all_cases():
     """One API server and one operator for every case (each in its own namespace): lean on CPU."""
-    from support.kube import KubeApi, install_cosi_crds
+    from support.clusters.kube import KubeApi, install_cosi_crds
 
     with KubeApi() as api:
         install_cosi_crds(api)  # the COSI examples' kinds (a bare server has none)
@@ -238,7 +238,7 @@ def test_a_terminating_pods_record_is_kept_but_not_counted(kube_api):
     wait for it, and its record stays until the pod is gone (then it is pruned)."""
     from berth_api import Registry
     from berth_operator.builders import names
-    from support.operator_harness import REGISTRIES_PATH
+    from support.clusters.operator_harness import REGISTRIES_PATH
 
     body = kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
                             "metadata": {"name": "tidy", "namespace": "default"},

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, generate_latest
 
-from support.operator_harness import OWNED_PATHS, REGISTRIES_PATH, OperatorHarness, wait_for
+from support.clusters.operator_harness import OWNED_PATHS, REGISTRIES_PATH, OperatorHarness, wait_for
 
 NS = "restart"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from support.operator_harness import wait_for
+from support.clusters.operator_harness import wait_for
 
 NS = "rollout"
 SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}

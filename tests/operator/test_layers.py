@@ -1,6 +1,6 @@
 """The operator's layout holds (issue 27), as the agent's does (tests/agent/test_layers.py): no import cycle, and no
 import from a lower layer to a higher one or sideways into another package of the same rank. Every import counts,
-also one inside a function or under TYPE_CHECKING (support.layers walks them all). docs/design.md ("Map of the
+also one inside a function or under TYPE_CHECKING (support.common.layers walks them all). docs/design.md ("Map of the
 operator") names the layers.
 
 Across the repository too: berth_api imports neither program, and neither program imports the other.
@@ -14,7 +14,7 @@ from pathlib import Path
 import berth_agent
 import berth_api
 import berth_operator
-from support import layers
+from support.common import layers
 
 ROOT = Path(berth_operator.__file__).parent
 

@@ -12,7 +12,7 @@ import pytest
 from berth_operator.kube.client import Kube, NotLeader
 from berth_operator.reactor.leader import LeaderElector, LeaseSettings
 from berth_operator.reactor.runner import LeadershipLost
-from support.operator_harness import LEASES_PATH, REGISTRIES_PATH, OperatorHarness, wait_for
+from support.clusters.operator_harness import LEASES_PATH, REGISTRIES_PATH, OperatorHarness, wait_for
 
 NS = "berth-system"
 

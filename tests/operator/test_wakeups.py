@@ -9,7 +9,7 @@ import datetime
 import pytest
 
 from berth_operator.reactor.wakeups import Wakeups
-from support.clock import SetClock
+from support.common.clock import SetClock
 
 T0 = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
 KEY = ("ns", "reg")

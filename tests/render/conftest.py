@@ -2,7 +2,7 @@
 
 import pytest
 
-from support.registry import (
+from support.registries.registry import (
     registry_binaries,
 )
 

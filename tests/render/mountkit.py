@@ -16,8 +16,8 @@ import bcrypt
 import yaml
 
 from berth_api import Registry, RegistrySpec
-from support.certs import self_signed_pair
-from support.secretdir import write_secret_dir
+from support.registries.secretdir import write_secret_dir
+from support.services.certs import self_signed_pair
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COSI_FORMATS = ("v1alpha1", "v1alpha2-cosi", "v1alpha2-kep")

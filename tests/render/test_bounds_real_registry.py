@@ -16,8 +16,8 @@ from berth_api import Registry
 from berth_api.server import MAX_REDIS_CONNECTIONS
 from berth_api.types import INT32_MAX
 from render.mountkit import write_mounts_for
-from support.ports import free_port
-from support.registry import http_get, registry_binaries, start_registry
+from support.common.ports import free_port
+from support.registries.registry import http_get, registry_binaries, start_registry
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from render.mountkit import EXAMPLES, S3Target, example_names, load_example, write_mounts_for
-from support.secretdir import write_secret_dir
+from support.registries.secretdir import write_secret_dir
 
 SECRET = "cli-secret-value-never-printed"
 TARGET = S3Target("http://127.0.0.1:9000", "bucket", "AKIACLITEST000000001", SECRET)

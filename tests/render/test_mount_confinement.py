@@ -1,6 +1,7 @@
 """Every key read from a Secret volume stays inside that volume, is a regular file, and is bounded in size.
 
-Each attack is swapped in as the kubelet swaps a payload (support.secretdir.swap_payload): a key that links out
+Each attack is swapped in as the kubelet swaps a payload (support.registries.secretdir.swap_payload): a key that links
+out
 of its volume (to a file holding a value the agent would happily use), a FIFO, a device, a socket, a key over
 its limit, and 200k-deep BucketInfo JSON. Each must be an InputError naming the volume and key, quoting no
 content, and must return at once (a FIFO used to block the reader in open(2) for ever).
@@ -24,8 +25,8 @@ from berth_agent.inputs.mounts import read_inputs
 from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT, volume_fingerprint
 from berth_api import Registry
 from render.mountkit import htpasswd_entry
-from support.certs import self_signed_pair
-from support.secretdir import swap_payload, write_secret_dir
+from support.registries.secretdir import swap_payload, write_secret_dir
+from support.services.certs import self_signed_pair
 
 PEM_CERT, PEM_KEY = self_signed_pair()
 PLANTED = "PLANTED-outside-the-volume-7d41"

@@ -17,8 +17,8 @@ from berth_agent.inputs.cosi import read_cosi
 from berth_agent.inputs.mounts import MountedInputs, parse_redis_url, read_inputs
 from berth_api import Registry
 from render.mountkit import S3Target, cosi_secret, htpasswd_entry, load_example
-from support.certs import self_signed_pair
-from support.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.services.certs import self_signed_pair
 
 ACCESS_KEY_ID = "AKIAMOUNTTESTKEY0001"
 SECRET_KEY = "mount-test-secret-key/with+chars"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.azurite import new_account_key, requires_azurite, running_azurite
-from support.gcs import running_gcs
-from support.registry import (
+from support.clouds.azurite import new_account_key, requires_azurite, running_azurite
+from support.clouds.gcs import running_gcs
+from support.registries.registry import (
     REGISTRY3_BINARY,
     http_get,
     pull_image,

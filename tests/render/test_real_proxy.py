@@ -1,5 +1,6 @@
 """What Distribution really does as a pull-through cache (issue 20), on the real 2.8.2 and 3.1.1 against a real
-upstream registry on 127.0.0.1 (support.upstream): the facts the design rests on (docs/design.md §4.6), and the
+upstream registry on 127.0.0.1 (support.registries.upstream): the facts the design rests on (docs/design.md §4.6), and
+the
 garbage-collection decision (refused on a proxy: berth_api.proxy.GC_PROXY_MESSAGE).
 
 - At start a proxy GETs its upstream's /v2/ and panics when that fails: it cannot start (so cannot restart)
@@ -19,8 +20,8 @@ import subprocess
 import pytest
 import yaml
 
-from support.ports import free_port
-from support.registry import (
+from support.common.ports import free_port
+from support.registries.registry import (
     REGISTRY3_BINARY,
     REGISTRY_BINARY,
     make_oci_image,
@@ -31,7 +32,7 @@ from support.registry import (
     requires_registry3,
     start_registry,
 )
-from support.upstream import htpasswd_upstream, token_upstream
+from support.registries.upstream import htpasswd_upstream, token_upstream
 
 CREDS = ("mirror", "mirror-password")
 

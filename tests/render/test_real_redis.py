@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from render.test_real_registry import check, prepare, serve_and_check
-from support.ports import free_port
-from support.redisserver import running_redis
-from support.registry import REGISTRY3_BINARY, http_get, requires_registry3, start_registry
+from support.common.ports import free_port
+from support.registries.registry import REGISTRY3_BINARY, http_get, requires_registry3, start_registry
+from support.services.redisserver import running_redis
 
 pytestmark = [pytest.mark.timeout(180), requires_registry3]
 

@@ -18,8 +18,8 @@ from berth_agent.inputs.mounts import read_inputs
 from berth_agent.render.config import RenderPaths, render
 from berth_api import Registry
 from render.mountkit import COSI_FORMATS, Mounts, S3Target, example_names, write_mounts_for
-from support.ports import free_port
-from support.registry import RegistryProcess, http_get, push_and_pull_back, start_registry
+from support.common.ports import free_port
+from support.registries.registry import RegistryProcess, http_get, push_and_pull_back, start_registry
 
 pytestmark = pytest.mark.timeout(180)
 

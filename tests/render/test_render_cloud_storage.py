@@ -14,10 +14,10 @@ from berth_agent.inputs.mounts import MountedInputs, read_inputs
 from berth_agent.render.config import render
 from berth_agent.render.paths import GCS_KEY_FILE, RenderPaths
 from berth_api import Registry
-from support.azurite import new_account_key, requires_azurite, running_azurite
-from support.gcs import running_gcs
-from support.registry import REGISTRY3_BINARY, push_and_pull_back, requires_registry3, running_registry
-from support.secretdir import swap_secret_dir, write_secret_dir
+from support.clouds.azurite import new_account_key, requires_azurite, running_azurite
+from support.clouds.gcs import running_gcs
+from support.registries.registry import REGISTRY3_BINARY, push_and_pull_back, requires_registry3, running_registry
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
 
 IDS = {"tenantID": "00000000-0000-0000-0000-000000000001", "clientID": "00000000-0000-0000-0000-000000000002"}
 

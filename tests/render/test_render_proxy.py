@@ -11,7 +11,7 @@ from berth_agent.core.errors import InputError
 from berth_agent.inputs.mounts import MountedInputs, read_inputs
 from berth_agent.render.config import render
 from berth_api import Registry
-from support.secretdir import write_secret_dir
+from support.registries.secretdir import write_secret_dir
 
 HUB = "https://registry-1.docker.io"
 

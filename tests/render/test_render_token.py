@@ -11,7 +11,7 @@ from berth_agent.inputs.mounts import MountedInputs, read_inputs
 from berth_agent.render.config import RenderPaths, render
 from berth_agent.render.paths import HTPASSWD_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from berth_api import Registry
-from support.secretdir import write_secret_dir
+from support.registries.secretdir import write_secret_dir
 
 BUNDLE = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 JWKS = b'{"keys": []}'

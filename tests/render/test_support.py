@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from support.ports import free_port
-from support.registry import http_get, push_and_pull_back, running_registry
-from support.s3 import AccessKey
-from support.secretdir import DATA_LINK, current_data, swap_secret_dir, write_secret_dir
+from support.clouds.s3 import AccessKey
+from support.common.ports import free_port
+from support.registries.registry import http_get, push_and_pull_back, running_registry
+from support.registries.secretdir import DATA_LINK, current_data, swap_secret_dir, write_secret_dir
 
 
 def test_free_port_can_be_bound_on_loopback():

@@ -21,8 +21,8 @@ from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, render
 from berth_api import Registry
 from berth_api.server import certificate_name
 from berth_operator.builders import ClusterFacts, certificate, names
-from support.certs import self_signed
-from support.secretdir import write_secret_dir
+from support.registries.secretdir import write_secret_dir
+from support.services.certs import self_signed
 
 ISSUED = {"http": {"tls": {"issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}}}
 OWN = {"http": {"tls": {"secretName": "edge-tls"}}}

@@ -1,4 +1,4 @@
-"""The token issuer fixture (support.token_issuer) on its own, then against the real registry, 2.8 and 3.1.1,
+"""The token issuer fixture (support.services.token_issuer) on its own, then against the real registry, 2.8 and 3.1.1,
 configured by the agent's renderer: skopeo pushes and pulls with tokens, a plain client follows the challenge,
 and a token signed by a key the bundle does not trust, or for another service, gets 401 (issue 19)."""
 
@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from berth_agent.inputs.mounts import MountedInputs
 from berth_agent.render.config import RenderPaths, render
 from berth_api import Registry
-from support.ports import free_port
-from support.registry import push_and_pull_back
-from support.token_issuer import (
+from support.common.ports import free_port
+from support.registries.registry import push_and_pull_back
+from support.services.token_issuer import (
     TestCA,
     TokenIssuer,
     bearer_status,

@@ -1,7 +1,7 @@
 """The debounce's clock: the event loop's time and `asyncio.timeout`, behind two methods a test can replace.
 
 A burst's gaps are measured on this clock. On a loaded machine a 10 ms sleep can take 100 ms, so a test that
-spaces events in real time may open the quiet window by accident; with a stepped clock (tests/support/clock.py)
+spaces events in real time may open the quiet window by accident; with a stepped clock (tests/support/common/clock.py)
 the gaps are exactly what the test says.
 """
 

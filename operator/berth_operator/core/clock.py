@@ -1,4 +1,4 @@
-"""The operator's wall clock (UTC), behind two methods a test can replace (tests/support/clock.py SetClock).
+"""The operator's wall clock (UTC), behind two methods a test can replace (tests/support/common/clock.py SetClock).
 
 Garbage-collection schedules fire at wall-clock times; a test that waited for 03:00 UTC would take a day, so
 the operator reads the time and sleeps until an instant only through this.

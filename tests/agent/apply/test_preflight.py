@@ -9,7 +9,7 @@ import pytest
 from berth_agent.apply.preflight import PreflightError, check_bucket, check_config, sign_v4
 from berth_agent.render import Rendered
 from berth_agent.render.targets import S3Target
-from support.s3 import REGION, running_moto
+from support.clouds.s3 import REGION, running_moto
 
 
 def test_signature_matches_the_aws_documentation_example():

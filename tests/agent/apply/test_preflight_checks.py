@@ -16,9 +16,9 @@ from berth_agent.apply.preflight_tls import check_pair, leaf_not_after
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, Rendered
 from berth_agent.render.targets import RedisTarget, redis_target
-from support.certs import key_body_line, self_signed
-from support.ports import free_port
-from support.redisserver import running_redis
+from support.common.ports import free_port
+from support.services.certs import key_body_line, self_signed
+from support.services.redisserver import running_redis
 
 DAY = datetime.timedelta(days=1)
 

@@ -16,8 +16,8 @@ from berth_agent.core.errors import PreflightError
 from berth_agent.inputs.mounts import MountedInputs, parse_gcs_key
 from berth_agent.render.config import render
 from berth_api import Registry
-from support.azurite import new_account_key, requires_azurite, running_azurite
-from support.gcs import running_gcs
+from support.clouds.azurite import new_account_key, requires_azurite, running_azurite
+from support.clouds.gcs import running_gcs
 
 ACCOUNT = "berthacct"
 

@@ -16,8 +16,8 @@ from berth_agent.apply.preflight_http import Proxy, proxy_for
 from berth_agent.apply.preflight_proxy import check_upstream
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.targets import S3Target
-from support.registry import running_registry
-from support.tinyproxy import running_tinyproxy
+from support.registries.registry import running_registry
+from support.services.tinyproxy import running_tinyproxy
 
 PROXY = {"BERTH_PREFLIGHT_HTTPS_PROXY": "http://user:p%40ss@proxy.corp:3128",
          "BERTH_PREFLIGHT_HTTP_PROXY": "proxy.corp:8080"}

@@ -1,6 +1,7 @@
 """Pre-flight of a pull-through cache's upstream (issue 20): the credentials authenticate against the upstream's
 /v2/ the way the registry will (basic, or a token from the realm the upstream's challenge names), against real
-registries on 127.0.0.1 (support.upstream); a refusal carries the upstream's answer and never the password."""
+registries on 127.0.0.1 (support.registries.upstream); a refusal carries the upstream's answer and never the
+password."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 
 from berth_agent.apply.preflight_proxy import UpstreamRefused, check_upstream, parse_challenge, realm_allowed
 from berth_agent.core.errors import PreflightError
-from support.ports import free_port
-from support.registry import REGISTRY_BINARY, running_registry
-from support.upstream import htpasswd_upstream, token_upstream
+from support.common.ports import free_port
+from support.registries.registry import REGISTRY_BINARY, running_registry
+from support.registries.upstream import htpasswd_upstream, token_upstream
 
 GOOD = ("mirror", "s3cret-good-password")
 BAD = ("mirror", "s3cret-wrong-password")

@@ -15,8 +15,8 @@ from berth_agent.inputs.mounts import MountedInputs
 from berth_agent.render.config import render
 from berth_agent.render.paths import TOKEN_BUNDLE_FILE
 from berth_api import Registry
-from support.certs import self_signed
-from support.token_issuer import TestCA, jwks
+from support.services.certs import self_signed
+from support.services.token_issuer import TestCA, jwks
 
 WHERE = "spec.config.auth.token.rootCertBundle (ConfigMap trust key ca.pem)"
 NOW = datetime.datetime.now(datetime.UTC)

@@ -9,7 +9,7 @@ import pytest
 
 from berth_agent.core import metrics
 from berth_agent.core.health import Health, start_health_server
-from support.ports import free_port
+from support.common.ports import free_port
 
 
 class FakeClock:

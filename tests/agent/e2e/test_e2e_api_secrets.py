@@ -1,8 +1,10 @@
 """Rotated credentials applied from the API, not at the kubelet's pace (issue 11, acceptance).
 
 `berth-agent run --registry default/reg --api-secret cosi=registry-creds` as a subprocess against the kmock API
-server (support.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and the COSI
-Secret both in the API and mounted as a kubelet AtomicWriter volume (support.secretdir). The Secret is updated
+server (support.clusters.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and the
+COSI
+Secret both in the API and mounted as a kubelet AtomicWriter volume (support.registries.secretdir). The Secret is
+updated
 through the API only; the mount follows (or not) later, as the kubelet's 60-90 s sync would (field-notes §3, §7).
 """
 
@@ -15,12 +17,12 @@ import time
 
 import pytest
 
-from support.pod import registry_object
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image
-from support.s3 import REGION, running_moto
-from support.secretdir import current_data, swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.clouds.s3 import REGION, running_moto
+from support.registries.pod import registry_object
+from support.registries.registry import make_oci_image, push_image
+from support.registries.secretdir import current_data, swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

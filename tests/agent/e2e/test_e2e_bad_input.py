@@ -16,11 +16,11 @@ import stat
 
 import pytest
 
-from support.pod import filesystem_spec, registry_object
-from support.ports import free_port
-from support.s3 import REGION, running_moto
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.clouds.s3 import REGION, running_moto
+from support.common.ports import free_port
+from support.registries.pod import filesystem_spec, registry_object
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
@@ -204,9 +204,9 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):
     appears in the log, status, Events or metrics."""
     from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
     from render.mountkit import htpasswd_entry
-    from support.certs import self_signed_pair
-    from support.redisserver import running_redis
-    from support.secretdir import swap_payload
+    from support.registries.secretdir import swap_payload
+    from support.services.certs import self_signed_pair
+    from support.services.redisserver import running_redis
 
     with running_moto(tmp_path / "moto") as moto, running_redis(tmp_path / "redis") as redis:
         key = moto.create_s3_user("registry", bucket="registry-data")

@@ -11,12 +11,12 @@ import urllib.request
 
 import pytest
 
-from support.certs import self_signed
-from support.pod import filesystem_spec, on_distribution, registry_object
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image, registry_binaries
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.registries.pod import filesystem_spec, on_distribution, registry_object
+from support.registries.registry import make_oci_image, push_image, registry_binaries
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.services.certs import self_signed
+from support.traffic.pull_loop import PullLoop
 
 from .test_e2e_tls import served_name
 
@@ -26,7 +26,8 @@ ISSUER = {"name": "cluster-ca", "kind": "ClusterIssuer"}
 
 
 class TlsPullLoop(PullLoop):
-    """support.pull_loop's counting, over HTTPS: the test's certificates are self-signed, and which one is served
+    """support.traffic.pull_loop's counting, over HTTPS: the test's certificates are self-signed, and which one is
+    served
     is checked apart (served_name)."""
 
     context = ssl._create_unverified_context()  # noqa: SLF001

@@ -1,5 +1,5 @@
 """Azure Blob and GCS, end to end on the real registry-v3.1.1 (issue 31): the agent, berth-supervise and the registry
-against Azurite and fake-gcs-server (tests/support/azurite.py, gcs.py).
+against Azurite and fake-gcs-server (tests/support/clouds/azurite.py, gcs.py).
 
 - A key rotated through the API only (`--api-secret`, the fast path; the mount stays old) under a pull load: the
   pre-flight signs with the new key, the registry restarts in place, the old key is revoked once the pod reports
@@ -24,14 +24,21 @@ from pathlib import Path
 
 import pytest
 
-from support.azurite import new_account_key, requires_azurite, running_azurite
-from support.gcs import running_gcs
-from support.pod import RegistryPod, registry_object
-from support.pull_loop import PullLoop
-from support.registry import REGISTRY3_BINARY, http_get, make_oci_image, pull_image, push_image, requires_registry3
-from support.request_loop import RequestLoop
-from support.secretdir import current_data, swap_secret_dir, write_secret_dir
-from support.supervisor import registry_env, wait_for
+from support.clouds.azurite import new_account_key, requires_azurite, running_azurite
+from support.clouds.gcs import running_gcs
+from support.registries.pod import RegistryPod, registry_object
+from support.registries.registry import (
+    REGISTRY3_BINARY,
+    http_get,
+    make_oci_image,
+    pull_image,
+    push_image,
+    requires_registry3,
+)
+from support.registries.secretdir import current_data, swap_secret_dir, write_secret_dir
+from support.registries.supervisor import registry_env, wait_for
+from support.traffic.pull_loop import PullLoop
+from support.traffic.request_loop import RequestLoop
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
 
@@ -145,7 +152,7 @@ def spec(backend, port: int) -> dict:
 
 @contextmanager
 def environment(monkeypatch, env: dict[str, str]):
-    """The agent gets the test process's environment (support.pod): what its pre-flight must reach."""
+    """The agent gets the test process's environment (support.registries.pod): what its pre-flight must reach."""
     with monkeypatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)

@@ -3,12 +3,12 @@
 `berth-agent run --registry default/reg` against the test API server, the real berth-supervise and the real
 registry (Distribution 2.8, and 3.1.1 with BERTH_REGISTRY3_BIN), on filesystem storage and on S3 (moto, IAM
 enforced, through a COSI Secret). Images A and B share a layer; B's manifest is deleted over the registry API.
-A run is asked for as a user and the operator do it (support.gc.request_gc: spec, annotation, the operator's
+A run is asked for as a user and the operator do it (support.registries.gc.request_gc: spec, annotation, the operator's
 own gc_schedule.decide writing status.garbageCollection.request). First a dry run: it reports what a real run
 deletes and deletes nothing. Then the real run: B's three blobs (manifest, config, own layer) leave the disk or
 the bucket, A's four stay and A pulls back byte-identical with skopeo, and lastRun says Succeeded with the
 counts (and the bytes freed, on filesystem storage). The real run's command is held at its start
-(support.gc.GatedRegistry) so the test sees the registry read-only and status.active while it runs.
+(support.registries.gc.GatedRegistry) so the test sees the registry read-only and status.active while it runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import signal
 
 import pytest
 
-from support.gc import (
+from support.clouds.s3 import REGION, running_moto
+from support.common.ports import free_port
+from support.registries.gc import (
     GatedRegistry,
     agent_records,
     blob_upload_status,
@@ -36,10 +38,8 @@ from support.gc import (
     wait_until,
     writable,
 )
-from support.pod import filesystem_spec, on_distribution
-from support.ports import free_port
-from support.registry import REGISTRY_BINARY, manifest_status, pull_image, push_image, registry_binaries
-from support.s3 import REGION, running_moto
+from support.registries.pod import filesystem_spec, on_distribution
+from support.registries.registry import REGISTRY_BINARY, manifest_status, pull_image, push_image, registry_binaries
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

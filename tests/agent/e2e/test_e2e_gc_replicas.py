@@ -3,8 +3,10 @@ and "Fault").
 
 Two registry pods (agent subprocess + berth-supervise + docker-registry 2.8 each; the safety test also on 3.1.1) on
 127.0.0.2 and 127.0.0.3, one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its reload
-and gc Leases, behind support.balancer (new connections only to pods whose /readyz is 200). A run is asked for as
-the operator does (support.gc.request_gc). The pods' registry binary is support.gc.GatedRegistry: the real one,
+and gc Leases, behind support.traffic.balancer (new connections only to pods whose /readyz is 200). A run is asked for
+as
+the operator does (support.registries.gc.request_gc). The pods' registry binary is support.registries.gc.GatedRegistry:
+the real one,
 whose `garbage-collect` is held at its start until the test releases it, so "during the run" is a state the test
 holds, not a moment it hopes to hit.
 
@@ -28,8 +30,8 @@ import time
 
 import pytest
 
-from support.balancer import Balancer
-from support.gc import (
+from support.common.ports import free_port
+from support.registries.gc import (
     GatedRegistry,
     agent_line_times,
     agent_records,
@@ -47,11 +49,11 @@ from support.gc import (
     wait_until,
     writable,
 )
-from support.pod import filesystem_spec
-from support.ports import free_port
-from support.pull_loop import PullLoop
-from support.registry import REGISTRY_BINARY, make_oci_image, pull_image, push_image, registry_binaries
-from support.replicas import backends
+from support.registries.pod import filesystem_spec
+from support.registries.registry import REGISTRY_BINARY, make_oci_image, pull_image, push_image, registry_binaries
+from support.registries.replicas import backends
+from support.traffic.balancer import Balancer
+from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

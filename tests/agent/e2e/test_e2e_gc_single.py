@@ -2,7 +2,7 @@
 server), the real berth-supervise and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
 
 The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would (the Leases come
-from the operator's own builders, support.replicas.create_registry). While the test itself holds the
+from the operator's own builders, support.registries.replicas.create_registry). While the test itself holds the
 `<registry>-gc` Lease, the pod turns read-only and acknowledges (a push is refused with 405); released, the agent
 takes it, runs the command and records lastRun; the pod returns to writable and a push works again. B's unique
 blobs are gone from the disk, A pulls back byte-identical.
@@ -19,10 +19,10 @@ import yaml
 from berth_agent.gc import report as gc_report
 from berth_agent.kube.lease import ReloadLease
 from berth_api.leases import gc_lease_name
-from support.pod import RegistryPod, filesystem_spec
-from support.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
-from support.replicas import create_registry
-from support.supervisor import wait_for
+from support.registries.pod import RegistryPod, filesystem_spec
+from support.registries.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
+from support.registries.replicas import create_registry
+from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from support.new_connections import NewConnectionLoop
-from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
-from support.registry import REGISTRY3_BINARY, requires_registry3
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
-from support.upload import SlowUpload
+from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.registries.registry import REGISTRY3_BINARY, requires_registry3
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.traffic.new_connections import NewConnectionLoop
+from support.traffic.upload import SlowUpload
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
 

@@ -13,10 +13,10 @@ import stat
 
 import pytest
 
-from support.pod import RegistryPod, filesystem_spec, registry_object
-from support.registry import registry_binaries
-from support.supervisor import wait_for
-from support.upload import ConnectProbe, SlowUpload
+from support.registries.pod import RegistryPod, filesystem_spec, registry_object
+from support.registries.registry import registry_binaries
+from support.registries.supervisor import wait_for
+from support.traffic.upload import ConnectProbe, SlowUpload
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

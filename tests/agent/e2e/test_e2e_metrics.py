@@ -16,12 +16,12 @@ import urllib.request
 import pytest
 
 from berth_agent.supervisor.metrics import read_target
-from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
-from support.ports import free_port
-from support.prometheus import running_prometheus
-from support.pull_loop import PullLoop
-from support.registry import http_get, make_oci_image, push_image, registry_binaries
-from support.supervisor import wait_for
+from support.common.ports import free_port
+from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.registries.registry import http_get, make_oci_image, push_image, registry_binaries
+from support.registries.supervisor import wait_for
+from support.services.prometheus import running_prometheus
+from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors, registries and Prometheus: not in the quick run
 
@@ -163,7 +163,7 @@ def test_a_pull_through_cache_s_registry_proxy_metrics_pass_through_the_same_end
     first pull and the hits of a second show in registry_proxy_* on the agent's stable endpoint, nothing to add."""
     import re
 
-    from support.registry import REGISTRY3_BINARY, pull_image, running_registry
+    from support.registries.registry import REGISTRY3_BINARY, pull_image, running_registry
 
     if not REGISTRY3_BINARY:
         pytest.skip("BERTH_REGISTRY3_BIN is not set")

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from support.notifications import running_receiver
-from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
-from support.registry import make_oci_image, pull_image, push_image, registry_binaries
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.registries.registry import make_oci_image, pull_image, push_image, registry_binaries
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.services.notifications import running_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -173,7 +173,7 @@ def test_a_rotated_header_arrives_over_the_api_before_the_volume_follows(kube_ap
     API only (the mounted copy untouched, as during the kubelet's 60-90 s) restarts the registry onto the new value."""
     import base64
 
-    from support.registry import REGISTRY_BINARY
+    from support.registries.registry import REGISTRY_BINARY
 
     pod = RegistryPod(tmp_path / "pod", binary=REGISTRY_BINARY)
     with running_receiver() as receiver:

@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from support.notifications import running_receiver
-from support.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
-from support.ports import free_port
-from support.registry import REGISTRY3_BINARY, make_oci_image, push_image, requires_registry3
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.common.ports import free_port
+from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
+from support.registries.registry import REGISTRY3_BINARY, make_oci_image, push_image, requires_registry3
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.services.notifications import running_receiver
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
 
@@ -152,8 +152,8 @@ def test_an_endpoint_down_throughout_holds_no_reload_and_its_events_are_counted_
 def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
     """The same with two replicas (API mode, taking turns through the reload Lease) behind a balancer that follows
     each agent's /readyz, as the Service does: every push event arrives, whichever pod took the push."""
-    from support.balancer import Balancer
-    from support.replicas import backends, running_replicas
+    from support.registries.replicas import backends, running_replicas
+    from support.traffic.balancer import Balancer
 
     with running_receiver(delay=1.0) as receiver:
         port = free_port()
@@ -193,7 +193,7 @@ def test_kept_alive_clients_lose_no_request_across_twenty_reloads(tmp_path):
     """Issue 38.7: Python's http.client reusing one connection with no retry (GET, and a blob upload whose PUT has
     a body) and skopeo pushes, across 20 reloads: 0 failed requests. The old registry is stopped only once its
     clients have closed their connections (at most 90 s; this run is shorter)."""
-    from support.kept_alive import KeptAliveClient
+    from support.traffic.kept_alive import KeptAliveClient
 
     pod = RegistryPod(tmp_path / "pod", binary=REGISTRY3_BINARY)
     image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)

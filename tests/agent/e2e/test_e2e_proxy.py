@@ -2,9 +2,10 @@
 
 Real agents (`berth-agent run --registry default/reg --api-secret proxy=upstream-creds`), berth-supervise and
 registries, 2.8 and 3.1.1, with the test API server; the upstream is a second real registry on 127.0.0.1
-(support.upstream): htpasswd (basic auth, Distribution 3 only: 2.8 cannot answer basic as a proxy), or token
+(support.registries.upstream): htpasswd (basic auth, Distribution 3 only: 2.8 cannot answer basic as a proxy), or token
 auth behind a one-port front that counts every request and tells which password got each token. Clients are
-skopeo and a plain HTTP client (support.pull_loop). The credential rotation runs against both upstreams (issue 26):
+skopeo and a plain HTTP client (support.traffic.pull_loop). The credential rotation runs against both upstreams (issue
+26):
 with htpasswd, whose file holds one password per user, it moves to a second user and removes the first.
 """
 
@@ -18,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from support.balancer import Balancer
-from support.pod import filesystem_spec
-from support.ports import free_port
-from support.pull_loop import PullLoop
-from support.registry import (
+from support.common.ports import free_port
+from support.registries.pod import filesystem_spec
+from support.registries.registry import (
     REGISTRY3_BINARY,
     REGISTRY_BINARY,
     http_get,
@@ -31,9 +30,11 @@ from support.registry import (
     push_image,
     requires_registry3,
 )
-from support.replicas import backends, running_replicas
-from support.supervisor import wait_for
-from support.upstream import Upstream, htpasswd_upstream, set_htpasswd, token_upstream
+from support.registries.replicas import backends, running_replicas
+from support.registries.supervisor import wait_for
+from support.registries.upstream import Upstream, htpasswd_upstream, set_htpasswd, token_upstream
+from support.traffic.balancer import Balancer
+from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

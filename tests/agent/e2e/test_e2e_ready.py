@@ -1,7 +1,8 @@
 """Ready after every kind of edit (issue 16): the operator, real agents and real registries, waited on as
 `kubectl wait --for=condition=Ready` waits (the condition True at the Registry's generation).
 
-The operator runs in process (support.operator_harness); support.workload plays the Deployment controller and
+The operator runs in process (support.clusters.operator_harness); support.clusters.workload plays the Deployment
+controller and
 the kubelet with real registry pods on loopback addresses. Each case counts the registry restarts per pod: an
 edit the agent does not render (replicas, garbageCollection) restarts nothing, a config edit restarts each pod
 once, a pod-template edit (resources) replaces the pods.
@@ -16,11 +17,11 @@ import pytest
 
 from berth_agent.kube.lease import ReloadLease
 from berth_api.leases import reload_lease_name
-from support.operator_harness import REGISTRIES_PATH, OperatorHarness, wait_for
-from support.pod import filesystem_spec, on_distribution, registry_object
-from support.ports import free_port
-from support.secretdir import swap_secret_dir
-from support.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.clusters.operator_harness import REGISTRIES_PATH, OperatorHarness, wait_for
+from support.clusters.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.common.ports import free_port
+from support.registries.pod import filesystem_spec, on_distribution, registry_object
+from support.registries.secretdir import swap_secret_dir
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
@@ -172,7 +173,7 @@ def test_an_edit_back_while_a_replica_waits_for_its_turn_ends_ready_at_the_last_
 def test_a_lost_status_write_is_made_again_and_the_record_reaches_the_generation(tmp_path, kube_api):
     """The API refuses the agent's one status patch for a new generation (an edit it does not render): the
     record still reaches that generation, on the agent's retry, with no restart."""
-    from support.pod import RegistryPod
+    from support.registries.pod import RegistryPod
 
     spec = _spec()
     pod = RegistryPod(tmp_path / "pod", port=int(spec["http"]["addr"].rpartition(":")[2]))

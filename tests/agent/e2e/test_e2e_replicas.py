@@ -3,8 +3,10 @@
 Two registry pods on this machine (agent subprocess + berth-supervise + docker-registry each), on their own
 loopback addresses (127.0.0.2 and 127.0.0.3, same port), sharing the data directory (a ReadWriteMany claim)
 and the http secret (the operator's generated Secret), watching one Registry (replicas: 2) on the test API
-server and taking turns through its reload Lease (made by the operator's own builder): support.replicas. Clients go
-through support.balancer, which sends new connections only to pods whose agent /readyz answers 200, as endpoints do.
+server and taking turns through its reload Lease (made by the operator's own builder): support.registries.replicas.
+Clients go
+through support.traffic.balancer, which sends new connections only to pods whose agent /readyz answers 200, as
+endpoints do.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import threading
 
 import pytest
 
-from support.balancer import Balancer
-from support.pod import RegistryPod, filesystem_spec
-from support.ports import free_port
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image
-from support.replicas import backends, running_replicas
-from support.supervisor import wait_for
-from support.upload import SlowUpload
+from support.common.ports import free_port
+from support.registries.pod import RegistryPod, filesystem_spec
+from support.registries.registry import make_oci_image, push_image
+from support.registries.replicas import backends, running_replicas
+from support.registries.supervisor import wait_for
+from support.traffic.balancer import Balancer
+from support.traffic.pull_loop import PullLoop
+from support.traffic.upload import SlowUpload
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

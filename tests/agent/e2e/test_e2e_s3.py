@@ -13,8 +13,9 @@ import pytest
 from berth_agent.apply.preflight import check_bucket
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.targets import S3Target
-from support.pod import on_distribution, registry_object
-from support.registry import (
+from support.clouds.s3 import REGION, running_moto
+from support.registries.pod import on_distribution, registry_object
+from support.registries.registry import (
     REGISTRY3_BINARY,
     make_oci_image,
     pull_image,
@@ -22,9 +23,8 @@ from support.registry import (
     registry_binaries,
     requires_registry3,
 )
-from support.s3 import REGION, running_moto
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e
 

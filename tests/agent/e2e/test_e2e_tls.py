@@ -11,11 +11,11 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from support.certs import key_body_line, self_signed
-from support.pod import filesystem_spec, registry_object
-from support.request_loop import RequestLoop
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.registries.pod import filesystem_spec, registry_object
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
+from support.services.certs import key_body_line, self_signed
+from support.traffic.request_loop import RequestLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

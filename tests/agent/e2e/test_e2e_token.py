@@ -1,8 +1,9 @@
 """Token auth with its trust rotated hot (issue 19, acceptance).
 
 Real agents (`berth-agent run --registry default/reg --api-configmap token-bundle=issuer-trust`), berth-supervise and
-registries, 2.8 and 3.1.1, behind the test balancer (support.replicas, support.balancer) with the test API server;
-the issuer is support.token_issuer on 127.0.0.1, its trust a ConfigMap in the API and (as the kubelet would
+registries, 2.8 and 3.1.1, behind the test balancer (support.registries.replicas, support.traffic.balancer) with the
+test API server;
+the issuer is support.services.token_issuer on 127.0.0.1, its trust a ConfigMap in the API and (as the kubelet would
 write it, and never updates it within the test: the API copy is the fast path) a mounted volume. Clients fetch a
 token from the issuer for every pull, as a client whose token just expired would.
 
@@ -20,14 +21,14 @@ import time
 
 import pytest
 
-from support.balancer import Balancer
-from support.pod import filesystem_spec
-from support.ports import free_port
-from support.pull_loop import PullLoop
-from support.registry import make_oci_image, push_image, registry_binaries
-from support.replicas import backends, running_replicas
-from support.supervisor import wait_for
-from support.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token, jwks
+from support.common.ports import free_port
+from support.registries.pod import filesystem_spec
+from support.registries.registry import make_oci_image, push_image, registry_binaries
+from support.registries.replicas import backends, running_replicas
+from support.registries.supervisor import wait_for
+from support.services.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token, jwks
+from support.traffic.balancer import Balancer
+from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

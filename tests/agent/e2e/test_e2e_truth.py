@@ -17,11 +17,11 @@ from datetime import datetime
 
 import pytest
 
-from support.pod import filesystem_spec, on_distribution
-from support.readyz import ReadyzProbe
-from support.registry import registry_binaries
-from support.secretdir import write_secret_dir
-from support.supervisor import wait_for
+from support.registries.pod import filesystem_spec, on_distribution
+from support.registries.readyz import ReadyzProbe
+from support.registries.registry import registry_binaries
+from support.registries.secretdir import write_secret_dir
+from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
@@ -105,7 +105,7 @@ def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_config(pod, dist):
     """Issue 9.2 and 29: kill -9 of berth-supervise, the registry container's main process. The runtime kills the
-    rest of the container with it (support.supervisor does as it does), so nothing serves until the kubelet
+    rest of the container with it (support.registries.supervisor does as it does), so nothing serves until the kubelet
     starts the container again. The agent reports it (status, Event, metric, /readyz 503), restarts nothing while
     it is gone, and applies the edit made meanwhile once a supervisor is back (on 3.x on a socket created
     again), without an agent restart."""

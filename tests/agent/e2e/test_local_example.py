@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.doc_commands import block, commands
-from support.new_connections import NewConnectionLoop
-from support.ports import free_port
-from support.registry import REGISTRY3_BINARY, http_get, read_oci_image, requires_registry3
-from support.supervisor import wait_for
+from support.common.doc_commands import block, commands
+from support.common.ports import free_port
+from support.registries.registry import REGISTRY3_BINARY, http_get, read_oci_image, requires_registry3
+from support.registries.supervisor import wait_for
+from support.traffic.new_connections import NewConnectionLoop
 
 REPO = Path(__file__).resolve().parents[3]
 GUIDE_ADDR = "127.0.0.1:5000"

@@ -10,9 +10,9 @@ import time
 
 from berth_agent.core import metrics
 from berth_agent.gc.ack import GcAck, older_registries
-from support.ports import free_port
-from support.registry import start_registry
-from support.supervisor import minimal_config
+from support.common.ports import free_port
+from support.registries.registry import start_registry
+from support.registries.supervisor import minimal_config
 
 
 async def until(predicate, timeout: float = 10.0) -> None:

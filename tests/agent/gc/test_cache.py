@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from berth_agent.gc.cache import CachePurgeError, purge_blob_descriptors, uses_redis_cache
-from support.ports import free_port
-from support.redisserver import RedisServer
-from support.registry import (
+from support.common.ports import free_port
+from support.registries.registry import (
     OciImage,
     http_get,
     oci_image_example,
@@ -24,6 +23,7 @@ from support.registry import (
     registry_env,
     running_registry,
 )
+from support.services.redisserver import RedisServer
 
 
 def image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:

@@ -28,9 +28,9 @@ from berth_agent.gc.command import GcCommand, GcCommandError
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.files import GC_REQUEST_NAME
 from berth_agent.supervisor.probe import answers
-from support.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
-from support.stuck_store import make_stuck_store
-from support.supervisor import Supervisor, children_of, wait_for
+from support.registries.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
+from support.registries.stuck_store import make_stuck_store
+from support.registries.supervisor import Supervisor, children_of, wait_for
 
 BLOBS = Path("docker/registry/v2/blobs/sha256")
 
@@ -52,7 +52,7 @@ def _serving(supervisor: Supervisor, root: Path, port: int):
 
 
 def _serving_a_stuck_store(supervisor_factory, port: int, tmp_path: Path, binary: str | None = None):
-    """A supervisor serving a store on which garbage-collect blocks for ever (support.stuck_store)."""
+    """A supervisor serving a store on which garbage-collect blocks for ever (support.registries.stuck_store)."""
     root = tmp_path / "data"
     make_stuck_store(root)
     supervisor = supervisor_factory(**({"binary": binary} if binary else {}))

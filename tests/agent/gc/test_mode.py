@@ -23,7 +23,7 @@ from berth_agent.render.config import render
 from berth_agent.sources.registry_api import status_digest
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun, RegistrySpec
 from berth_api.timestamps import parse_epoch
-from support.gc import gc_outcome
+from support.registries.gc import gc_outcome
 
 NOW = parse_epoch("2026-11-30T10:00:00Z")
 SPEC = {"image": "docker.io/library/registry:2", "config": {"storage": {"filesystem": {"persistentVolumeClaim": "d"}}}}

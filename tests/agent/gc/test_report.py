@@ -21,8 +21,9 @@ import yaml
 
 from berth_agent.gc import report as gc_report
 from berth_api import GarbageCollectionRun
-from support.ports import free_port
-from support.registry import (
+from support.clouds.s3 import REGION, running_moto
+from support.common.ports import free_port
+from support.registries.registry import (
     OciImage,
     http_get,
     manifest_status,
@@ -33,7 +34,6 @@ from support.registry import (
     registry_env,
     running_registry,
 )
-from support.s3 import REGION, running_moto
 
 
 def image(layout: Path, shared: dict[str, bytes], unique: str) -> OciImage:

@@ -23,9 +23,9 @@ from berth_agent.gc.run import GcRunner
 from berth_agent.kube.lease import ReloadLease
 from berth_api import GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, GarbageCollectionRun
 from berth_api.leases import gc_lease_name
-from support.gc import gc_outcome
-from support.pod import filesystem_spec
-from support.replicas import create_registry
+from support.registries.gc import gc_outcome
+from support.registries.pod import filesystem_spec
+from support.registries.replicas import create_registry
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 LEASES = "coordination.k8s.io/v1/leases"

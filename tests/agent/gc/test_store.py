@@ -1,4 +1,4 @@
-"""support.gc_store (the store the GC benchmark walks, and a slow GC for a test that needs one) on the real
+"""support.registries.gc_store (the store the GC benchmark walks, and a slow GC for a test that needs one) on the real
 registry, 2.8 and 3.1.1: what it pushes is on disk, and what it says is unreferenced is exactly what the real
 `registry garbage-collect --dry-run` finds eligible."""
 
@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from berth_agent.gc import report as gc_report
-from support import gc_store
-from support.ports import free_port
-from support.registry import registry_binaries, registry_env, running_registry
+from support.common.ports import free_port
+from support.registries import gc_store
+from support.registries.registry import registry_binaries, registry_env, running_registry
 
 
 @pytest.mark.parametrize("dist", registry_binaries())

@@ -14,10 +14,10 @@ from berth_agent.pipeline.report import LogReporter
 from berth_agent.sources import Change
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
-from support.clock import SteppedClock
-from support.pod import filesystem_spec, registry_object
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.common.clock import SteppedClock
+from support.registries.pod import filesystem_spec, registry_object
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
 
 
 def _registry(port: int, host: str = "127.0.0.1") -> dict:

@@ -20,9 +20,9 @@ from berth_agent.pipeline.report import LogReporter
 from berth_agent.sources import Change
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
-from support.pod import filesystem_spec, registry_object
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.supervisor import wait_for
+from support.registries.pod import filesystem_spec, registry_object
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.supervisor import wait_for
 
 
 def _registry(port: int) -> dict:

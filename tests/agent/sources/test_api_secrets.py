@@ -1,5 +1,6 @@
 """ApiSecrets: which copy of a mounted Secret a render reads, mount or API, and the API copy materialised so
-read_inputs parses it exactly as a mount (issue 11). Real AtomicWriter volumes (support.secretdir) in tmp_path."""
+read_inputs parses it exactly as a mount (issue 11). Real AtomicWriter volumes (support.registries.secretdir) in
+tmp_path."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from berth_agent.sources import Change
 from berth_agent.sources.api_secrets import STORE_NAME, ApiSecrets, mount_fingerprint
 from berth_agent.sources.secret_api import SecretCopy, data_fingerprint
 from berth_api import RegistrySpec
-from support.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
 
 OLD, NEW, NEWER = "users-old-7d1e", "users-new-93aa", "users-newer-c4b2"
 HTPASSWD = "htpasswd"

@@ -11,8 +11,8 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from berth_agent.sources.mount_watch import MountWatcher
-from support.secretdir import swap_secret_dir, write_secret_dir
-from support.sources import running
+from support.registries.secretdir import swap_secret_dir, write_secret_dir
+from support.registries.sources import running
 
 
 async def _wait_watching(watcher, path, timeout=10.0):

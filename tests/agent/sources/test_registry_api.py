@@ -13,7 +13,7 @@ from berth_agent.core import metrics
 from berth_agent.kube.api import describe_api_error
 from berth_agent.sources.kube_watch import Backoff, content_digest
 from berth_agent.sources.registry_api import RegistryApiWatcher
-from support.sources import running
+from support.registries.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 REGISTRY = {
@@ -264,7 +264,7 @@ def test_api_errors_are_described_without_bodies():
 async def test_unreachable_api_is_an_error_and_keeps_beating(health, changes):
     import kubernetes.client
 
-    from support.ports import free_port
+    from support.common.ports import free_port
 
     configuration = kubernetes.client.Configuration()
     configuration.host = f"http://127.0.0.1:{free_port()}"  # nothing listens there

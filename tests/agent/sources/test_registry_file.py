@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from berth_agent.sources.registry_file import RegistryFileWatcher, read_registry_file
-from support.sources import running
+from support.registries.sources import running
 
 REGISTRY = {
     "apiVersion": "berth.dev/v1alpha1",
@@ -123,7 +123,7 @@ def test_directory_is_an_error(tmp_path):
 @pytest.mark.asyncio
 async def test_file_in_a_configmap_style_volume(tmp_path, health, changes):
     """The file as a mounted ConfigMap shows it: a symlink into ..data, updated by the AtomicWriter's swap."""
-    from support.secretdir import swap_secret_dir, write_secret_dir
+    from support.registries.secretdir import swap_secret_dir, write_secret_dir
 
     volume = write_secret_dir(tmp_path / "config-volume", {"registry.yaml": yaml.safe_dump(REGISTRY)})
     watcher = RegistryFileWatcher(volume / "registry.yaml", health, recheck_seconds=3600)

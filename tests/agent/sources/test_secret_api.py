@@ -12,7 +12,7 @@ import pytest
 
 from berth_agent.core import metrics
 from berth_agent.sources.secret_api import SecretApiWatcher, SecretCopy, data_fingerprint, secret_copy
-from support.sources import running
+from support.registries.sources import running
 
 SECRETS = "v1/secrets"
 PLANTED = "planted-secret-value-4f1c"

@@ -10,10 +10,10 @@ from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
 from berth_agent.supervisor.procfs import started_after
 from berth_agent.supervisor.restarter import SupervisorRestarter
-from support.new_connections import NewConnectionLoop
-from support.ports import free_port
-from support.registry import REGISTRY3_BINARY, requires_registry3
-from support.supervisor import minimal_config, wait_for
+from support.common.ports import free_port
+from support.registries.registry import REGISTRY3_BINARY, requires_registry3
+from support.registries.supervisor import minimal_config, wait_for
+from support.traffic.new_connections import NewConnectionLoop
 
 pytestmark = requires_registry3
 

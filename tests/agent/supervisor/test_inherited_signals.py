@@ -1,5 +1,5 @@
 """A test run started in the background (SIGINT and SIGQUIT ignored from its start, as under `.ci/run &` or a
-job runner) still stops berth-supervise with SIGINT (issue 26; tests/support/signals.py)."""
+job runner) still stops berth-supervise with SIGINT (issue 26; tests/support/common/signals.py)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ def test_a_background_shell_starts_python_with_sigint_ignored():
 
 
 def test_the_sigint_test_passes_in_a_test_run_started_in_the_background():
-    """Without support.signals this failed for the shell supervisor (TimeoutExpired after 15 s: a shell's INT trap
+    """Without support.common.signals this failed for the shell supervisor (TimeoutExpired after 15 s: a shell's INT
+    trap
     is a no-op on a signal ignored at its start); berth-supervise sets its handlers whatever it inherited, and
-    support.signals keeps every child's start as a container's is."""
+    support.common.signals keeps every child's start as a container's is."""
     run = _in_background(f'"$0" -m pytest -q -p no:cacheprovider -p no:xdist {SIGINT_TEST}')
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "failed" not in run.stdout, run.stdout[-2000:]

@@ -17,10 +17,10 @@ from berth_agent.supervisor.files import METRICS_NAME
 from berth_agent.supervisor.metrics import read_target
 from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers
-from support.ports import free_port
-from support.registry import registry_binaries
-from support.supervisor import minimal_config, wait_for
-from support.upload import SlowUpload
+from support.common.ports import free_port
+from support.registries.registry import registry_binaries
+from support.registries.supervisor import minimal_config, wait_for
+from support.traffic.upload import SlowUpload
 
 SHARED_SECRET = "  secret: metrics-test-secret\n"  # under http: an upload finishes on the successor
 

@@ -11,7 +11,7 @@ import aiohttp
 
 from berth_agent.supervisor.files import METRICS_NAME
 from berth_agent.supervisor.metrics import MetricsTarget, read_target, start_metrics_proxy
-from support.ports import free_port
+from support.common.ports import free_port
 
 TEXT = b'# TYPE registry_proxy_hits_total counter\nregistry_proxy_hits_total 3\n'
 

@@ -8,7 +8,7 @@ import http.client
 from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
-from support.supervisor import minimal_config, wait_for
+from support.registries.supervisor import minimal_config, wait_for
 
 
 def _noisy_requests(port: int, count: int) -> None:

@@ -10,7 +10,7 @@ from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers, wait_until_serving
 from berth_agent.supervisor.procfs import find_registry_processes
-from support.supervisor import minimal_config, registry_env, wait_for
+from support.registries.supervisor import minimal_config, registry_env, wait_for
 
 
 def test_finds_only_the_process_serving_our_config(supervisor_factory, registry_port, tmp_path):

@@ -24,10 +24,10 @@ from berth_agent.supervisor.handover import hand_over
 from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers, wait_until_serving
 from berth_agent.supervisor.procfs import listening
-from support.registry import registry_binaries
-from support.stuck_store import make_stuck_store
-from support.supervisor import children_of, minimal_config, wait_for
-from support.upload import ConnectProbe, SlowUpload
+from support.registries.registry import registry_binaries
+from support.registries.stuck_store import make_stuck_store
+from support.registries.supervisor import children_of, minimal_config, wait_for
+from support.traffic.upload import ConnectProbe, SlowUpload
 
 
 def _serving(port: int) -> bool:

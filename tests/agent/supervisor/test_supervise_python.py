@@ -20,11 +20,11 @@ from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.probe import answers
 from berth_agent.supervisor.supervise.lines import LineSplitter, redact
-from support.new_connections import NewConnectionLoop
-from support.ports import free_port
-from support.registry import REGISTRY3_BINARY, requires_registry3
-from support.supervisor import minimal_config, wait_for
-from support.upload import SlowUpload
+from support.common.ports import free_port
+from support.registries.registry import REGISTRY3_BINARY, requires_registry3
+from support.registries.supervisor import minimal_config, wait_for
+from support.traffic.new_connections import NewConnectionLoop
+from support.traffic.upload import SlowUpload
 
 SECRET = "Bearer s3cr3t-t0ken-value"
 SHARED_SECRET = "  secret: shared-upload-secret\n"

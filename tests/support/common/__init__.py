@@ -1,0 +1,14 @@
+"""What every fixture uses: free ports, stopping processes, signal dispositions, a test clock, the import-graph
+reader of the layer tests, the docs' command blocks.
+
+- `ports`: Free TCP ports for the services tests start: on 127.0.0.1, and on the other loopback addresses that tests
+  put replicas on (support.registries.replicas: 127.0.0.2, ...), and who listens on one.
+- `processes`: Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file.
+- `signals`: Every process a test starts begins with default signal dispositions, as a container's command does.
+- `clock`: A debounce clock that moves only when the test steps it (agent `Pipeline(clock=...)`).
+- `layers`: A program's import graph, for the layer tests of the agent (tests/agent/test_layers.py) and the operator
+  (tests/operator/test_layers.py): every import counts, also one inside a function or under TYPE_CHECKING (a cycle
+  hidden that way is still one a reader has to untangle).
+- `doc_commands`: The code blocks of README.md and docs/, and the markers that say who runs them, so that the docs
+  cannot rot.
+"""
