@@ -31,7 +31,8 @@ def run_ids_named_by_tests(root: pathlib.Path = REPO / "tests") -> set[str]:
     named: set[str] = set()
     for path in root.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
-        if path.resolve() not in SELF and re.search(r"^from support(\.doc_commands| import doc_commands)", text, re.M):
+        reads_docs = re.search(r"^from support\.common(\.doc_commands| import doc_commands)", text, re.M)
+        if path.resolve() not in SELF and reads_docs:
             named.update(re.findall(r"""["']([a-z0-9][a-z0-9-]*)["']""", text))
     return named
 
