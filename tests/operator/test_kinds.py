@@ -8,12 +8,23 @@ import ast
 import pathlib
 
 from berth_operator import builders
+from berth_operator.builders import bucket_access
+from berth_operator.builders.kinds import MISSING_CHECKED, WAITING_CHECKED
 from berth_operator.cluster import caches
 from berth_operator.core import kinds
-from berth_operator.engine import apply, status
+from berth_operator.engine import apply, facts, status
 from berth_operator.kube.client import path
 
+from .conftest import make_registry
+
 BUILDERS = pathlib.Path(builders.__file__).parent
+ENGINE = pathlib.Path(facts.__file__).parent
+# The kinds an engine module may name: reads of the Registry's own workload (the Deployment and its Pods, the
+# Service whose address the status reports), of what a spec references (Secrets, ConfigMaps: many fields, one
+# check), the generated HTTP secret, and the claim Berth grows (expansion.py, with its StorageClass).
+ENGINE_READS = {"apply.py": {"Secret"}, "expansion.py": {"PersistentVolumeClaim", "StorageClass"},
+                "facts.py": {"ConfigMap", "Deployment", "Pod", "Secret"},
+                "reconcile.py": {"Deployment", "Pod", "Service"}}
 
 
 def test_every_builder_module_is_named_by_the_table():
@@ -73,3 +84,60 @@ def test_every_owned_kind_is_written_and_every_optional_one_is_a_crd():
         assert kind.applied in (kinds.APPLY, kinds.CREATE), kind
     for key in kinds.OPTIONAL_KINDS:
         assert "/" in key[0], key  # a group: served by a CRD, which discovery follows
+
+
+def test_every_kind_with_a_waiting_check_is_in_the_reported_order_and_wakes_its_registry():
+    """WAITING_CHECKED (the order of the Progressing message) holds each such kind once; a wait ends by a change of
+    the object, so the kind is cached (Berth's label) or watched by name (named). A missing check looks up what a
+    spec names: named, so that the object's arrival wakes the Registry."""
+    with_waiting = [kind for kind in kinds.TABLE if kind.checks is not None and kind.checks.waiting is not None]
+    assert sorted(WAITING_CHECKED, key=kinds.TABLE.index) == with_waiting
+    assert len(set(WAITING_CHECKED)) == len(WAITING_CHECKED)
+    assert all(kind.cached or kind.named for kind in WAITING_CHECKED)
+    assert [kind.kind for kind in MISSING_CHECKED] == ["PersistentVolumeClaim", "BucketClaim", "BucketAccess"]
+    assert all(kind.named for kind in MISSING_CHECKED)
+
+
+def test_the_engine_names_only_the_kinds_it_reads_itself():
+    """The managed kinds' checks are their entries' (issue 40): no engine module names another kind."""
+    table = {kind.kind for kind in kinds.TABLE}
+    for module in sorted(ENGINE.glob("*.py")):
+        named = {node.value for node in ast.walk(ast.parse(module.read_text()))
+                 if isinstance(node, ast.Constant) and node.value in table}
+        assert named <= ENGINE_READS.get(module.name, set()), module.name
+
+
+class _Cluster:
+    """Serves every kind; holds the given objects by (kind, name)."""
+
+    def __init__(self, objects):
+        self.objects = objects
+
+    def serves(self, api_version, kind):
+        return True
+
+    def get(self, api_version, kind, namespace, name, **_):
+        return self.objects.get((kind, name))
+
+
+_ISSUER = {"name": "ca", "kind": "ClusterIssuer"}
+
+
+def test_the_checks_report_in_the_order_they_always_have():
+    """Missing: the bucket (claim, class) before the access; waiting: the certificate before the bucket and its
+    access, whatever the table's order (the conditions join the messages in this order)."""
+    reg = make_registry({"http": {"tls": {"issuerRef": _ISSUER}},
+                         "config": {"storage": {"objectStorage": {"bucketClass": "gone", "bucketAccess": "gone"}}}})
+    lookup = facts.look_up(_Cluster({}), reg, "image")
+    assert [f.reason for f in lookup.findings] == ["MissingBucketClass", "MissingBucketAccess"]
+    access = {"spec": {"credentialsSecretName": "cosi"}, "status": {"accessGranted": True}}
+    cluster = _Cluster({("BucketClaim", "demo-bucket"): {"status": {}}, ("BucketAccess", "gone"): access})
+    assert [(f.reason, f.message) for f in facts.waiting(cluster, reg, frozenset())] == [
+        ("WaitingForCertificate", "Certificate demo-tls (spec.http.tls.issuerRef): cert-manager has not written "
+                                  "Secret demo-tls yet"),
+        ("WaitingForBucket", "BucketClaim demo-bucket is not ready yet"),
+        ("WaitingForBucketAccess",
+         f"BucketAccess gone granted access but its Secret cosi {bucket_access.SECRET_NOT_YET}"),
+    ]
+    assert facts.waiting(cluster, reg, frozenset({(kinds.COSI, "BucketClaim"), (kinds.COSI, "BucketAccess")})) == [
+        facts.waiting(cluster, reg, frozenset())[0]]

@@ -1,5 +1,7 @@
 """The COSI BucketAccess created from spec.config.storage.objectStorage.bucketAccessClass (field-notes
-section 2). Its credentials Secret has a deterministic name, so the pod template can mount it at once."""
+section 2). Its credentials Secret has a deterministic name, so the pod template can mount it at once. The one the
+spec names (bucketAccess) gives its Secret's name as a fact, or the class is looked up (missing); waiting: access
+not granted yet, or its Secret not written yet."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ from typing import Any
 from berth_api import Registry
 
 from . import bucket_claim, names
+from .checks import Found, Reader, status
 from .context import ClusterFacts
 from .meta import object_meta
+from .problems import Problem
+
+SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, watched by name (named.py)
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
@@ -27,3 +33,50 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
             "protocol": "S3",
         },
     }
+
+
+def missing(reader: Reader, reg: Registry) -> Found:
+    """The access the spec names (its credentials Secret is a fact for the pod), or the class to make one from."""
+    obj, namespace = reg.spec.config.storage.object_storage, names.namespace(reg)
+    found: list[Problem] = []
+    facts: dict[str, Any] = {}
+    if obj is None:
+        return Found()
+    if obj.bucket_access:
+        access = reader.get(bucket_claim.COSI_API_VERSION, "BucketAccess", namespace, obj.bucket_access)
+        if access is None:
+            found.append(Problem(
+                "MissingBucketAccess",
+                f"BucketAccess {obj.bucket_access} (spec.config.storage.objectStorage.bucketAccess) not found "
+                f"in namespace {namespace}",
+            ))
+        else:
+            facts["bucket_access_secret"] = (access.get("spec") or {}).get("credentialsSecretName") or None
+    if obj.bucket_access_class and reader.class_missing(bucket_claim.COSI_API_VERSION, "BucketAccessClass",
+                                                        obj.bucket_access_class):
+        found.append(Problem(
+            "MissingBucketAccessClass",
+            f"BucketAccessClass {obj.bucket_access_class} "
+            "(spec.config.storage.objectStorage.bucketAccessClass) not found",
+        ))
+    return Found(found, facts)
+
+
+def waiting(reader: Reader, reg: Registry) -> list[Problem]:
+    obj, namespace = reg.spec.config.storage.object_storage, names.namespace(reg)
+    if obj is None:
+        return []
+    access_name = obj.bucket_access or names.bucket_access_name(reg)
+    access = reader.get(bucket_claim.COSI_API_VERSION, "BucketAccess", namespace, access_name)
+    if access is None:
+        return []
+    granted = status(access).get("accessGranted") or status(access).get("readyToUse")
+    secret_name = (access.get("spec") or {}).get("credentialsSecretName")
+    if not granted:
+        return [Problem("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet")]
+    if secret_name and reader.get("v1", "Secret", namespace, secret_name) is None:
+        return [Problem(
+            "WaitingForBucketAccess",
+            f"BucketAccess {access_name} granted access but its Secret {secret_name} {SECRET_NOT_YET}",
+        )]
+    return []

@@ -1,4 +1,5 @@
-"""The COSI BucketClaim created from spec.config.storage.objectStorage.bucketClass (field-notes section 2)."""
+"""The COSI BucketClaim created from spec.config.storage.objectStorage.bucketClass (field-notes section 2); the
+one the spec names (bucketClaim) or the class looked up (missing), and the bucket's readiness (waiting)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 from berth_api import Registry
 
 from . import names
+from .checks import Found, Reader, status
 from .context import ClusterFacts
 from .meta import object_meta
+from .problems import Problem
 
 COSI_API_VERSION = "objectstorage.k8s.io/v1alpha1"
 
@@ -31,3 +34,34 @@ def claim_name(reg: Registry) -> str | None:
     if object_storage is None:
         return None
     return object_storage.bucket_claim or names.bucket_claim_name(reg)
+
+
+def missing(reader: Reader, reg: Registry) -> Found:
+    """The claim the spec names, or the class to make one from."""
+    obj, namespace = reg.spec.config.storage.object_storage, names.namespace(reg)
+    found: list[Problem] = []
+    if obj is None:
+        return Found()
+    if obj.bucket_claim and reader.get(COSI_API_VERSION, "BucketClaim", namespace, obj.bucket_claim) is None:
+        found.append(Problem(
+            "MissingBucketClaim",
+            f"BucketClaim {obj.bucket_claim} (spec.config.storage.objectStorage.bucketClaim) not found "
+            f"in namespace {namespace}",
+        ))
+    if obj.bucket_class and reader.class_missing(COSI_API_VERSION, "BucketClass", obj.bucket_class):
+        found.append(Problem(
+            "MissingBucketClass",
+            f"BucketClass {obj.bucket_class} (spec.config.storage.objectStorage.bucketClass) not found",
+        ))
+    return Found(found)
+
+
+def waiting(reader: Reader, reg: Registry) -> list[Problem]:
+    name = claim_name(reg)
+    if name is None:
+        return []
+    claim = reader.get(COSI_API_VERSION, "BucketClaim", names.namespace(reg), name)
+    # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
+    if claim is not None and not (status(claim).get("bucketReady") or status(claim).get("readyToUse")):
+        return [Problem("WaitingForBucket", f"BucketClaim {name} is not ready yet")]
+    return []

@@ -6,7 +6,8 @@ them otherwise, and engine/facts.py reports MissingCertManager: needed_by).
 Berth makes the Certificate rather than annotating the Ingress for cert-manager's ingress-shim: one way for both
 uses (the registry's own TLS has no Ingress to annotate), the Certificate's name and Secret are Berth's and
 pruned with the field, and it works where ingress-shim is turned off. cert-manager renews by rewriting the
-Secret in place; the agent applies a rotated Secret hot, so a renewal restarts no pod.
+Secret in place; the agent applies a rotated Secret hot, so a renewal restarts no pod. Until cert-manager has
+written the Secret, the pod cannot mount it (waiting).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from berth_api import Registry
 from berth_api.exposure import IssuerRef
 
 from . import names
+from .checks import Reader
 from .context import ClusterFacts
 from .meta import object_meta
+from .problems import Problem
 
 
 def service_dns_names(reg: Registry) -> list[str]:
@@ -63,3 +66,18 @@ def build_ingress(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     if ingress is None or ingress.tls is None or ingress.tls.issuer_ref is None:
         return None
     return _certificate(reg, names.ingress_certificate_name(reg), ingress.tls.issuer_ref, list(ingress.hosts))
+
+
+def waiting(reader: Reader, reg: Registry) -> list[Problem]:
+    """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
+    namespace = names.namespace(reg)
+    found = []
+    tls, ingress = reg.spec.http.tls, reg.spec.ingress
+    for where, wanted, name in (
+            ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, names.certificate_name(reg)),
+            ("spec.ingress.tls.issuerRef", ingress is not None and ingress.tls is not None
+             and ingress.tls.issuer_ref is not None, names.ingress_certificate_name(reg))):
+        if wanted and reader.get("v1", "Secret", namespace, name) is None:
+            found.append(Problem("WaitingForCertificate",
+                                 f"Certificate {name} ({where}): cert-manager has not written Secret {name} yet"))
+    return found

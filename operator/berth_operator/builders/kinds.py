@@ -4,9 +4,10 @@ Each entry is everything Berth knows about a kind: the client's URL path (plural
 list and watch it (cached), how the apply layer writes it (applied), its builders (function objects, called in
 table order by build_all), what the apply layer prunes (prune: the names function), the API a cluster may not
 serve (optional) with the spec fields that need it (needed_by), whether a spec names objects of it that Berth did
-not make (named, spec_class), and what deploy/clusterrole.yaml grants on it (verbs; tests/deploy/
-test_cluster_role.py derives the ClusterRole from here). A new kind is one entry here, its builder module and its
-ClusterRole line.
+not make (named, spec_class), what deploy/clusterrole.yaml grants on it (verbs; tests/deploy/
+test_cluster_role.py derives the ClusterRole from here), and how the engine checks its objects in the cluster
+(checks: what the spec references and is missing, what is not ready yet). A new kind is one entry here, its
+builder module and its ClusterRole line.
 
 It sits among the builders because it holds them; core.kinds re-exports it (the client, the caches, discovery
 and the reactor read it there).
@@ -40,6 +41,7 @@ from . import (
     service_monitor,
     storage,
 )
+from .checks import Checks
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 MONITORING = "monitoring.coreos.com/v1"
@@ -88,7 +90,8 @@ class Kind:
     name an object of it that Berth did not make (a user's Secret or claim), whose changes wake the Registries
     that read it (cluster/named.py); spec_class: a cluster-scoped class a spec names (the admin's), cached
     cluster-wide whole (Caches.of_classes); verbs: what the ClusterRole grants on it; must_replace(live, wanted):
-    the API server refuses that change in place, so the apply layer deletes the object and creates it again."""
+    the API server refuses that change in place, so the apply layer deletes the object and creates it again;
+    checks: its missing and waiting checks (checks.py), which engine/facts.py runs (none: nothing to look up)."""
 
     api_version: str
     kind: str
@@ -104,6 +107,7 @@ class Kind:
     spec_class: bool = False
     verbs: tuple[str, ...] = ()
     must_replace: Refusal | None = None
+    checks: Checks | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -146,16 +150,18 @@ TABLE: tuple[Kind, ...] = (
          verbs=MADE),
     # The claim Berth made is patched to grow it (engine/expansion.py).
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True, applied=CREATE,
-         builders=(pvc.build,), named=True, verbs=APPLIED),
+         builders=(pvc.build,), named=True, verbs=APPLIED, checks=Checks(pvc.missing, pvc.waiting)),
     Kind(COSI, "BucketClaim", "bucketclaims", cached=True, applied=CREATE, builders=(bucket_claim.build,),
-         optional=COSI_API, needed_by=storage.object_storage_fields, named=True, verbs=MADE),
+         optional=COSI_API, needed_by=storage.object_storage_fields, named=True, verbs=MADE,
+         checks=Checks(bucket_claim.missing, bucket_claim.waiting)),
     Kind(COSI, "BucketAccess", "bucketaccesses", cached=True, applied=CREATE, builders=(bucket_access.build,),
          prune=names.bucket_access_name, optional=COSI_API, needed_by=storage.object_storage_fields, named=True,
-         verbs=(*MADE, "delete")),
+         verbs=(*MADE, "delete"), checks=Checks(bucket_access.missing, bucket_access.waiting)),
     # A Certificate before the pods that mount its Secret; prune names both a Registry may have.
     Kind(CERT_MANAGER, "Certificate", "certificates", cached=True, applied=APPLY,
          builders=(certificate.build, certificate.build_ingress), prune=names.certificate_names,
-         optional=CERT_MANAGER_API, needed_by=certificate.needed_by, verbs=PRUNED),
+         optional=CERT_MANAGER_API, needed_by=certificate.needed_by, verbs=PRUNED,
+         checks=Checks(waiting=certificate.waiting)),
     # The registry's Service is deleted and created again when Kubernetes refuses a change in place (service.py).
     Kind("v1", "Service", "services", cached=True, applied=APPLY,
          builders=(service.build, metrics_service.build), verbs=PRUNED, must_replace=service.must_replace),
@@ -207,6 +213,14 @@ OPTIONAL_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE i
 MISSING_API_REASONS = frozenset(kind.optional.reason for kind in TABLE if kind.optional is not None)
 NAMED_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.named)
 CLASS_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if kind.spec_class)
+# The kinds with a missing check, in table order (engine/facts.look_up runs those every cluster serves before
+# the missing APIs, the served optional ones after).
+MISSING_CHECKED: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.checks and kind.checks.missing)
+# The kinds with a waiting check, in the order the Progressing message has always joined their waits (status.py
+# joins findings in order): the claim, the certificates, the bucket and its access. tests/operator/test_kinds.py
+# checks it holds every kind with one.
+WAITING_CHECKED: tuple[Kind, ...] = tuple(KINDS[key] for key in (
+    ("v1", "PersistentVolumeClaim"), (CERT_MANAGER, "Certificate"), (COSI, "BucketClaim"), (COSI, "BucketAccess")))
 
 
 def lookup(api_version: str, kind: str) -> Kind:

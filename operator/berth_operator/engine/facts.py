@@ -1,5 +1,6 @@
 """What the operator looks up in the cluster before and after building: ClusterFacts for the builders, and
-findings (Missing*/Waiting*) for the conditions.
+findings (Missing*/Waiting*) for the conditions. The managed kinds' own checks are their table entries'
+(builders/kinds.py, checks): this module runs them and names no managed kind.
 
 Referenced Secrets are checked for existence and for the key the spec names; their values are never
 read into anything that is logged or reported (only key names are compared).
@@ -17,14 +18,14 @@ from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
 from ..builders import names, storage
 from ..builders.context import ClusterFacts
-from ..builders.kinds import CERT_MANAGER, COSI, KINDS, TABLE, crd_name
+from ..builders.kinds import KINDS, MISSING_CHECKED, TABLE, WAITING_CHECKED, Kind, crd_name
+from ..builders.problems import Problem
 from ..cluster.discovery import describe
 from ..cluster.view import Cluster
 from ..kube.client import Kube, KubeError
 from .status import DEGRADED_REASONS, Finding
 
 AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
-SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, watched by name (named.py)
 
 
 @dataclass
@@ -181,71 +182,57 @@ def _missing_apis(gone: frozenset[tuple[str, str]], reg: Registry) -> list[Findi
     return sorted(findings, key=lambda finding: DEGRADED_REASONS.index(finding.reason))
 
 
+class _Reader:
+    """What the kinds' checks read (builders/checks.Reader): the cluster's objects, and its classes as known."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        return self.cluster.get(api_version, kind, namespace, name)
+
+    def class_missing(self, api_version: str, kind: str, name: str) -> bool:
+        return _class_missing(self.cluster, api_version, kind, name)
+
+
+def _findings(problems: list[Problem]) -> list[Finding]:
+    return [Finding(problem.reason, problem.message) for problem in problems]
+
+
+def _missing(kind: Kind, reader: _Reader, reg: Registry, found_facts: dict[str, Any]) -> list[Finding]:
+    """The kind's missing check: its findings; what it found out goes into found_facts (ClusterFacts fields)."""
+    found = kind.checks.missing(reader, reg)
+    found_facts.update(found.facts)
+    return _findings(found.problems)
+
+
 def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
-    """Facts the builders need and the references that are missing, before anything is applied."""
+    """Facts the builders need and the references that are missing, before anything is applied: the Secrets and
+    ConfigMaps the spec names, then each kind's missing check (the table's): those every cluster serves, the APIs
+    not served, and the served optional kinds."""
     namespace = names.namespace(reg)
     findings: list[Finding] = []
     gone = unserved(cluster)
-    bucket_access_secret = None
-    pvc_access_modes = None
     for name, where, keys in _secret_refs(reg):
         findings += _secret_findings(cluster, namespace, name, where, keys)
     for name, where, key in _config_map_refs(reg):
         findings += _config_map_findings(cluster, namespace, name, where, key)
 
-    fs = reg.spec.config.storage.filesystem
-    if fs is not None and fs.persistent_volume_claim:
-        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, fs.persistent_volume_claim)
-        if claim is None:
-            findings.append(Finding(
-                "MissingPVC",
-                f"PersistentVolumeClaim {fs.persistent_volume_claim} "
-                f"(spec.config.storage.filesystem.persistentVolumeClaim) not found in namespace {namespace}",
-            ))
-        else:
-            modes = (claim.get("spec") or {}).get("accessModes")
-            pvc_access_modes = tuple(modes) if modes else None
-    elif fs is not None and fs.storage_class:
-        if _class_missing(cluster, "storage.k8s.io/v1", "StorageClass", fs.storage_class):
-            findings.append(Finding(
-                "MissingStorageClass",
-                f"StorageClass {fs.storage_class} (spec.config.storage.filesystem.storageClass) not found",
-            ))
-
+    # Every cluster serves the kinds without an optional API: their checks first, then the APIs not served, then
+    # the checks of the served optional kinds (what a served API lacks).
+    reader = _Reader(cluster)
+    found_facts: dict[str, Any] = {}
+    for kind in MISSING_CHECKED:
+        if kind.optional is None:
+            findings += _missing(kind, reader, reg, found_facts)
     findings += _missing_apis(gone, reg)
-    obj = reg.spec.config.storage.object_storage
-    if obj is not None and (COSI, "BucketClaim") not in gone:  # not served: _missing_apis said so
-        if obj.bucket_claim and cluster.get(COSI, "BucketClaim", namespace, obj.bucket_claim) is None:
-            findings.append(Finding(
-                "MissingBucketClaim",
-                f"BucketClaim {obj.bucket_claim} (spec.config.storage.objectStorage.bucketClaim) not found "
-                f"in namespace {namespace}",
-            ))
-        if obj.bucket_class and _class_missing(cluster, COSI, "BucketClass", obj.bucket_class):
-            findings.append(Finding(
-                "MissingBucketClass",
-                f"BucketClass {obj.bucket_class} (spec.config.storage.objectStorage.bucketClass) not found",
-            ))
-        if obj.bucket_access:
-            access = cluster.get(COSI, "BucketAccess", namespace, obj.bucket_access)
-            if access is None:
-                findings.append(Finding(
-                    "MissingBucketAccess",
-                    f"BucketAccess {obj.bucket_access} (spec.config.storage.objectStorage.bucketAccess) not found "
-                    f"in namespace {namespace}",
-                ))
-            else:
-                bucket_access_secret = (access.get("spec") or {}).get("credentialsSecretName") or None
-        if obj.bucket_access_class and _class_missing(cluster, COSI, "BucketAccessClass", obj.bucket_access_class):
-            findings.append(Finding(
-                "MissingBucketAccessClass",
-                f"BucketAccessClass {obj.bucket_access_class} "
-                "(spec.config.storage.objectStorage.bucketAccessClass) not found",
-            ))
+    for kind in MISSING_CHECKED:
+        if kind.optional is not None and kind.key not in gone:
+            findings += _missing(kind, reader, reg, found_facts)
 
     # Only where a roll surges on one node (a ReadWriteOnce claim): elsewhere a stalled roll changes nothing here.
     fallback = reg.spec.rollout.recreate_after_deadline \
-        and storage.surges_on_one_node(reg, ClusterFacts(image, pvc_access_modes=pvc_access_modes)) \
+        and storage.surges_on_one_node(reg, ClusterFacts(image, **found_facts)) \
         and stalled_surge(cluster, reg)
     if fallback:
         findings.append(Finding(
@@ -255,8 +242,7 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
             "the old pod first (Recreate), so the registry is down until the new pod serves; the next roll surges "
             "again",
         ))
-    facts = ClusterFacts(agent_image=image, bucket_access_secret=bucket_access_secret,
-                         pvc_access_modes=pvc_access_modes, rollout_fallback=fallback, unserved=gone)
+    facts = ClusterFacts(agent_image=image, rollout_fallback=fallback, unserved=gone, **found_facts)
     return Lookup(facts=facts, findings=findings)
 
 
@@ -297,53 +283,9 @@ def _cannot_start_beside(pod: Mapping[str, Any]) -> bool:
 
 
 def waiting(cluster: Cluster, reg: Registry, gone: frozenset[tuple[str, str]]) -> list[Finding]:
-    """After applying: storage that exists but is not usable yet (claim not Bound, access not granted). gone: the
-    kinds not served (unserved; missing_apis said so)."""
-    namespace = names.namespace(reg)
-    found: list[Finding] = []
-    fs = reg.spec.config.storage.filesystem
-    if fs is not None:
-        claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
-        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, claim_name)
-        phase = _status(claim).get("phase")
-        if claim is not None and phase != "Bound":
-            found.append(Finding("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}"))
-    if (CERT_MANAGER, "Certificate") not in gone:
-        found += _certificates_waiting(cluster, reg)
-    obj = reg.spec.config.storage.object_storage
-    if obj is not None and (COSI, "BucketClaim") not in gone:
-        claim_name = obj.bucket_claim or names.bucket_claim_name(reg)
-        claim = cluster.get(COSI, "BucketClaim", namespace, claim_name)
-        # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
-        if claim is not None and not (_status(claim).get("bucketReady") or _status(claim).get("readyToUse")):
-            found.append(Finding("WaitingForBucket", f"BucketClaim {claim_name} is not ready yet"))
-        access_name = obj.bucket_access or names.bucket_access_name(reg)
-        access = cluster.get(COSI, "BucketAccess", namespace, access_name)
-        if access is not None:
-            granted = _status(access).get("accessGranted") or _status(access).get("readyToUse")
-            secret_name = (access.get("spec") or {}).get("credentialsSecretName")
-            if not granted:
-                found.append(
-                    Finding("WaitingForBucketAccess", f"BucketAccess {access_name} has not granted access yet")
-                )
-            elif secret_name and cluster.get("v1", "Secret", namespace, secret_name) is None:
-                found.append(Finding(
-                    "WaitingForBucketAccess",
-                    f"BucketAccess {access_name} granted access but its Secret {secret_name} {SECRET_NOT_YET}",
-                ))
-    return found
-
-
-def _certificates_waiting(cluster: Cluster, reg: Registry) -> list[Finding]:
-    """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
-    namespace = names.namespace(reg)
-    found = []
-    tls, ingress = reg.spec.http.tls, reg.spec.ingress
-    for where, wanted, name in (
-            ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, names.certificate_name(reg)),
-            ("spec.ingress.tls.issuerRef", ingress is not None and ingress.tls is not None
-             and ingress.tls.issuer_ref is not None, names.ingress_certificate_name(reg))):
-        if wanted and cluster.get("v1", "Secret", namespace, name) is None:
-            found.append(Finding("WaitingForCertificate",
-                                 f"Certificate {name} ({where}): cert-manager has not written Secret {name} yet"))
-    return found
+    """After applying: what exists but is not usable yet (claim not Bound, access not granted, certificate not
+    issued): each served kind's waiting check (the table's). gone: the kinds not served (unserved; missing_apis
+    said so)."""
+    reader = _Reader(cluster)
+    return [finding for kind in WAITING_CHECKED if kind.key not in gone
+            for finding in _findings(kind.checks.waiting(reader, reg))]
