@@ -4,8 +4,12 @@ importing one module of a package does not load the rest (the agent's memory bud
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
+if TYPE_CHECKING:  # berth-supervise loads this module too: typing at run time would cost every pod 0.45 MiB
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
