@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from berth_operator.engine.expansion import decide
+from berth_operator.builders.pvc_growth import decide
+from berth_operator.engine.status import Finding
 from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
 
 NS = "grow"
@@ -188,7 +189,7 @@ def test_decide_compares_quantities_by_value():
 
 def test_decide_refuses_what_the_cluster_cannot_do():
     [shrink] = decide(_claim("10Gi"), "9Gi", storage_class("standard", expandable=True)).findings
-    assert shrink.reason == "VolumeShrinkRefused" and shrink.degrades
+    assert shrink.reason == "VolumeShrinkRefused" and Finding(*shrink).degrades
     [fixed] = decide(_claim("10Gi"), "11Gi", storage_class("standard", expandable=False)).findings
     assert fixed.reason == "VolumeExpansionNotAllowed" and "StorageClass standard" in fixed.message
     # A class that does not exist is MissingStorageClass's to report; one we may not read: try, the API decides.

@@ -9,7 +9,7 @@ import pathlib
 
 from berth_operator import builders
 from berth_operator.builders import bucket_access
-from berth_operator.builders.kinds import MISSING_CHECKED, WAITING_CHECKED
+from berth_operator.builders.kinds import GROWN, MISSING_CHECKED, WAITING_CHECKED
 from berth_operator.cluster import caches
 from berth_operator.core import kinds
 from berth_operator.engine import apply, facts, status
@@ -21,8 +21,8 @@ BUILDERS = pathlib.Path(builders.__file__).parent
 ENGINE = pathlib.Path(facts.__file__).parent
 # The kinds an engine module may name: reads of the Registry's own workload (the Deployment and its Pods, the
 # Service whose address the status reports), of what a spec references (Secrets, ConfigMaps: many fields, one
-# check), the generated HTTP secret, and the claim Berth grows (expansion.py, with its StorageClass).
-ENGINE_READS = {"apply.py": {"Secret"}, "expansion.py": {"PersistentVolumeClaim", "StorageClass"},
+# check), and the generated HTTP secret. The claim Berth grows is its entry's (checks.grow): expansion.py names none.
+ENGINE_READS = {"apply.py": {"Secret"},
                 "facts.py": {"ConfigMap", "Deployment", "Pod", "Secret"},
                 "reconcile.py": {"Deployment", "Pod", "Service"}}
 
@@ -96,6 +96,15 @@ def test_every_kind_with_a_waiting_check_is_in_the_reported_order_and_wakes_its_
     assert all(kind.cached or kind.named for kind in WAITING_CHECKED)
     assert [kind.kind for kind in MISSING_CHECKED] == ["PersistentVolumeClaim", "BucketClaim", "BucketAccess"]
     assert all(kind.named for kind in MISSING_CHECKED)
+
+
+def test_the_kinds_that_grow_are_create_only_and_patched():
+    """A grow hook is the one patch of a create-only kind (expansion.py writes it): the ClusterRole grants the patch,
+    and the caches or a watch by name wake the Registry as the object grows."""
+    assert [kind.kind for kind in GROWN] == ["PersistentVolumeClaim"]
+    for kind in GROWN:
+        assert kind.applied == kinds.CREATE and "patch" in kind.verbs, kind.kind
+        assert kind.cached or kind.named, kind.kind
 
 
 def test_the_engine_names_only_the_kinds_it_reads_itself():

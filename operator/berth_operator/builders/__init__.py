@@ -2,8 +2,8 @@
 
 One module per kind of object, each with build(reg, facts) -> dict | None (None: not needed for this spec); the
 table of kinds (kinds.py) names them, with everything else Berth knows about each kind. No I/O here; the apply
-layer creates and patches what build_all returns. A kind's checks (checks.py) read the cluster only through the
-Reader the engine hands them.
+layer creates and patches what build_all returns. A kind's checks and grow hook (checks.py) read the cluster only
+through the Reader the engine hands them.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ table order by build_all), what the apply layer prunes (prune: the names functio
 serve (optional) with the spec fields that need it (needed_by), whether a spec names objects of it that Berth did
 not make (named, spec_class), what deploy/clusterrole.yaml grants on it (verbs; tests/deploy/
 test_cluster_role.py derives the ClusterRole from here), and how the engine checks its objects in the cluster
-(checks: what the spec references and is missing, what is not ready yet). A new kind is one entry here, its
-builder module and its ClusterRole line.
+(checks: what the spec references and is missing, what is not ready yet, what grows in place). A new kind is one
+entry here, its builder module and its ClusterRole line.
 
 It sits among the builders because it holds them; core.kinds re-exports it (the client, the caches, discovery
 and the reactor read it there).
@@ -34,6 +34,7 @@ from . import (
     names,
     pod_disruption_budget,
     pvc,
+    pvc_growth,
     role,
     role_binding,
     service,
@@ -91,7 +92,8 @@ class Kind:
     that read it (cluster/named.py); spec_class: a cluster-scoped class a spec names (the admin's), cached
     cluster-wide whole (Caches.of_classes); verbs: what the ClusterRole grants on it; must_replace(live, wanted):
     the API server refuses that change in place, so the apply layer deletes the object and creates it again;
-    checks: its missing and waiting checks (checks.py), which engine/facts.py runs (none: nothing to look up)."""
+    checks: its missing and waiting checks (checks.py), which engine/facts.py runs (none: nothing to look up), and
+    its grow hook (the one field a create-only object changes in place), which engine/expansion.py runs."""
 
     api_version: str
     kind: str
@@ -148,9 +150,9 @@ TABLE: tuple[Kind, ...] = (
     # The generated HTTP secret is never overwritten; the caches hold Berth's Secrets with key names only.
     Kind("v1", "Secret", "secrets", cached=True, applied=CREATE, builders=(http_secret.build,), named=True,
          verbs=MADE),
-    # The claim Berth made is patched to grow it (engine/expansion.py).
+    # The claim Berth made is patched to grow it (pvc_growth.py; engine/expansion.py writes the patch).
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True, applied=CREATE,
-         builders=(pvc.build,), named=True, verbs=APPLIED, checks=Checks(pvc.missing, pvc.waiting)),
+         builders=(pvc.build,), named=True, verbs=APPLIED, checks=Checks(pvc.missing, pvc.waiting, pvc_growth.GROW)),
     Kind(COSI, "BucketClaim", "bucketclaims", cached=True, applied=CREATE, builders=(bucket_claim.build,),
          optional=COSI_API, needed_by=storage.object_storage_fields, named=True, verbs=MADE,
          checks=Checks(bucket_claim.missing, bucket_claim.waiting)),
@@ -216,6 +218,8 @@ CLASS_KINDS: tuple[tuple[str, str], ...] = tuple(kind.key for kind in TABLE if k
 # The kinds with a missing check, in table order (engine/facts.look_up runs those every cluster serves before
 # the missing APIs, the served optional ones after).
 MISSING_CHECKED: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.checks and kind.checks.missing)
+# The kinds that grow in place, in table order (engine/expansion.expand).
+GROWN: tuple[Kind, ...] = tuple(kind for kind in TABLE if kind.checks and kind.checks.grow)
 # The kinds with a waiting check, in the order the Progressing message has always joined their waits (status.py
 # joins findings in order): the claim, the certificates, the bucket and its access. tests/operator/test_kinds.py
 # checks it holds every kind with one.

@@ -11,7 +11,7 @@
 - Kinds whose spec is immutable or holds data are created (POST) and never applied here:
   PersistentVolumeClaim, BucketClaim, BucketAccess, Secrets (the generated HTTP secret is never overwritten)
   and Leases (their spec is the agents'). The one exception, growing the claim's storage request, is
-  expansion.py's, with its own checks.
+  the claim's grow hook (builders/pvc_growth.py, with its own checks), which expansion.py writes.
 - An object missing from the caches is not read first: it is applied without force (a create-only kind:
   POSTed), and read only when the server refuses that (409, 422: it exists and is someone else's, or differs).
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.

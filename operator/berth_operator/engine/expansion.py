@@ -1,164 +1,63 @@
-"""Volume expansion: a larger spec.config.storage.filesystem.size grows the claim Berth created.
-
-Claims are otherwise create-only (apply.py): this is the one field of a live PersistentVolumeClaim the
-operator changes, and only
-- on the claim it created from storageClass and controls (a claim named in persistentVolumeClaim belongs
-  to the user and is never patched; `size` does not apply to it),
-- upwards (Kubernetes never shrinks a claim: a smaller size is Degraded, VolumeShrinkRefused),
-- when the claim's StorageClass sets allowVolumeExpansion (otherwise Degraded, VolumeExpansionNotAllowed).
-The resize itself is the cluster's: the claim's conditions Resizing and FileSystemResizePending show as
-Progressing until the kubelet has grown the file system. The pod template never names the size, so a size
-edit never changes the Deployment.
-
-decide() is pure; expand() reads the claim and its class and writes the one patch.
+"""Growing in place: the one change the operator makes to a live object of a create-only kind (apply.py creates
+them and never patches). Which kinds grow, which object, and what to patch are the table's (builders/kinds.py:
+checks.grow, a Grow beside the kind's builder); this step reads the object, writes the JSON patch guarded by its
+resourceVersion, and reads again on a conflict. It names no managed kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from kubernetes.utils import parse_quantity
+from collections.abc import Iterable
 
 from berth_api import Registry
 
 from ..builders import names
+from ..builders.kinds import GROWN, Kind
+from ..builders.problems import Problem
 from ..cluster.view import Cluster
 from ..kube.client import KubeError
 from .apply import CONFLICT_RETRIES, Action
+from .facts import ClusterReader
 from .status import Finding
-
-SIZE_FIELD = "spec.config.storage.filesystem.size"
-# PersistentVolumeClaim condition -> (Progressing reason, what it means).
-RESIZE_CONDITIONS = {
-    "Resizing": ("ResizingPVC", "the volume is being resized"),
-    "FileSystemResizePending": ("WaitingForFileSystemResize",
-                                "the volume grew; the kubelet grows the file system next"),
-}
-
-
-@dataclass(frozen=True)
-class Decision:
-    grow_to: str | None = None  # the size to patch spec.resources.requests.storage to
-    findings: tuple[Finding, ...] = field(default_factory=tuple)
-
-
-def _requested(claim: Mapping[str, Any]) -> str | None:
-    return (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
-
-
-def _controlled_by(claim: Mapping[str, Any], uid: str | None) -> bool:
-    refs = (claim.get("metadata") or {}).get("ownerReferences") or ()
-    return uid is not None and any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
-
-
-def resize_progress(claim: Mapping[str, Any]) -> list[Finding]:
-    """Progressing findings from the claim's resize conditions (any claim: reading is harmless)."""
-    name = (claim.get("metadata") or {}).get("name")
-    found = []
-    for cond in (claim.get("status") or {}).get("conditions") or ():
-        known = RESIZE_CONDITIONS.get(cond.get("type"))
-        if known and cond.get("status") == "True":
-            reason, meaning = known
-            found.append(Finding(reason, f"PersistentVolumeClaim {name}: {meaning} "
-                                         f"(to {_requested(claim)}; condition {cond['type']})"))
-    capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
-    if not found and capacity and _smaller(capacity, _requested(claim)):
-        found.append(Finding("ResizingPVC", f"PersistentVolumeClaim {name}: capacity {capacity}, "
-                                            f"requested {_requested(claim)}"))
-    return found
-
-
-def _smaller(a: Any, b: Any) -> bool:
-    try:
-        return parse_quantity(a) < parse_quantity(b)
-    except (ValueError, TypeError, ArithmeticError):
-        return False
-
-
-def decide(claim: Mapping[str, Any], wanted: str, storage_class: Mapping[str, Any] | None,
-           class_readable: bool = True) -> Decision:
-    """What to do about one claim Berth created, given the wanted size and the claim's StorageClass.
-
-    storage_class None with class_readable: the class does not exist (MissingStorageClass says so);
-    class_readable False: the operator may not read it, so it tries, and the API server decides.
-    """
-    name = (claim.get("metadata") or {}).get("name")
-    class_name = (claim.get("spec") or {}).get("storageClassName") or "(none)"
-    live = _requested(claim)
-    try:
-        current, target = parse_quantity(live), parse_quantity(wanted)
-    except (ValueError, TypeError, ArithmeticError):
-        return Decision()  # a request we cannot read is not ours to rewrite
-    if target == current:
-        return Decision()
-    if target < current:
-        return Decision(findings=(Finding(
-            "VolumeShrinkRefused",
-            f"{SIZE_FIELD}: {wanted} is smaller than the {live} PersistentVolumeClaim {name} already requests "
-            f"(StorageClass {class_name}); a claim can grow but never shrink: set {live} or more",
-        ),))
-    if storage_class is None and class_readable:
-        return Decision()
-    if storage_class is not None and storage_class.get("allowVolumeExpansion") is not True:
-        return Decision(findings=(Finding(
-            "VolumeExpansionNotAllowed",
-            f"{SIZE_FIELD}: {wanted} needs PersistentVolumeClaim {name} to grow from {live}, but StorageClass "
-            f"{class_name} does not set allowVolumeExpansion: true; the claim stays at {live}",
-        ),))
-    return Decision(grow_to=wanted)
 
 
 def expand(cluster: Cluster, reg: Registry) -> tuple[list[Action], list[Finding]]:
-    """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress."""
-    fs = reg.spec.config.storage.filesystem
-    if fs is None:
+    """Each growing kind's object grown as its hook plans (in table order); the hooks' findings."""
+    actions: list[Action] = []
+    findings: list[Finding] = []
+    for kind in GROWN:
+        grown, found = _grow(cluster, reg, kind)
+        actions += grown
+        findings += found
+    return actions, findings
+
+
+def _findings(problems: Iterable[Problem]) -> list[Finding]:
+    return [Finding(problem.reason, problem.message) for problem in problems]
+
+
+def _grow(cluster: Cluster, reg: Registry, kind: Kind) -> tuple[list[Action], list[Finding]]:
+    name = kind.checks.grow.target(reg)
+    if name is None:
         return [], []
-    namespace = names.namespace(reg)
-    claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
+    namespace, reader = names.namespace(reg), ClusterReader(cluster)
     for attempt in range(CONFLICT_RETRIES):
-        # After a conflict the cached claim is older than the server's: read the server's.
-        claim = cluster.get("v1", "PersistentVolumeClaim", namespace, claim_name, cached=attempt == 0)
-        if claim is None:
+        # After a conflict the cached object is older than the server's: read the server's.
+        live = cluster.get(kind.api_version, kind.kind, namespace, name, cached=attempt == 0)
+        if live is None:
             return [], []
-        if fs.persistent_volume_claim or not _controlled_by(claim, reg.metadata.get("uid")):
-            return [], resize_progress(claim)  # the user's claim: watched, never patched
-        class_name = (claim.get("spec") or {}).get("storageClassName")
-        # The class matters only for growing: decided without it first (no request when the size is unchanged).
-        decision = decide(claim, fs.size, None, class_readable=False)
-        if decision.grow_to is not None:
-            decision = decide(claim, fs.size, *_storage_class(cluster, class_name))
-        if decision.grow_to is None:
-            return [], [*decision.findings, *resize_progress(claim)]
-        version = claim["metadata"].get("resourceVersion")
-        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version},
-               {"op": "replace", "path": "/spec/resources/requests/storage", "value": decision.grow_to}]
+        growth = kind.checks.grow.plan(reader, reg, live)
+        if not growth.patch:
+            return [], _findings(growth.problems)
+        version = live["metadata"].get("resourceVersion")
+        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}, *growth.patch]
         try:
-            cluster.patch("v1", "PersistentVolumeClaim", namespace, claim_name, ops, json_patch=True)
+            cluster.patch(kind.api_version, kind.kind, namespace, name, ops, json_patch=True)
         except KubeError as exc:
-            if exc.status in (409, 422):  # changed under us: read again and decide again
-                last = exc
+            last, refused = exc, growth.refused
+            if exc.status in (409, 422):  # changed under us: read again and plan again
                 continue
             if exc.status != 403:
                 raise
-            last = exc
             break
-        return [Action("Updated", "PersistentVolumeClaim", claim_name)], [Finding(
-            "ResizingPVC", f"PersistentVolumeClaim {claim_name}: requested {decision.grow_to} "
-                           f"(was {_requested(claim)})")]
-    return [], [Finding("VolumeExpansionNotAllowed",
-                        f"{SIZE_FIELD}: the API server refused to grow PersistentVolumeClaim {claim_name} to "
-                        f"{fs.size} (StorageClass {class_name}): {last}")]
-
-
-def _storage_class(cluster: Cluster, name: str | None) -> tuple[Mapping[str, Any] | None, bool]:
-    """(the StorageClass or None, whether the operator could read it)."""
-    if not name:
-        return None, True
-    try:
-        return cluster.get("storage.k8s.io/v1", "StorageClass", None, name), True
-    except KubeError as exc:
-        if exc.status not in (401, 403):
-            raise
-        return None, False
+        return [Action("Updated", kind.kind, name)], _findings([growth.grown] if growth.grown else [])
+    return [], [Finding(refused.reason, f"{refused.message}: {last}")]

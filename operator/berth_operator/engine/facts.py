@@ -182,8 +182,9 @@ def _missing_apis(gone: frozenset[tuple[str, str]], reg: Registry) -> list[Findi
     return sorted(findings, key=lambda finding: DEGRADED_REASONS.index(finding.reason))
 
 
-class _Reader:
-    """What the kinds' checks read (builders/checks.Reader): the cluster's objects, and its classes as known."""
+class ClusterReader:
+    """What the kinds' checks and grow hooks read (builders/checks.Reader): the cluster's objects, and its classes as
+    known."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -194,12 +195,20 @@ class _Reader:
     def class_missing(self, api_version: str, kind: str, name: str) -> bool:
         return _class_missing(self.cluster, api_version, kind, name)
 
+    def get_class(self, api_version: str, kind: str, name: str) -> tuple[Mapping[str, Any] | None, bool]:
+        try:
+            return self.cluster.get(api_version, kind, None, name), True
+        except KubeError as exc:
+            if exc.status not in (401, 403):
+                raise
+            return None, False
+
 
 def _findings(problems: list[Problem]) -> list[Finding]:
     return [Finding(problem.reason, problem.message) for problem in problems]
 
 
-def _missing(kind: Kind, reader: _Reader, reg: Registry, found_facts: dict[str, Any]) -> list[Finding]:
+def _missing(kind: Kind, reader: ClusterReader, reg: Registry, found_facts: dict[str, Any]) -> list[Finding]:
     """The kind's missing check: its findings; what it found out goes into found_facts (ClusterFacts fields)."""
     found = kind.checks.missing(reader, reg)
     found_facts.update(found.facts)
@@ -220,7 +229,7 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
 
     # Every cluster serves the kinds without an optional API: their checks first, then the APIs not served, then
     # the checks of the served optional kinds (what a served API lacks).
-    reader = _Reader(cluster)
+    reader = ClusterReader(cluster)
     found_facts: dict[str, Any] = {}
     for kind in MISSING_CHECKED:
         if kind.optional is None:
@@ -286,6 +295,6 @@ def waiting(cluster: Cluster, reg: Registry, gone: frozenset[tuple[str, str]]) -
     """After applying: what exists but is not usable yet (claim not Bound, access not granted, certificate not
     issued): each served kind's waiting check (the table's). gone: the kinds not served (unserved; missing_apis
     said so)."""
-    reader = _Reader(cluster)
+    reader = ClusterReader(cluster)
     return [finding for kind in WAITING_CHECKED if kind.key not in gone
             for finding in _findings(kind.checks.waiting(reader, reg))]
