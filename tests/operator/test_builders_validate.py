@@ -1,9 +1,14 @@
 """Every built manifest is valid Kubernetes: built-in kinds through kubernetes-validate --strict (Kubernetes
-1.30.0 and the newest version it knows), COSI kinds against a schema of the v1alpha1 fields written below."""
+1.30.0 and the newest version it knows); the optional kinds with a vendored CRD (tests/fixtures: prometheus-operator,
+the Gateway API, cert-manager) against that CRD's schema, strict as the API server's strict field validation is (an
+unknown field fails); COSI kinds against a schema of the v1alpha1 fields written below. A kind with none of these
+fails by name, so a new optional kind brings its CRD to tests/fixtures or its schema here."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import kubernetes_validate
@@ -12,10 +17,11 @@ import yaml
 
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
-from berth_operator.builders.kinds import CERT_MANAGER, GATEWAY, MONITORING
+from berth_operator.builders.kinds import KINDS, OPTIONAL_KINDS
+from support.clusters.apiserver import cert_manager_crds, gateway_api_crds, monitoring_crds
 
-# Served on a cluster without the optional CRDs kubernetes-validate has no schema for (COSI's are checked below).
-WITHOUT_CRDS = frozenset({(MONITORING, "ServiceMonitor"), (GATEWAY, "HTTPRoute"), (CERT_MANAGER, "Certificate")})
+# The clusters the examples are built for: a bare one (no optional API served) and one serving them all.
+CLUSTERS = {"bare": frozenset(OPTIONAL_KINDS), "full": frozenset()}
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 KUBERNETES_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
@@ -44,7 +50,7 @@ _METADATA = {
     },
 }
 # COSI v1alpha1 spec fields (field-notes section 2: COSI api @ v0.2.2). Status is written by COSI, not us.
-COSI_SCHEMAS = {
+COSI_SCHEMAS: dict[str, dict[str, Any]] = {
     "BucketClaim": {
         "type": "object",
         "additionalProperties": False,
@@ -90,21 +96,65 @@ COSI_SCHEMAS = {
 }
 
 
+
+
+def strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's structural schema as strict field validation reads it: an object with `properties` takes no other
+    field, unless it preserves unknown fields or says what other fields hold (additionalProperties)."""
+    if "properties" in schema and "additionalProperties" not in schema \
+            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema["additionalProperties"] = False
+    for sub in schema.get("properties", {}).values():
+        strict(sub)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            strict(schema[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(key, ()):
+            strict(sub)
+    return schema
+
+
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) to the strict schema of each vendored CRD's served versions, with the metadata Berth may
+    write (the CRDs leave metadata to the API server)."""
+    schemas = {}
+    for crd in (*monitoring_crds(), *gateway_api_crds(), *cert_manager_crds()):
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", True):
+                continue
+            schema = strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+            schema["properties"]["metadata"] = _METADATA
+            schema["required"] = sorted({*schema.get("required", ()), "apiVersion", "kind", "metadata"})
+            schemas[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = schema
+    return schemas
+
+
+SCHEMAS = {**crd_schemas(), **{(COSI_API_VERSION, kind): schema for kind, schema in COSI_SCHEMAS.items()}}
+
+
 def assert_valid(obj: dict) -> None:
     where = f"{obj['kind']} {obj['metadata']['name']}"
-    if obj["apiVersion"] == COSI_API_VERSION:
-        jsonschema.validate(obj, COSI_SCHEMAS[obj["kind"]])
+    schema = SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+    if schema is not None:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft4Validator(schema).iter_errors(obj))
+        if error is not None:
+            pytest.fail(f"{where} is invalid for its CRD: {error.message} at {list(error.absolute_path)}")
         return
     for version in KUBERNETES_VERSIONS:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.utils.SchemaNotFoundError:
+            pytest.fail(f"{where}: no schema for {obj['apiVersion']} {obj['kind']}: vendor its CRD under "
+                        "tests/fixtures (support.clusters.apiserver loads it)")
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{where} is invalid for Kubernetes {version}: {exc.message} at {list(exc.absolute_path)}")
 
 
 def example_registries() -> list[tuple[str, Registry, ClusterFacts]]:
     """Each Registry document of examples/*.yaml, as the operator would see it (with a uid and a namespace),
-    with the facts the apply layer would look up for it."""
+    with the facts the apply layer would look up for it, on a bare cluster and on one serving every optional API."""
     cases = []
     for path in EXAMPLES:
         for document in yaml.safe_load_all(path.read_text()):
@@ -114,17 +164,18 @@ def example_registries() -> list[tuple[str, Registry, ClusterFacts]]:
             reg = Registry.model_validate({**document, "metadata": metadata})
             object_storage = reg.spec.config.storage.object_storage
             access = object_storage.bucket_access if object_storage is not None else None
-            facts = ClusterFacts(
-                agent_image="ghcr.io/berth-dev/berth:0.1.0",
-                bucket_access_secret=f"{access}-credentials" if access else None,
-                unserved=WITHOUT_CRDS,
-            )
-            cases.append((f"{path.name}:{metadata['name']}", reg, facts))
+            for cluster, unserved in CLUSTERS.items():
+                facts = ClusterFacts(
+                    agent_image="ghcr.io/berth-dev/berth:0.1.0",
+                    bucket_access_secret=f"{access}-credentials" if access else None,
+                    unserved=unserved,
+                )
+                cases.append((f"{path.name}:{metadata['name']}:{cluster}", reg, facts))
     return cases
 
 
 def test_examples_exist():
-    assert len(example_registries()) >= 5, "examples/*.yaml should cover every storage mode"
+    assert len(example_registries()) >= 5 * len(CLUSTERS), "examples/*.yaml should cover every storage mode"
 
 
 @pytest.mark.parametrize("case", example_registries(), ids=lambda case: case[0])
@@ -140,6 +191,29 @@ def test_every_case_builds_valid_manifests(builder_case):
     reg, facts = builder_case
     objects = build_all(reg, facts, http_secret_value="generated-value")
     assert any(obj["kind"] == "Deployment" for obj in objects)
+    for obj in objects:
+        assert_valid(obj)
+
+
+def test_every_optional_kind_berth_builds_has_a_schema():
+    """What the CRD-backed kinds are validated against: without a schema, assert_valid would fail them by name."""
+    built = {key for key in OPTIONAL_KINDS if KINDS[key].builders}
+    assert built, "the table of kinds builds optional kinds"
+    assert built <= set(SCHEMAS), f"no schema for {sorted(built - set(SCHEMAS))}"
+
+
+def test_the_exposure_and_monitoring_kinds_validate_against_their_crds(registry_factory, facts_factory):
+    issuer = {"name": "ca", "kind": "ClusterIssuer"}
+    reg = registry_factory({
+        "config": {"storage": {"filesystem": {"storageClass": "standard"}}},
+        "http": {"tls": {"issuerRef": issuer}},
+        "ingress": {"hosts": ["registry.example.com"], "tls": {"issuerRef": issuer}},
+        "gateway": {"parentRefs": [{"name": "public", "namespace": "gateways"}], "hostnames": ["registry.example.com"]},
+        "monitoring": {"serviceMonitor": {"labels": {"release": "kube-prometheus-stack"}}},
+    })
+    objects = build_all(reg, facts_factory(), http_secret_value="v")
+    kinds = [obj["kind"] for obj in objects]
+    assert {"ServiceMonitor", "HTTPRoute", "Certificate", "Ingress"} <= set(kinds), kinds
     for obj in objects:
         assert_valid(obj)
 
@@ -166,6 +240,17 @@ def test_validation_can_fail(registry_factory, facts_factory):
     access["spec"]["credentialSecretName"] = access["spec"].pop("credentialsSecretName")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(access, COSI_SCHEMAS["BucketAccess"])
+    # A CRD kind's unknown field fails as strict field validation would fail it.
+    reg = registry_factory({"config": {"storage": {"inmemory": {}}}, "monitoring": {"serviceMonitor": {}}})
+    monitor = {o["kind"]: o for o in build_all(reg, facts_factory(), http_secret_value="v")}["ServiceMonitor"]
+    assert_valid(monitor)
+    monitor["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(pytest.fail.Exception, match="intervall"):
+        assert_valid(monitor)
+    monitor["spec"]["endpoints"][0].pop("intervall")
+    monitor["spec"]["endpoints"][0]["scheme"] = "ftp"
+    with pytest.raises(pytest.fail.Exception, match="ftp"):
+        assert_valid(monitor)
     # kubernetes-validate has no schema for COSI kinds, hence the schema above.
     with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
         kubernetes_validate.validate(objects["BucketClaim"], "1.30.0", strict=True)
