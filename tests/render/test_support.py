@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from support.clouds.s3 import AccessKey
 from support.common.ports import free_port
+from support.common.processes import started, stop_process
 from support.registries.registry import http_get, push_and_pull_back, running_registry
 from support.registries.secretdir import DATA_LINK, current_data, swap_secret_dir, write_secret_dir
 
@@ -17,6 +20,38 @@ def test_free_port_can_be_bound_on_loopback():
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+class Service:
+    def __init__(self, process: subprocess.Popen):
+        self.process, self.stops = process, 0
+
+    def stop(self) -> None:
+        self.stops += 1
+        stop_process(self.process, None)
+
+
+def python(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_a_started_service_listens_and_a_failed_start_stops_it_and_says_why():
+    port = free_port()
+    listening = python(f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+                       "time.sleep(60)")
+    service = Service(listening)
+    assert started(service, listening, port, "listener", timeout=20, log=str) is service and service.stops == 0
+    service.stop()
+    # Exits before it listens: stopped, and the end of its log in the error.
+    exits = Service(python("raise SystemExit(3)"))
+    with pytest.raises(RuntimeError, match=r"exiter exited with 3 before it listened .*: the log's end$"):
+        started(exits, exits.process, free_port(), "exiter", timeout=20, log=lambda: "the log's end")
+    assert exits.stops == 1
+    # Never listens: stopped at the deadline, not left running.
+    hangs = Service(python("import time; time.sleep(60)"))
+    with pytest.raises(TimeoutError, match="hanger does not listen"):
+        started(hangs, hangs.process, free_port(), "hanger", timeout=0.5, log=str)
+    assert hangs.stops == 1 and hangs.process.poll() is not None
 
 
 def test_secret_dir_has_the_atomic_writer_layout_and_swaps(tmp_path):

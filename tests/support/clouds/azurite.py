@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from support.common.ports import free_port, wait_listening
-from support.common.processes import stop_process
+from support.common.ports import free_port
+from support.common.processes import started, stop_process
 from support.services.certs import self_signed_pair
 
 AZURITE_DIR = Path(os.environ.get("BERTH_AZURITE_DIR", Path.home() / ".cache" / "berth" / "azurite"))
@@ -134,15 +134,7 @@ def start_azurite(workdir: Path, accounts: dict[str, tuple[str, ...]], *, https:
          "--disableTelemetry", *tls_args],
         stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=workdir)
     azurite = Azurite(process, port, workdir, dict(accounts), ca_path, log_file)
-    try:
-        wait_listening(process, port, "Azurite", timeout=timeout)
-        return azurite
-    except RuntimeError as error:
-        azurite.stop()
-        raise RuntimeError(f"{error}: {azurite.log()}") from None
-    except BaseException:
-        azurite.stop()
-        raise
+    return started(azurite, process, port, "Azurite", timeout=timeout, log=azurite.log)
 
 
 @contextlib.contextmanager

@@ -45,8 +45,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
-from support.common.ports import free_port, wait_listening
-from support.common.processes import stop_process
+from support.common.ports import free_port
+from support.common.processes import started, stop_process
 
 UPLOAD_HOST = "www.googleapis.com"
 try:
@@ -355,15 +355,7 @@ def start_gcs(workdir: Path, *, timeout: float = 30.0) -> FakeGcs:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         gcs._threads.append(thread)
-    try:
-        wait_listening(process, port, "fake-gcs-server", timeout=timeout)
-        return gcs
-    except RuntimeError as error:
-        gcs.stop()
-        raise RuntimeError(f"{error}: {gcs.log()}") from None
-    except BaseException:
-        gcs.stop()
-        raise
+    return started(gcs, process, port, "fake-gcs-server", timeout=timeout, log=gcs.log)
 
 
 @contextlib.contextmanager

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from support.common.ports import free_port, listener_inodes, wait_listening
-from support.common.processes import stop_process
+from support.common.ports import free_port, listener_inodes
+from support.common.processes import started, stop_process
 
 REGION = "us-east-1"
 ALLOW_ALL = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
@@ -208,15 +208,11 @@ def _start_moto_once(workdir: Path, port: int, timeout: float, ca_file: Path | N
                                stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=workdir)
     server = MotoServer(process, port, log_path, _log_file=log_file, ca_file=ca_file, host=host)
     try:
-        wait_listening(process, port, "moto_server", timeout=timeout, host=host)
-        return server
-    except RuntimeError as error:
-        server.stop()
+        return started(server, process, port, "moto_server", timeout=timeout, host=host,
+                       log=lambda: log_path.read_text(errors="replace"))
+    except RuntimeError:
         if listener_inodes(host, port):
             return None  # it could not bind: the port was someone else's by then
-        raise RuntimeError(f"{error}: {log_path.read_text()}") from None
-    except BaseException:
-        server.stop()
         raise
 
 

@@ -1,10 +1,21 @@
-"""Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file."""
+"""Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file; and the
+start every such service shares: wait until it listens, or stop it and say why."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Protocol, TypeVar
+
+from support.common.ports import wait_listening
+
+
+class Stoppable(Protocol):
+    def stop(self) -> object: ...
+
+
+Service = TypeVar("Service", bound=Stoppable)
 
 
 def stop_process(process: subprocess.Popen, log_file: IO[bytes] | None, *, timeout: float = 10.0) -> int:
@@ -19,3 +30,19 @@ def stop_process(process: subprocess.Popen, log_file: IO[bytes] | None, *, timeo
     if log_file is not None:
         log_file.close()
     return process.returncode
+
+
+def started(service: Service, process: subprocess.Popen, port: int, what: str, *, timeout: float,
+            log: Callable[[], str], host: str = "127.0.0.1") -> Service:
+    """`service` once `process` listens on host:port (ports.wait_listening). Otherwise `service` is stopped first,
+    so that no failed start leaves a process behind, and the error raised again: a RuntimeError (it exited) with
+    the end of log() appended, a TimeoutError or an interrupt as it was."""
+    try:
+        wait_listening(process, port, what, timeout=timeout, host=host)
+    except RuntimeError as error:
+        service.stop()
+        raise RuntimeError(f"{error}: {log()[-2000:]}") from None
+    except BaseException:
+        service.stop()
+        raise
+    return service

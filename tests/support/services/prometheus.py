@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from support.common.ports import free_port, wait_listening
+from support.common.ports import free_port
+from support.common.processes import started
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -48,14 +49,13 @@ class Prometheus:
             [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.root / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_listening(self.process, self.port, "Prometheus", timeout=60)
-        except RuntimeError as error:
-            raise RuntimeError(f"{error}:\n{self.log_path.read_text(errors='replace')[-2000:]}") from None
+        started(self, self.process, self.port, "Prometheus", timeout=60,
+                log=lambda: "\n" + self.log_path.read_text(errors="replace"))
         # The port listens before the TSDB is open: queries answer 503 until /-/ready says 200.
         deadline = time.monotonic() + 60
         while not self._ready():
             if time.monotonic() > deadline:
+                self.stop()
                 raise AssertionError(f"Prometheus not ready:\n{self.log_path.read_text(errors='replace')[-2000:]}")
             time.sleep(0.1)
         return self

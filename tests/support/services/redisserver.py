@@ -24,8 +24,8 @@ import pytest
 
 from berth_agent.apply.redis_wire import encode as _encode
 from berth_agent.apply.redis_wire import read_reply as _read_reply
-from support.common.ports import free_port, wait_listening
-from support.common.processes import stop_process
+from support.common.ports import free_port
+from support.common.processes import started, stop_process
 from support.services.certs import self_signed_pair
 
 REDIS_BINARY = "/usr/bin/redis-server"
@@ -96,15 +96,8 @@ def start_redis(workdir: Path, *, tls: bool = False) -> RedisServer:
     log_file = open(log_path, "ab")
     process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
     server = RedisServer(process, port, password, log_path, log_file, ca_file)
-    try:
-        wait_listening(process, port, "redis-server", timeout=10)
-    except RuntimeError as error:
-        server.stop()
-        raise RuntimeError(f"{error}: {log_path.read_text(errors='replace')[-2000:]}") from None
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return started(server, process, port, "redis-server", timeout=10,
+                   log=lambda: log_path.read_text(errors="replace"))
 
 
 @contextlib.contextmanager
