@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-from agent_swap_latency import BUCKET, cosi, spec, wait_drained, wait_new_registry
+from agent_swap_latency import BUCKET, Mark, cosi, spec, wait_drained, wait_new_registry
 from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.procfs import find_registry_processes
 from support.clouds.s3 import running_moto
 from support.clusters.kube import KubeApi
 from support.registries.pod import RegistryPod, registry_object
@@ -62,12 +61,12 @@ def main() -> None:
             rotations = []
             for _ in range(args.rotations):
                 new_key = moto.create_access_key("registry")
-                before = set(find_registry_processes(config_path))  # the serving one, and any still draining
+                mark = Mark(config_path, pod.supervisor.log_path)
                 started = time.perf_counter()
                 api.patch("v1/secrets", "default", SECRET, {"data": api_data(cosi(moto.endpoint, new_key))})
-                wait_new_registry(config_path, endpoint, before, supervisor_log=pod.supervisor.log_path)
+                wait_new_registry(config_path, endpoint, mark)
                 rotations.append(time.perf_counter() - started)
-                wait_drained(before)
+                wait_drained(mark.before)
                 moto.delete_access_key("registry", key.access_key_id)
                 key = new_key
                 time.sleep(0.2)  # let the moto and registry logs settle between samples

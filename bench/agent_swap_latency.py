@@ -54,29 +54,40 @@ def spec(port: int) -> dict:
             "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"}}
 
 
-def wait_new_registry(config_path: Path, endpoint: Endpoint, before: set, timeout: float = 30.0, *,
-                      supervisor_log: Path | None = None) -> int:
-    """Until a registry started after `before` answers 200. With the supervisor's log, its "started registry
-    (pid N)" lines are followed from the current end (a small read) instead of scanning /proc, which takes
-    tens of ms on a busy machine and blurred the figure."""
-    known = {p.pid for p in before}
-    offset = supervisor_log.stat().st_size if supervisor_log is not None else 0
-    seen = b""
+class Mark:
+    """What runs, and where the supervisor's log ends, just BEFORE a change is made. Taken after the change,
+    a restart quicker than the benchmark's own next step (a busy machine) fell before the log offset and was
+    never seen: "the registry did not come back" while it had."""
+
+    def __init__(self, config_path: Path, supervisor_log: Path | None = None) -> None:
+        self.before = set(find_registry_processes(config_path))  # the serving one, and any still draining
+        self.supervisor_log = supervisor_log
+        self.log_offset = supervisor_log.stat().st_size if supervisor_log is not None else 0
+
+
+def wait_new_registry(config_path: Path, endpoint: Endpoint, mark: Mark, timeout: float = 30.0) -> int:
+    """Until a registry started after `mark` answers 200. With the supervisor's log, its "started registry
+    (pid N)" lines are followed from the mark (a small read) instead of scanning /proc, which takes tens of ms
+    on a busy machine and blurred the figure."""
+    known = {p.pid for p in mark.before}
+    offset, seen = mark.log_offset, b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if supervisor_log is not None:
-            with open(supervisor_log, "rb") as handle:
+        if mark.supervisor_log is not None:
+            with open(mark.supervisor_log, "rb") as handle:
                 handle.seek(offset)
                 chunk = handle.read()
             offset += len(chunk)
             seen += chunk
             fresh = [int(pid) for pid in re.findall(rb"started registry \(pid (\d+)\)", seen) if int(pid) not in known]
         else:
-            fresh = [p.pid for p in find_registry_processes(config_path) if p not in before]
+            fresh = [p.pid for p in find_registry_processes(config_path) if p not in mark.before]
         if fresh and answers(endpoint, timeout=1.0) == 200:
             return fresh[-1]
         time.sleep(0.001)
-    raise TimeoutError("the registry did not come back")
+    tail = seen[-1500:].decode(errors="replace") if seen else "(nothing new in the supervisor's log)"
+    raise TimeoutError(f"no registry started after the change answered within {timeout:g} s; the supervisor "
+                       f"logged since:\n{tail}")
 
 
 def wait_drained(before: set, timeout: float = 30.0) -> None:
@@ -123,20 +134,20 @@ def main() -> None:
             swaps = []
             for index in range(args.swaps):
                 if args.swap == "http-secret":
-                    before = set(find_registry_processes(config_path))
+                    mark = Mark(config_path, pod.supervisor.log_path)
                     started = time.perf_counter()
                     swap_secret_dir(pod.mounts / "http-secret", {"secret": f"secret-{index + 1}"})
-                    wait_new_registry(config_path, endpoint, before, supervisor_log=pod.supervisor.log_path)
+                    wait_new_registry(config_path, endpoint, mark)
                     swaps.append(time.perf_counter() - started)
                     time.sleep(0.2)
                     continue
                 new_key = moto.create_access_key("registry")
-                before = set(find_registry_processes(config_path))  # the serving one, and any still draining
+                mark = Mark(config_path, pod.supervisor.log_path)
                 started = time.perf_counter()
                 swap_secret_dir(pod.mounts / "cosi", cosi(moto.endpoint, new_key))
-                wait_new_registry(config_path, endpoint, before, supervisor_log=pod.supervisor.log_path)
+                wait_new_registry(config_path, endpoint, mark)
                 swaps.append(time.perf_counter() - started)
-                wait_drained(before)
+                wait_drained(mark.before)
                 moto.delete_access_key("registry", key.access_key_id)
                 key = new_key
                 time.sleep(0.2)  # let the moto and registry logs settle between samples

@@ -27,6 +27,14 @@ def test_api_secret_benchmark_runs_and_applies_every_rotation_from_the_api():
     assert "restarts 2, applied via the API path 2 of 2" in result.stdout
 
 
+def test_swap_benchmark_runs_and_times_every_swap_with_no_failed_pull():
+    result = subprocess.run([sys.executable, str(BENCH / "agent_swap_latency.py"), "--swaps", "2", "--pullers", "1"],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(n=2)" in result.stdout.split("swap-to-serving", 1)[1].splitlines()[0]
+    assert "pull load: 1 clients, " in result.stdout and " 0 failed," in result.stdout
+
+
 def test_gc_window_benchmark_times_the_command_and_checks_what_it_deleted():
     result = subprocess.run([sys.executable, str(BENCH / "gc_window.py"), "--mode", "command", "--images", "4",
                              "--layers", "1", "--rounds", "1", "--no-v3"],
