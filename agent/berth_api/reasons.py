@@ -144,6 +144,10 @@ AGENT_EVENTS = _reasons(
      "Read the message and the registry's log (`kubectl logs POD -c registry`); fix the spec or the inputs."),
     ("SupervisorMissing", "(Warning) The registry container's supervisor (`berth-supervise`) is not running: "
      "nothing restarts the registry, changes wait.", "Look at the registry container: `kubectl describe pod`."),
+    ("SupervisorRestarted", "(Warning) The registry container restarted (kill -9, out of memory) quicker than the "
+     "agent looks (a second): nothing served meanwhile; the wanted config is applied again.",
+     "Look at the registry container's last state, `kubectl describe pod`; `OOMKilled`: raise "
+     "`spec.resources.limits.memory`."),
     ("RegistryCrashLooping", "(Warning) The registry process keeps exiting; the message counts the exits and quotes "
      "what the registry said.", "Fix what the registry says (storage reachable, config values)."),
     ("CertificateExpiresSoon", "(Warning) A TLS certificate or a token-auth trust certificate ends within 7 days.",

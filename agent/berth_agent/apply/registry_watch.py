@@ -10,7 +10,11 @@
   its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
   berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
 - A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
-- A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone.
+- A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone. A /readyz
+  that finds it gone wakes the watch, so it is reported within a probe's period, not only at the next look.
+- A restarted supervisor: a new pid in supervisor.pid where the last look saw another running. The kubelet can
+  restart the registry container (kill -9, OOM) between two looks; the gap was real (nothing served), so it
+  is logged, an Event says it (SupervisorRestarted) and the wanted config is applied again, as on a return.
 - Dropped notifications (3.x): what old registries still had queued when their wait after a reload reached its
   bound, per endpoint (notifications-dropped), counted in berth_agent_notifications_dropped_total and logged.
 
@@ -23,6 +27,7 @@ The checks read /proc and make one GET / (2 s timeout): a worker thread, never t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -32,8 +37,8 @@ from dataclasses import dataclass
 from ..core import metrics
 from ..core.health import Health
 from ..sources import Change, Emit
-from ..supervisor.output import first_error, keep_bounded
-from ..supervisor.state import dropped_events, exit_line, supervisor_gone, supervisor_running, supervisor_started
+from ..supervisor.output import first_error, keep_bounded, supervisor_pid
+from ..supervisor.state import dropped_events, exit_line, supervisor_gone, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,7 @@ class Finding:
     exit_line: str  # the last line of registry-exit ("" when none)
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
     dropped: dict[str, int] | None = None  # notification events dropped at the bound, per endpoint (cumulative)
+    supervisor_pid: int | None = None  # the running supervisor's pid (None: gone, or not started yet)
 
 
 def exit_reason(status: int, lived_seconds: int) -> str | None:
@@ -72,27 +78,38 @@ class RegistryWatch:
     name = "registry-watch"
 
     def __init__(self, applier: Applier, health: Health, *, interval: float = INTERVAL_SECONDS,
-                 report: Callable[[str, str | None], Awaitable[None]] | None = None) -> None:
+                 report: Callable[[str, str | None], Awaitable[None]] | None = None,
+                 notify: Callable[[str, str], Awaitable[None]] | None = None) -> None:
         self.applier = applier
         self.health = health
         self.interval = interval
         self.state_dir = applier.state_dir  # berth-supervise's files
         self.report = report  # (reason, problem or None): the pipeline's watch_problem
+        self.notify = notify  # (reason, message): a Warning Event for what is over already (watch_event)
         self._exits: deque[float] = deque(maxlen=16)
         self._last_exit_line: str | None = None
         self._supervisor_seen = False
+        self._supervisor_pid: int | None = None  # the last running supervisor seen
+        self._wake: asyncio.Event | None = None  # set (from /readyz) to look now
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._problem: str | None = None
         self._looked = False
         self._dropped: dict[str, int] = {}
         health.add_check(self.nothing_serves)
 
     def nothing_serves(self) -> str | None:
-        """Asked on every /readyz: a supervisor that started and is gone leaves nothing serving (3 small reads)."""
-        return SUPERVISOR_MISSING if supervisor_gone(self.state_dir) else None
+        """Asked on every /readyz: a supervisor that started and is gone leaves nothing serving (3 small reads).
+        Seen gone before the watch has said so, it wakes the watch: a restart quicker than a look is still told."""
+        if not supervisor_gone(self.state_dir):
+            return None
+        if self._wake is not None and self._loop is not None and "supervisor" not in (self._problem or ""):
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return SUPERVISOR_MISSING
 
     def check(self) -> Finding:
         keep_bounded(self.state_dir)
-        supervisor = supervisor_running(self.state_dir) or not supervisor_started(self.state_dir)
+        pid = supervisor_pid(self.state_dir)
+        supervisor = pid is not None or not supervisor_started(self.state_dir)
         last_exit = exit_line(self.state_dir)
         believed = self.applier.current or self.applier.on_disk(set())
         if not supervisor:
@@ -104,10 +121,11 @@ class RegistryWatch:
         else:
             serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
-        return Finding(serving, reason, supervisor, last_exit, said, dropped_events(self.state_dir))
+        return Finding(serving, reason, supervisor, last_exit, said, dropped_events(self.state_dir), pid)
 
     async def run(self, emit: Emit) -> None:
         self.health.register(self.name, MAX_SILENCE_SECONDS)
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         try:
             while True:
                 self.health.beat(self.name)
@@ -123,9 +141,12 @@ class RegistryWatch:
                         self._looked = True
                         await self._act(finding, emit)
                 serving = self.health.serving_now()
-                await asyncio.sleep(self.interval if serving is not False else min(self.interval,
-                                                                                FAST_INTERVAL_SECONDS))
+                pause = self.interval if serving is not False else min(self.interval, FAST_INTERVAL_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), pause)
+                self._wake.clear()
         finally:
+            self._wake = None
             self.health.unregister(self.name)
 
     def _count_dropped(self, dropped: dict[str, int]) -> None:
@@ -146,6 +167,12 @@ class RegistryWatch:
         if back:
             # Said before /readyz may turn 200: a log read next to the probes never shows 200 ahead of it.
             log.info("supervisor is back", extra={"fields": {}})
+        previous = self._supervisor_pid
+        restarted = not back and None not in (previous, finding.supervisor_pid) and finding.supervisor_pid != previous
+        if finding.supervisor_pid is not None:
+            self._supervisor_pid = finding.supervisor_pid
+        if restarted:
+            await self._restarted_between_looks(previous, finding.supervisor_pid)
         self.health.set_serving(finding.serving, finding.serving_reason)
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
@@ -173,7 +200,7 @@ class RegistryWatch:
             if finding.registry_said:
                 problem += f"; the registry said: {finding.registry_said}"
             reason = "RegistryCrashLooping"
-        if back:
+        if back or restarted:
             emit(Change("registry-watch"))  # apply the wanted config now
         self._supervisor_seen = finding.supervisor
         if problem != self._problem:
@@ -182,6 +209,15 @@ class RegistryWatch:
                 await self.report(reason, problem)
             if problem is None and not finding.serving:
                 emit(Change("registry-watch"))
+
+    async def _restarted_between_looks(self, previous: int | None, pid: int | None) -> None:
+        log.warning("supervisor restarted", extra={"fields": {
+            "previous_pid": previous, "pid": pid,
+            "why": "the registry container restarted (kill -9, OOM) between two looks: nothing served meanwhile"}})
+        reason = "SupervisorRestarted"
+        if self.notify is not None:
+            await self.notify(reason, "the registry container's supervisor (berth-supervise) restarted: nothing "
+                                      "served until its registry answered; see `kubectl describe pod`")
 
 
 __all__ = ["RegistryWatch", "exit_reason"]

@@ -167,7 +167,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     pipeline = Pipeline(settings, wiring.reporter, health, applier=applier, pvc=pvc, api_secrets=wiring.api_secrets,
                         turn=wiring.turn, gc=read_only)
     # /readyz, unexpected exits, a missing supervisor; spec.config.proxy's upstream (status.agents.<pod>.upstream).
-    watch = RegistryWatch(applier, health, report=pipeline.watch_problem)
+    watch = RegistryWatch(applier, health, report=pipeline.watch_problem, notify=pipeline.watch_event)
     upstream = UpstreamWatch(applier, interval=args.upstream_interval, on_record=wiring.reporter.upstream)
     sources = [MountWatcher(args.mounts, health, resync_seconds=args.resync), pvc, *wiring.sources,
                *([gc_runner] if gc_runner is not None else []), watch, upstream]

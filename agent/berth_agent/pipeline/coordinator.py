@@ -297,6 +297,11 @@ class Pipeline:
         if await self.book.watch_problem(reason, problem, self.generation, self.applier.current):
             await self._settle(self.registry_error)
 
+    async def watch_event(self, reason: str, message: str) -> None:
+        """From the registry watch: something that is over already (a supervisor restarted between two looks).
+        A Warning Event only: status has nothing left to say."""
+        await self.reporter.event(reason, message, warning=True)
+
     async def _settle(self, error: str | None) -> None:
         await self.book.settle(error, self.generation, self.applier.current, self.served_generation)
 

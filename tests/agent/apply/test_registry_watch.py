@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -45,8 +49,10 @@ def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
     assert _watch(tmp_path).check().supervisor is False
 
 
-def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = False) -> Finding:
-    return Finding(serving, "" if serving else "down", supervisor, exit_line, "bind: address already in use")
+def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = False,
+             pid: int | None = None) -> Finding:
+    return Finding(serving, "" if serving else "down", supervisor, exit_line, "bind: address already in use",
+                   supervisor_pid=pid if supervisor else None)
 
 
 def _reporting(watch: RegistryWatch) -> tuple[RegistryWatch, list[tuple[str, str | None]]]:
@@ -85,6 +91,77 @@ def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_pa
     assert reports[-1][0] == "SupervisorMissing" and "berth-supervise" in reports[-1][1]
     assert _act(watch, _finding(supervisor=True, serving=True)) == ["registry-watch"]
     assert reports[-1] == ("", None)
+
+
+def _notified(watch: RegistryWatch) -> list[tuple[str, str]]:
+    """The (reason, message) Events the watch asks for, as the pipeline's watch_event receives them."""
+    events: list[tuple[str, str]] = []
+
+    async def notify(reason, message):
+        events.append((reason, message))
+
+    watch.notify = notify
+    return events
+
+
+def test_a_supervisor_restarted_between_two_looks_is_told_once_and_the_wanted_config_applied(tmp_path):
+    """Found on the real node: the kubelet restarted the registry container quicker than a look (a second)."""
+    watch, reports = _reporting(_watch(tmp_path))
+    events = _notified(watch)
+    assert _act(watch, _finding(serving=True, pid=100)) == []
+    assert _act(watch, _finding(serving=True, pid=100)) == []
+    assert _act(watch, _finding(serving=True, pid=200)) == ["registry-watch"]
+    assert [reason for reason, _ in events] == ["SupervisorRestarted"] and "berth-supervise" in events[0][1]
+    assert reports == []  # over already: an Event, nothing left on status
+    assert _act(watch, _finding(serving=True, pid=200)) == [] and len(events) == 1
+
+
+def test_a_supervisor_seen_missing_comes_back_as_a_return_not_a_restart(tmp_path):
+    watch, reports = _reporting(_watch(tmp_path))
+    events = _notified(watch)
+    _act(watch, _finding(serving=True, pid=100))
+    _act(watch, _finding(supervisor=False))
+    assert _act(watch, _finding(serving=True, pid=200)) == ["registry-watch"]
+    assert [reason for reason, _ in reports] == ["SupervisorMissing", ""] and events == []
+
+
+class _ServingWatch(RegistryWatch):
+    """Reads the supervisor as it is, and finds the registry serving while it runs: the watch then looks only
+    at its (long) interval, not at the quick one of a registry down."""
+
+    def check(self) -> Finding:
+        finding = super().check()
+        return dataclasses.replace(finding, serving=True, serving_reason="") if finding.supervisor else finding
+
+
+def test_a_readiness_question_that_finds_the_supervisor_gone_wakes_the_watch(tmp_path):
+    """/readyz reads the supervisor on every question; the watch, looking once a second (here: once a minute),
+    is woken by it and reports at once: a restart quicker than a look is still seen missing."""
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "supervise"])
+    try:
+        (tmp_path / SUPERVISOR_PID_NAME).write_text(f"{supervisor.pid}\n")
+        watch, reports = _reporting(_ServingWatch(Applier(tmp_path), Health(), interval=60.0))
+
+        async def kill_and_ask() -> float:
+            task = asyncio.create_task(watch.run(lambda change: None))
+            while not watch._looked:
+                await asyncio.sleep(0.01)
+            assert watch.nothing_serves() is None and reports == [] and watch.health.serving_now()
+            supervisor.kill()
+            supervisor.wait()
+            asked = time.monotonic()
+            assert watch.nothing_serves() is not None  # what /readyz asks
+            while not reports and time.monotonic() - asked < 30:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            return time.monotonic() - asked
+
+        waited = asyncio.run(kill_and_ask())
+        assert [reason for reason, _ in reports] == ["SupervisorMissing"], reports
+        assert waited < 30  # not the minute's look
+    finally:
+        supervisor.kill()
+        supervisor.wait()
 
 
 class _LookAcrossAnApply(RegistryWatch):
