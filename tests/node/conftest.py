@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import pathlib
 from collections.abc import Iterator
@@ -19,24 +20,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(900))
 
 
-@pytest.fixture(scope="session")
-def berth_image(kube_node: Node) -> str:
-    """Berth installed by `kubectl apply -k deploy` with the image set (once per worker; apply is idempotent)."""
-    return install_berth(kube_node)
-
-
-@pytest.fixture(autouse=True)
-def node_turn(kube_node: Node, request: pytest.FixtureRequest) -> Iterator[None]:
-    """Node tests share the node and its operator: each holds a shared lock while it runs, and a test marked
-    node_exclusive (an operator upgrade rolls every Registry on the node) holds it alone, once the others that
-    run have finished."""
-    exclusive = request.node.get_closest_marker("node_exclusive") is not None
-    with open(pathlib.Path(kube_node.state.root) / "node-turn.lock", "a") as lock:
+@contextlib.contextmanager
+def node_turn_lock(node: Node, *, exclusive: bool) -> Iterator[None]:
+    """The node's turn: shared by every test and by each worker's install of Berth, held alone by a test marked
+    node_exclusive, once the others that run have finished."""
+    with open(pathlib.Path(node.state.root) / "node-turn.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def berth_image(kube_node: Node) -> str:
+    """Berth installed by `kubectl apply -k deploy` with the image set (once per worker; apply is idempotent).
+    In the node's turn: a worker's first test sets this up before its own turn, and its apply would put the
+    operator's image back under an upgrade running alone (a CI run's upgrade timed out on that)."""
+    with node_turn_lock(kube_node, exclusive=False):
+        return install_berth(kube_node)
+
+
+@pytest.fixture(autouse=True)
+def node_turn(kube_node: Node, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Node tests share the node and its operator: each holds the turn shared while it runs; an operator
+    upgrade (node_exclusive) rolls every Registry on the node and holds it alone."""
+    with node_turn_lock(kube_node, exclusive=request.node.get_closest_marker("node_exclusive") is not None):
+        yield
 
 
 @pytest.fixture
