@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from berth_api.types import duration_seconds
@@ -26,7 +26,14 @@ from ..supervisor.files import CONFIG_NAME
 from ..supervisor.handover import read_handover
 from ..supervisor.output import with_registry_error
 from ..supervisor.overlapped import RestartResult
-from ..supervisor.probe import CRASHES_BEFORE_GIVING_UP, STOPPED, answers, is_up, wait_until_serving
+from ..supervisor.probe import (
+    CRASHES_BEFORE_GIVING_UP,
+    STOPPED,
+    ServingWait,
+    answers,
+    is_up,
+    wait_until_serving,
+)
 from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
 from ..supervisor.restarter import Restarter, SupervisorRestarter
 from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
@@ -305,13 +312,11 @@ class Applier:
             if self.on_written is not None:
                 self.on_written()
             began = time.monotonic()
-            new, detail = wait_until_serving(self.config_path, endpoint_of(rendered),
-                                             timeout=self._start_wait(bound), exclude=self.draining,
-                                             stop=self.stopping)
+            wanted = ServingWait(self.config_path, endpoint_of(rendered), self._start_wait(bound), self.draining)
+            new, detail = wait_until_serving(wanted, stop=self.stopping)
             if new is None and detail != STOPPED and self._supervisor_started():
-                new, detail = wait_until_serving(self.config_path, endpoint_of(rendered),
-                                                 timeout=max(0.0, bound - (time.monotonic() - began)),
-                                                 exclude=self.draining, stop=self.stopping)
+                rest = max(0.0, bound - (time.monotonic() - began))
+                new, detail = wait_until_serving(replace(wanted, timeout=rest), stop=self.stopping)
             result = RestartResult(ok=new is not None, old=[], new=new, seconds=time.monotonic() - began,
                                    detail=detail, started_at=time.time())
             action = "written"

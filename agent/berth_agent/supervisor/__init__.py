@@ -23,6 +23,7 @@ _EXPORTS = {
     "Restarter": ".restarter",
     "SupervisorRestarter": ".restarter",
     "SUPERVISOR_PID_NAME": ".files",
+    "ServingWait": ".probe",
     "answers": ".probe",
     "find_registry_processes": ".procfs",
     "first_error": ".output",

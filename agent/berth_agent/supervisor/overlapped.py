@@ -22,6 +22,7 @@ from .probe import (
     CRASHES_AFTER_HANDOVER,
     CRASHES_BEFORE_GIVING_UP,
     LISTENER_POLL_SECONDS,
+    ServingWait,
     wait_for_successor,
     wait_until_serving,
 )
@@ -110,9 +111,9 @@ def restart_registry(
     timing: dict[str, float] = {}
     # After a handover the old registry no longer listens: whatever answers is the new one.
     wait = wait_for_successor if result.handed_over else wait_until_serving
-    new, detail = wait(config_path, endpoint, timeout=timeout, exclude=set(old) | draining, proc=proc, stop=stop,
-                       nudge=nudge, crashes=CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP,
-                       timing=timing)
+    crashes = CRASHES_AFTER_HANDOVER if result.handed_over else CRASHES_BEFORE_GIVING_UP
+    wanted = ServingWait(config_path, endpoint, timeout, frozenset(old) | draining, proc, crashes)
+    new, detail = wait(wanted, stop=stop, nudge=nudge, timing=timing)
     if closed_at is not None and "listening" in timing:
         result.no_listener_seconds = round(max(0.0, timing["listening"] - closed_at), 4)
     result.ok, result.new, result.detail = new is not None, new, detail

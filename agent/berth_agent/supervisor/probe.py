@@ -11,6 +11,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .endpoint import Endpoint
@@ -51,23 +52,38 @@ def is_up(status: int | None) -> bool:
     return status in (200, 401)
 
 
-class _Watch:
-    """What a wait for a new registry on config_path has seen: the processes that appeared (not in `exclude`),
-    which of them died at start, the last answer to GET /, and the failure text at the end."""
+@dataclass(frozen=True)
+class ServingWait:
+    """What a wait for a new registry looks for: a process serving config_path, not in `exclude`, that answers
+    GET / on `endpoint` within `timeout` seconds. `crashes` registries that die at start are a config it refuses.
+    One value for both waits (wait_until_serving, wait_for_successor), so their signatures cannot drift apart."""
 
-    def __init__(self, config_path: Path, endpoint: Endpoint, timeout: float,
-                 exclude: list[RegistryProcess] | set[RegistryProcess], proc: Path, crashes: int,
-                 timing: dict[str, float] | None) -> None:
-        self.config_path, self.endpoint, self.timeout, self.proc = config_path, endpoint, timeout, proc
-        self.deadline = time.monotonic() + timeout
-        self.old = set(exclude)
-        self.crashes, self.timing = crashes, timing
+    config_path: Path
+    endpoint: Endpoint
+    timeout: float
+    exclude: frozenset[RegistryProcess] | set[RegistryProcess] = frozenset()
+    proc: Path = PROC
+    crashes: int = CRASHES_BEFORE_GIVING_UP
+
+    def __post_init__(self) -> None:
+        # A snapshot: the caller's set of draining registries changes while the wait runs.
+        object.__setattr__(self, "exclude", frozenset(self.exclude))
+
+
+class _Watch:
+    """What a wait has seen so far: the processes that appeared (not in `exclude`), which of them died at start,
+    the last answer to GET /, and the failure text at the end."""
+
+    def __init__(self, wait: ServingWait, timing: dict[str, float] | None) -> None:
+        self.wait, self.timing = wait, timing
+        self.config_path, self.endpoint, self.proc = wait.config_path, wait.endpoint, wait.proc
+        self.deadline = time.monotonic() + wait.timeout
         self.seen: set[RegistryProcess] = set()
         self.current: RegistryProcess | None = None
         self.last_status: int | None = None
 
     def fresh(self) -> list[RegistryProcess]:
-        found = [p for p in find_registry_processes(self.config_path, proc=self.proc) if p not in self.old]
+        found = [p for p in find_registry_processes(self.config_path, proc=self.proc) if p not in self.wait.exclude]
         self.seen.update(found)
         return found
 
@@ -84,17 +100,18 @@ class _Watch:
         """Registries that died without ever answering: the config is refused at start (the supervisor keeps
         retrying it once a second). No need to sit out the whole bound."""
         died = [p for p in self.seen if not p.alive(self.proc)]
-        if len(died) >= self.crashes:
+        if len(died) >= self.wait.crashes:
             return f"the registry exited at start {len(died)} times on {self.config_path} (a config it refuses?)"
         return None
 
     def failure(self) -> tuple[None, str]:
+        timeout = self.wait.timeout
         if self.current is None:
-            return None, f"no registry process serving {self.config_path} appeared within {self.timeout:g}s"
+            return None, f"no registry process serving {self.config_path} appeared within {timeout:g}s"
         if self.last_status is None:
             return None, (f"the registry did not answer on {self.endpoint.host}:{self.endpoint.port} within "
-                          f"{self.timeout:g}s")
-        return None, f"the registry answered HTTP {self.last_status} on GET / instead of 200 within {self.timeout:g}s"
+                          f"{timeout:g}s")
+        return None, f"the registry answered HTTP {self.last_status} on GET / instead of 200 within {timeout:g}s"
 
 
 def _pause(stop: threading.Event | None, seconds: float) -> bool:
@@ -106,25 +123,19 @@ def _pause(stop: threading.Event | None, seconds: float) -> bool:
 
 
 def wait_until_serving(
-    config_path: Path,
-    endpoint: Endpoint,
+    wait: ServingWait,
     *,
-    timeout: float,
-    exclude: list[RegistryProcess] | set[RegistryProcess] = (),
-    proc: Path = PROC,
     stop: threading.Event | None = None,
     nudge: Callable[[], None] | None = None,
-    crashes: int = CRASHES_BEFORE_GIVING_UP,
     timing: dict[str, float] | None = None,
 ) -> tuple[RegistryProcess | None, str]:
-    """Wait for a registry process not in `exclude` serving config_path that answers HTTP; (process, why not).
+    """Wait for the registry `wait` describes; (process, why not).
 
     Looks in /proc first, then asks GET / (the old registry may still listen: only an answer while a new process
     runs counts). `nudge` is called every NUDGE_SECONDS while no new process has appeared (to repeat a handover
     signal); `timing["listening"]` gets the monotonic time the new registry first answered.
     """
-    watch = _Watch(config_path, endpoint, timeout, exclude, proc, crashes, timing)
-    return _look_until_serving(watch, stop, nudge, time.monotonic())
+    return _look_until_serving(_Watch(wait, timing), stop, nudge, time.monotonic())
 
 
 def _look_until_serving(watch: _Watch, stop: threading.Event | None, nudge: Callable[[], None] | None,
@@ -149,22 +160,17 @@ def _look_until_serving(watch: _Watch, stop: threading.Event | None, nudge: Call
 
 
 def wait_for_successor(
-    config_path: Path,
-    endpoint: Endpoint,
+    wait: ServingWait,
     *,
-    timeout: float,
-    exclude: list[RegistryProcess] | set[RegistryProcess] = (),
-    proc: Path = PROC,
     stop: threading.Event | None = None,
     nudge: Callable[[], None] | None = None,
-    crashes: int = CRASHES_AFTER_HANDOVER,
     timing: dict[str, float] | None = None,
 ) -> tuple[RegistryProcess | None, str]:
     """wait_until_serving after a 2.8 handover: the old registry no longer listens, so whatever answers is new.
     Tries GET / every millisecond and scans /proc only to confirm an answer and, every SCAN_SECONDS, to count
     registries that died at start; at the deadline one last full look (wait_until_serving's), then its failure
     text."""
-    watch = _Watch(config_path, endpoint, timeout, exclude, proc, crashes, timing)
+    watch = _Watch(wait, timing)
     nudged = scanned = time.monotonic()
     while True:
         status = watch.ask()
@@ -188,5 +194,5 @@ def wait_for_successor(
 
 
 __all__ = ["CRASHES_AFTER_HANDOVER", "CRASHES_BEFORE_GIVING_UP", "LISTENER_POLL_SECONDS", "NUDGE_SECONDS",
-           "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "answers", "is_up", "wait_for_successor",
+           "POLL_SECONDS", "SCAN_SECONDS", "STOPPED", "ServingWait", "answers", "is_up", "wait_for_successor",
            "wait_until_serving"]

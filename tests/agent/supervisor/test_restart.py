@@ -8,7 +8,7 @@ import subprocess
 from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.overlapped import restart_registry
-from berth_agent.supervisor.probe import answers, wait_until_serving
+from berth_agent.supervisor.probe import ServingWait, answers, wait_until_serving
 from berth_agent.supervisor.procfs import find_registry_processes
 from support.registries.supervisor import minimal_config, registry_env, wait_for
 
@@ -76,6 +76,21 @@ def test_with_no_registry_running_the_next_one_is_awaited(supervisor_factory, re
     assert endpoint.host == "127.0.0.1"
     # Nothing is serving yet; the config appears while we wait (the agent's very first write).
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
-    process, detail = wait_until_serving(supervisor.config_path, endpoint, timeout=15)
+    process, detail = wait_until_serving(ServingWait(supervisor.config_path, endpoint, timeout=15))
     assert process is not None, detail
     assert supervisor.registries() == [process]
+
+
+def test_a_wait_excludes_the_registries_named_when_it_was_built(supervisor_factory, registry_port, tmp_path):
+    """The applier's set of draining registries changes while a wait runs: the wait keeps its own copy, so a
+    registry that was draining when it began is never taken for the new one."""
+    supervisor = supervisor_factory()
+    write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
+    running = supervisor.registry()
+    draining = {running}
+    wanted = ServingWait(supervisor.config_path, Endpoint.from_addr(f":{registry_port}"), timeout=0.5,
+                         exclude=draining)
+    draining.clear()
+    new, detail = wait_until_serving(wanted)
+    assert new is None, f"the excluded registry {running} was taken for a new one"
+    assert detail == f"no registry process serving {supervisor.config_path} appeared within 0.5s", detail

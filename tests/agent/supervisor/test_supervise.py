@@ -22,7 +22,7 @@ from berth_agent.gc.command import GcCommand
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.handover import hand_over
 from berth_agent.supervisor.overlapped import restart_registry
-from berth_agent.supervisor.probe import answers, wait_until_serving
+from berth_agent.supervisor.probe import ServingWait, answers, wait_until_serving
 from berth_agent.supervisor.procfs import listening
 from support.registries.registry import registry_binaries
 from support.registries.stuck_store import make_stuck_store
@@ -214,7 +214,8 @@ def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, registry_port, 
         wait_for(lambda: "exited with status 1" in supervisor.log(), what="a start that lost the bind")
     finally:
         squatter.close()
-    new, detail = wait_until_serving(supervisor.config_path, endpoint, timeout=15, exclude={first}, crashes=7)
+    new, detail = wait_until_serving(ServingWait(supervisor.config_path, endpoint, timeout=15, exclude={first},
+                                                crashes=7))
     assert new is not None, detail
     log = supervisor.log()
     # Retried within milliseconds (no second-long pause): at most the 5 quick retries failed.
