@@ -6,6 +6,9 @@ Real berth-supervise, real registries (2.8 and 3.1.1).
 
 from __future__ import annotations
 
+import os
+import pathlib
+import signal
 import socket
 import urllib.request
 
@@ -14,11 +17,12 @@ import pytest
 from berth_agent.core.write import write_atomic
 from berth_agent.supervisor.endpoint import Endpoint
 from berth_agent.supervisor.files import METRICS_NAME
+from berth_agent.supervisor.handover import write_handover
 from berth_agent.supervisor.metrics import read_target
 from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers
 from support.common.ports import free_port
-from support.registries.registry import registry_binaries
+from support.registries.registry import REGISTRY3_BINARY, registry_binaries, requires_registry3
 from support.registries.supervisor import minimal_config, wait_for
 from support.traffic.upload import SlowUpload
 
@@ -132,3 +136,52 @@ def test_without_debug_ports_nothing_changes(supervisor_factory, registry_port, 
     assert not (supervisor.config_path.parent / METRICS_NAME).exists()
     env = open(f"/proc/{registry.pid}/environ", "rb").read()
     assert b"REGISTRY_HTTP_DEBUG" not in env
+
+
+@requires_registry3
+def test_a_registry_that_exited_with_the_sighup_leaves_its_debug_port_to_the_successor(
+    supervisor_factory, registry_port, tmp_path
+):
+    """The loop takes its signals before it reaps. A registry that exited in the same turn as a SIGHUP is a zombie
+    when the successor's port is picked: its sockets are closed, so its port is the successor's (it used to be
+    counted as held, and the successor took a random third port)."""
+    ports = [free_port(), free_port()]
+    supervisor = supervisor_factory(binary=REGISTRY3_BINARY, env={
+        "BERTH_DEBUG_PORTS": " ".join(map(str, ports)), "BERTH_LISTEN_ADDR": f"127.0.0.1:{registry_port}"})
+    write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port, drain="30s",
+                                                        extra=SHARED_SECRET))
+    state = supervisor.config_path.parent
+    first_process = supervisor.registry()
+    first = _named(state, first_process.pid)
+    assert first.port == ports[0]
+    upload = _upload(registry_port)  # the first registry drains it, holding ports[0]
+    write_handover(supervisor.config_path, {first_process})
+    os.kill(supervisor.pid, signal.SIGHUP)
+    second = wait_for(lambda: (t := read_target(state)) is not None and t.pid != first.pid and t,
+                      what=lambda: f"the successor named\n{supervisor.log()[-2000:]}")
+    assert second.port == ports[1]
+    assert first_process.alive(), "the first registry no longer drains: the upload ended too soon"
+    (second_process,) = [p for p in supervisor.registries() if p.pid == second.pid]
+    write_handover(supervisor.config_path, {second_process})
+    os.kill(supervisor.pid, signal.SIGSTOP)  # the exit and the SIGHUP wait for the same turn
+    try:
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(lambda: _exited_unreaped(first.pid), what="the first registry a zombie, all its threads gone")
+        os.kill(supervisor.pid, signal.SIGHUP)
+    finally:
+        os.kill(supervisor.pid, signal.SIGCONT)
+    third = wait_for(lambda: (t := read_target(state)) is not None and t.pid not in (first.pid, second.pid) and t,
+                     what=lambda: f"the next successor named\n{supervisor.log()[-2000:]}")
+    assert third.port == ports[0], supervisor.log()[-3000:]
+    upload.join(60)  # cut by the kill: its outcome is not this test's
+
+
+def _exited_unreaped(pid: int) -> bool:
+    """A zombie its parent can reap: the leader of a Go process shows Z while its other threads still exit (and
+    hold its sockets), so its threads are counted too."""
+    try:
+        status = dict(line.split(":\t", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
+    except OSError:
+        return False
+    return status["State"].startswith("Z") and status["Threads"].strip() == "1"

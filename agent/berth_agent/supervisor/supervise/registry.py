@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from .lines import LineSplitter
@@ -39,7 +40,9 @@ class Registries:
         return registry.pid in self.by_pid
 
     def debug_ports(self) -> set[int | None]:
-        return {r.debug_port for r in self.by_pid.values()}
+        """The debug ports live registries hold. One that exited and is not reaped yet (the loop takes the
+        signals before it reaps) holds none: its sockets closed when it exited."""
+        return {r.debug_port for r in self.by_pid.values() if not _exited(r.pid)}
 
     def hold(self, sock: socket.socket) -> bool:
         """Whether a live registry serves on `sock`."""
@@ -47,6 +50,14 @@ class Registries:
 
     def current_pid(self) -> int | None:
         return self.current.pid if self.current is not None else None
+
+
+def _exited(pid: int) -> bool:
+    """Whether child `pid` has exited, without reaping it (WNOWAIT): the loop's reap still sees its status."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 __all__ = ["Registries", "Registry"]
