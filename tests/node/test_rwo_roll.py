@@ -218,9 +218,18 @@ def test_garbage_collection_requested_during_a_roll_runs_only_once_every_pod_is_
 
     run = wait_for(last_run, "the garbage collection run's result", 300, kube_node)
     # The agents' own words, in milliseconds (the record's startedAt is the runner's start, before the others
-    # acknowledged, and whole seconds): each pod's "gc read-only" acknowledgement, the runner's command.
-    kube_node.keep_pod_logs(ns)
-    logs = _agent_logs(kube_node, ns, "rolled")
+    # acknowledged, and whole seconds): each pod's "gc read-only" acknowledgement, the runner's command. The
+    # runner logs "gc finished" after it records the run, and the kubelet's log file follows the container's
+    # output: the line can come a moment after the status.
+
+    def runner_logs() -> dict[str, list[dict]] | None:
+        kube_node.keep_pod_logs(ns)
+        found = _agent_logs(kube_node, ns, "rolled")
+        said = {line.get("msg") for line in found.get(run["runner"], [])}
+        return found if {"gc started", "gc finished"} <= said else None
+
+    logs = wait_for(runner_logs, f"the runner {run['runner']}'s 'gc started' and 'gc finished' in its log", 30,
+                    kube_node)
     command = {line["msg"]: _iso(line["time"]) for line in logs[run["runner"]] if line.get("msg") in (
         "gc started", "gc finished")}
     acks = {pod: max(_iso(line["time"]) for line in lines if line.get("msg") == "gc read-only")
