@@ -7,7 +7,6 @@ Real berth-supervise, real registries (2.8 and 3.1.1).
 from __future__ import annotations
 
 import os
-import pathlib
 import signal
 import socket
 import urllib.request
@@ -22,6 +21,7 @@ from berth_agent.supervisor.metrics import read_target
 from berth_agent.supervisor.overlapped import restart_registry
 from berth_agent.supervisor.probe import answers
 from support.common.ports import free_port
+from support.common.processes import exited_unreaped
 from support.registries.registry import REGISTRY3_BINARY, registry_binaries, requires_registry3
 from support.registries.supervisor import minimal_config, wait_for
 from support.traffic.upload import SlowUpload
@@ -166,7 +166,7 @@ def test_a_registry_that_exited_with_the_sighup_leaves_its_debug_port_to_the_suc
     os.kill(supervisor.pid, signal.SIGSTOP)  # the exit and the SIGHUP wait for the same turn
     try:
         os.kill(first.pid, signal.SIGKILL)
-        wait_for(lambda: _exited_unreaped(first.pid), what="the first registry a zombie, all its threads gone")
+        wait_for(lambda: exited_unreaped(first.pid), what="the first registry a zombie, all its threads gone")
         os.kill(supervisor.pid, signal.SIGHUP)
     finally:
         os.kill(supervisor.pid, signal.SIGCONT)
@@ -175,13 +175,3 @@ def test_a_registry_that_exited_with_the_sighup_leaves_its_debug_port_to_the_suc
     assert third.port == ports[0], supervisor.log()[-3000:]
     upload.join(60)  # cut by the kill: its outcome is not this test's
 
-
-def _exited_unreaped(pid: int) -> bool:
-    """A zombie its parent can reap: the leader of a Go process shows Z while its other threads still exit (and
-    hold its sockets), so its threads are counted too."""
-    try:
-        status = dict(line.split(":\t", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
-                      if ":\t" in line)
-    except OSError:
-        return False
-    return status["State"].startswith("Z") and status["Threads"].strip() == "1"

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 from berth_agent.supervisor.supervise.registry import Registries, Registry
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+from support.common.processes import exited_unreaped
 
 
 def test_a_registry_that_exited_unreaped_holds_no_debug_port():
@@ -21,14 +17,14 @@ def test_a_registry_that_exited_unreaped_holds_no_debug_port():
     done = subprocess.Popen(["true"])
     try:
         deadline = time.monotonic() + 10
-        while _state(done.pid) != "Z":
+        while not exited_unreaped(done.pid):
             assert time.monotonic() < deadline, "the child never exited"
             time.sleep(0.01)
         registries = Registries()
         for pid, port in ((running.pid, 5001), (done.pid, 5002)):
             registries.by_pid[pid] = Registry(pid, time.monotonic(), port, None)
         assert registries.debug_ports() == {5001}
-        assert _state(done.pid) == "Z", "debug_ports reaped the child: the loop's reap would miss its status"
+        assert exited_unreaped(done.pid), "debug_ports reaped the child: the loop's reap would miss its status"
     finally:
         running.kill()
         running.wait()

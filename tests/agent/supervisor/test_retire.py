@@ -26,6 +26,7 @@ from berth_agent.supervisor.supervise.settings import Settings
 from berth_agent.supervisor.supervise.spawn import free_loopback_port, listening_socket
 from berth_agent.supervisor.supervise.steer import accept_queue
 from berth_agent.supervisor.supervise.waiting import MAX_WAITING
+from support.common.processes import exited_unreaped
 
 HOLD = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(60)"
 
@@ -92,9 +93,8 @@ def _gone(pid: int) -> None:
     """Wait until `pid` has exited (a zombie: its sockets closed), leaving the reaping to the supervisor."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().rpartition(")")[2].split()[0] == "Z":
-                return
+        if exited_unreaped(pid):
+            return
         time.sleep(0.005)
     raise AssertionError(f"pid {pid} did not exit")
 

@@ -3,7 +3,8 @@ reader of the layer tests, the docs' command blocks.
 
 - `ports`: Free TCP ports for the services tests start: on 127.0.0.1, and on the other loopback addresses that tests
   put replicas on (support.registries.replicas: 127.0.0.2, ...), and who listens on one.
-- `processes`: Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file.
+- `processes`: Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file;
+  the start every service shares; whether a child exited and waits to be reaped (`exited_unreaped`).
 - `signals`: Every process a test starts begins with default signal dispositions, as a container's command does.
 - `clock`: A debounce clock that moves only when the test steps it (agent `Pipeline(clock=...)`).
 - `layers`: A program's import graph, for the layer tests of the agent (tests/agent/test_layers.py) and the operator

@@ -1,11 +1,13 @@
-"""Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file; and the
-start every such service shares: wait until it listens, or stop it and say why."""
+"""Stopping a service a fixture started: SIGTERM, a bounded wait, then SIGKILL, and close its log file; the
+start every such service shares: wait until it listens, or stop it and say why; and whether a child has exited
+while its parent has not reaped it yet."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Protocol, TypeVar
 
 from support.common.ports import wait_listening
@@ -16,6 +18,18 @@ class Stoppable(Protocol):
 
 
 Service = TypeVar("Service", bound=Stoppable)
+
+
+def exited_unreaped(pid: int) -> bool:
+    """Whether `pid` is a zombie its parent can reap: its sockets are closed and waitid reports it. The leader of a
+    multi-threaded process (a Go registry) shows Z while its other threads still exit and hold its files, so the
+    threads are counted too."""
+    try:
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
+    except OSError:
+        return False
+    return status["State"].startswith("Z") and status["Threads"].strip() == "1"
 
 
 def stop_process(process: subprocess.Popen, log_file: IO[bytes] | None, *, timeout: float = 10.0) -> int:
