@@ -274,6 +274,25 @@ def test_restart_needed_ignores_an_htpasswd_only_change():
     assert render(spec_of(), MountedInputs()).restart_needed(first)
 
 
+def test_a_render_retires_a_credential_when_a_key_token_or_side_file_changes():
+    """Issue 48: the old registry is bounded by drainTimeout exactly when the new render retires a credential it
+    served with: a storage key, the http or redis secret, a TLS or trust file, htpasswd; not on a log-level edit."""
+    spec = spec_of(**S3_SPEC, redis=REDIS, http={"tls": {"secretName": "t"}, "secret": {"name": "h", "field": "k"}})
+    base = MountedInputs(s3=S3, http_secret="one", redis=redis_at("redis://:pw1@cache:1"), tls_cert=b"C1",
+                         tls_key=b"K1")
+    first = render(spec, base)
+    assert not first.retires_credential(None)
+    assert not render(spec, base).retires_credential(first)
+    quieter = spec_of(redis=REDIS, http={"tls": {"secretName": "t"}, "secret": {"name": "h", "field": "k"}},
+                      config={**S3_SPEC["config"], "log": {"level": "warn"}})
+    assert not render(quieter, base).retires_credential(first)
+    rotated = S3Credentials(S3.bucket, S3.endpoint, S3.region, "AKIARENDERTEST000002", "render-secret-key-2")
+    for changed in ({"s3": rotated}, {"http_secret": "two"}, {"redis": redis_at("redis://:pw2@cache:1")},
+                    {"tls_cert": b"C2"}, {"tls_key": b"K2"}):
+        assert render(spec, MountedInputs(**{**base.__dict__, **changed})).retires_credential(first), changed
+    assert first.credentials != render(spec_of(), MountedInputs()).credentials
+
+
 def test_reprs_hide_secrets():
     inputs = MountedInputs(s3=S3, htpasswd=HTPASSWD, http_secret="http-secret-value",
                            redis=redis_at("redis://:redis-pw@cache:1"), tls_key=b"-----BEGIN PRIVATE KEY-----")

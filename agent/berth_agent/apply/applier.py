@@ -321,11 +321,12 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
-            # GC's read-only switch: the old (writable) registry waits for no kept-alive client, only for its
-            # in-flight requests and queues (supervise/notify.py); GC's acknowledgement waits until it is gone
-            # (gc/ack.py).
+            # A bounded handover (supervise/notify.py) when a credential is retired (the old registry is gone
+            # within drainTimeout: the old one may be revoked then, issue 48) and on GC's read-only switch (a
+            # writable registry must not linger; GC's acknowledgement waits until it is gone, gc/ack.py).
+            quick = _read_only(rendered) or rendered.retires_credential(previous)
             result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
-                                            draining=self.draining, running=running, quick=_read_only(rendered))
+                                            draining=self.draining, running=running, quick=quick)
             action = "restarted"
         timings["restart"] = round(result.seconds, 4)
         if result.ok:

@@ -4,6 +4,7 @@ with the document config.yml holds, parsed once, and typed reads of what pre-fli
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -94,8 +95,43 @@ class Rendered:
         names = (set(self.files) | set(previous.files)) - {HTPASSWD_FILE}
         return any(self.files.get(name) != previous.files.get(name) for name in names)
 
+    @cached_property
+    def credentials(self) -> str:
+        """sha256 over every credential the registry reads: each side file (S3 keys, the gcs keyfile, TLS, token
+        trust, htpasswd, CAs) and each config.yml value under a key that names a credential (storage keys and
+        secrets, proxy username and password, http.secret, redis password). Notification headers are left out:
+        an old registry delivers what it queued with them (docs/design.md §4.2 "Retirement")."""
+        digest = hashlib.sha256()
+        for name in sorted(self.files):
+            digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(self.files[name]).digest())
+        document = {k: v for k, v in self.document.items() if k != "notifications"}
+        for path, value in _credential_values(document, ""):
+            digest.update(f"\0{path}\0{value}".encode())
+        return digest.hexdigest()
+
+    def retires_credential(self, previous: Rendered | None) -> bool:
+        """Whether serving this render retires a credential `previous` served with: then the old registry must be
+        gone within drainTimeout, so that the old credential may be revoked then (issue 48)."""
+        return previous is not None and self.credentials != previous.credentials
+
     def __repr__(self) -> str:
         return f"Rendered(identity={self.identity!r}, files={sorted(self.files)!r})"
+
+
+_CREDENTIAL_KEY = re.compile(r"key|secret|password|username|token|credential", re.I)
+
+
+def _credential_values(node: Any, path: str) -> list[tuple[str, str]]:
+    """(path, value) of each value under a key naming a credential, in document order."""
+    if isinstance(node, dict):
+        found = []
+        for key, value in node.items():
+            here = f"{path}.{key}"
+            found += [(here, repr(value))] if _CREDENTIAL_KEY.search(str(key)) else _credential_values(value, here)
+        return found
+    if isinstance(node, list):
+        return [item for index, value in enumerate(node) for item in _credential_values(value, f"{path}[{index}]")]
+    return []
 
 
 def state_identity(config: bytes, files: dict[str, bytes]) -> str:

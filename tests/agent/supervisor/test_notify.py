@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from berth_agent.supervisor.supervise.notify import Waiting, drain_seconds
+from berth_agent.supervisor.supervise.notify import QUEUE_SECONDS, Waiting, drain_seconds
 
 SECRET = "Bearer never-kept-t0ken"
 
@@ -58,7 +58,7 @@ def test_the_rendered_drain_timeout():
 
 
 def test_it_waits_while_its_queue_shrinks_and_goes_when_empty(debug):
-    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0)
+    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0, connections=lambda: 0)
     assert waiting.check(0.0) is None and waiting.pending == {"scanner": 3}
     assert waiting.stall == 3 * 2 + 1 + 2  # threshold x timeout + backoff + timeout
     debug.pending["scanner"] = 1
@@ -68,15 +68,29 @@ def test_it_waits_while_its_queue_shrinks_and_goes_when_empty(debug):
     assert SECRET not in repr(vars(waiting))  # the header values are not kept
 
 
+def test_a_bounded_wait_takes_no_in_flight_request_and_at_most_a_second_for_the_queues(debug):
+    """Issue 48 (`quick`: a credential retired, or GC's switch): requests in flight finish in the registry's own
+    drain, after the SIGTERM; the queues get at most QUEUE_SECONDS, or the drain timeout if shorter."""
+    debug.in_flight, debug.pending["scanner"] = 4, 0
+    assert Waiting(1, "127.0.0.1", debug.port, 30.0, 0.0).check(0.0) == "notification queues empty"
+    debug.pending["scanner"] = 3
+    waiting = Waiting(1, "127.0.0.1", debug.port, 30.0, 0.0)
+    assert waiting.check(0.0) is None and waiting.check(QUEUE_SECONDS - 0.01) is None
+    assert waiting.check(QUEUE_SECONDS) == "bound" and waiting.pending == {"scanner": 3}
+    short = Waiting(1, "127.0.0.1", debug.port, 0.2, 0.0)
+    assert short.check(0.1) is None and short.check(0.2) == "bound"
+    assert Waiting(1, "127.0.0.1", debug.port, 0.0, 0.0).check(0.0) == "bound"  # drainTimeout 0: at once
+
+
 def test_in_flight_requests_first_then_the_queue(debug):
     debug.in_flight, debug.pending["scanner"] = 1, 0
-    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0)
+    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0, connections=lambda: 0)
     assert waiting.check(1.0) is None  # a push in flight makes its event when it ends
-    assert waiting.check(5.0) == "notification queues empty"  # the drain timeout: what SIGTERM would give it
+    assert waiting.check(90.0) == "notification queues empty"  # the kept-alive bound
 
 
 def test_an_endpoint_that_delivers_nothing_is_dropped_at_the_stall_bound(debug):
-    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0)
+    waiting = Waiting(1, "127.0.0.1", debug.port, 5.0, 0.0, connections=lambda: 0)
     assert waiting.check(0.0) is None
     assert waiting.check(8.9) is None
     assert waiting.check(9.0) == "no event delivered for 9s"

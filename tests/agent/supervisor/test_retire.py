@@ -27,8 +27,10 @@ from berth_agent.supervisor.supervise.spawn import free_loopback_port, listening
 from berth_agent.supervisor.supervise.steer import accept_queue
 from berth_agent.supervisor.supervise.waiting import MAX_WAITING
 from support.common.processes import exited_unreaped
+from support.registries.supervisor import wait_for
 
 HOLD = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(60)"
+STUCK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"  # drains for ever
 
 
 @pytest.fixture
@@ -65,11 +67,11 @@ def _group(sup: Supervisor) -> int:
     return first.getsockname()[1]
 
 
-def _registry(sup: Supervisor, held: list, sock: socket.socket) -> Registry:
+def _registry(sup: Supervisor, held: list, sock: socket.socket, code: str = HOLD) -> Registry:
     """A stand-in registry: a process holding `sock` as a registry holds its listener (it accepts nothing, so every
     connection the kernel gives its socket stays in that socket's accept queue), with a debug port nothing answers
     on (a waiting registry then waits for its bound)."""
-    process = subprocess.Popen([sys.executable, "-c", HOLD], pass_fds=(sock.fileno(),))
+    process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(sock.fileno(),))
     held.append(process)
     registry = Registry(process.pid, time.monotonic(), free_loopback_port("127.0.0.1"), None)
     registry.sock = sock
@@ -121,6 +123,12 @@ def _regroup(sup: Supervisor) -> None:
     """What the loop does each turn on the held socket after the handover's own steps."""
     sup.group.regroup()
     sup.handover.take_pending(time.monotonic())
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as status:
+        ignored = next(line for line in status if line.startswith("SigIgn:")).split()[1]
+    return bool(int(ignored, 16) & 1 << (signal.SIGTERM - 1))
 
 
 def _connect(port: int, count: int, clients: list) -> None:
@@ -194,6 +202,8 @@ def test_a_fifth_waiting_registry_stops_the_oldest_at_once_and_its_socket_gets_n
         registries.append(_successor(sup, held))
         _answers(sup, registries[-1])
     *waiting, current = registries
+    for registry in waiting:
+        registry.drain = 30.0  # its queues are waited for (a debug port nothing answers on: up to half a second)
     sup.waiting.waiting = []
     for registry in waiting:
         _retiring(sup, registry)
@@ -208,3 +218,27 @@ def test_a_fifth_waiting_registry_stops_the_oldest_at_once_and_its_socket_gets_n
     _connect(port, 16, clients)
     order = sup.group.order
     assert accept_queue(current.sock) == 32 and order.index(order[sup.group.pointed]) == sup.group.pointed
+
+
+def test_an_old_registry_still_running_at_its_drain_timeout_after_the_switch_is_killed(supervisor):
+    """Issue 48: after a reload that retires a credential, no request is served on the old one later than
+    drainTimeout after the switch, whatever the old registry is doing (here it ignores its SIGTERM). An unbounded
+    handover (no credential retired) sets no such bound."""
+    sup, held, _clients = supervisor
+    _group(sup)
+    old = _registry(sup, held, sup.group.listener, code=STUCK)
+    old.drain, old.quick = 0.4, True  # a bounded handover: a credential retired
+    wait_for(lambda: _ignores_sigterm(old.pid), what="the stand-in to ignore SIGTERM")
+    _answers(sup, _successor(sup, held))
+    sup.drain(old, now=True)  # the switch: SIGTERMed
+    assert old.retire_by is not None and sup.next_timeout() <= 0.4
+    sup.enforce_retirement(time.monotonic())
+    time.sleep(0.2)
+    assert held[0].poll() is None  # draining, within its bound
+    time.sleep(0.25)
+    sup.enforce_retirement(time.monotonic())
+    assert held[0].wait(5) == -signal.SIGKILL
+    lingering = _registry(sup, held, sup.group.successor_socket(), code=STUCK)
+    lingering.drain = 0.4
+    sup.drain(lingering, now=False)
+    assert lingering.retire_by is None

@@ -96,3 +96,62 @@ class PullLoop(threading.Thread):
             self.one_request()
             if self.pause:
                 time.sleep(self.pause)
+
+
+class KeptAlivePullLoop(PullLoop):
+    """The same pulls on one kept-alive connection, as containerd and Go clients keep theirs: a requests.Session
+    (urllib3's pool notices a connection the server closed while idle before it reuses it, and opens a new one).
+
+    Retried and counted, as Go's transport does for a GET (RFC 9112 §9.3.1: a request on a reused connection that
+    closed before any response byte): `reset_retries`; and a refused connection (no listener for a moment, 2.8 with
+    one replica): `refused_retries`. Anything else (another status, other bytes, a body cut short) is a failure."""
+
+    def __init__(self, url: str, expected: bytes, **kwargs) -> None:
+        super().__init__(url, expected, **kwargs)
+        import requests  # the kubernetes client's dependency: always there
+
+        self.session = requests.Session()
+
+    def _headers(self) -> dict[str, str]:
+        if self.authorization is not None:
+            return {"Authorization": self.authorization()}
+        if self.auth:
+            return {"Authorization": "Basic " + b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()}
+        return {}
+
+    def one_request(self) -> None:
+        import requests
+
+        self.stats.requests += 1
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                with self.session.get(self.url, headers=self._headers(), timeout=30, stream=True) as response:
+                    status = response.status_code
+                    body = response.raw.read(decode_content=True)
+                break
+            except requests.ConnectionError as exc:
+                text = str(exc)
+                refused = "NewConnectionError" in text or "Connection refused" in text
+                unanswered = "Connection aborted" in text or "RemoteDisconnected" in text
+                if time.monotonic() < deadline and (refused or unanswered):
+                    if refused:
+                        self.stats.refused_retries += 1
+                    else:
+                        self.stats.reset_retries += 1
+                    time.sleep(0.005)
+                    continue
+                self.stats.failures.append(f"{type(exc).__name__}: {exc}"[:300])
+                return
+            except (requests.RequestException, OSError, http.client.HTTPException) as exc:
+                self.stats.failures.append(f"{type(exc).__name__}: {exc}"[:300])
+                return
+        if status == 200 and body == self.expected:
+            self.stats.successes += 1
+        else:
+            self.stats.failures.append(f"HTTP {status}, {len(body)} bytes")
+
+    def stop(self) -> PullStats:
+        stats = super().stop()
+        self.session.close()
+        return stats

@@ -1,6 +1,6 @@
 """The handover file the agent writes before its signal: the pid of the registry to replace, and the word QUICK
-on GC's read-only switch. A late or repeated signal, naming a registry that is no longer the current one, changes
-nothing."""
+when the old registry must be gone within its drainTimeout (a credential retired, or GC's read-only switch). A
+late or repeated signal, naming a registry that is no longer the current one, changes nothing."""
 
 from __future__ import annotations
 

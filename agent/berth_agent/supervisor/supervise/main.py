@@ -118,6 +118,18 @@ class Supervisor(Host):
             self.group.regroup()
             self.handover.take_pending(now)
         self.gc_due = self.gc.tick(now)
+        self.enforce_retirement(now)
+
+    def enforce_retirement(self, now: float) -> None:
+        """The hard bound on an old registry replaced by a bounded (`quick`) handover: gone by its drain timeout
+        after the switch, whatever it is still doing (its own drain deadline comes a moment later: a request cut
+        here would be cut there). So an old credential may be revoked then (issue 48)."""
+        for registry in self.registries.draining:
+            if registry.retire_by is not None and now >= registry.retire_by and self.registries.alive(registry):
+                registry.retire_by = None
+                self.log(f"registry (pid {registry.pid}) still runs {registry.drain:g}s (its drain timeout) after it "
+                         "was replaced: killing it")
+                send(registry.pid, signal.SIGKILL)
 
     def next_timeout(self) -> float | None:
         now = time.monotonic()
@@ -126,6 +138,7 @@ class Supervisor(Host):
             due.append(now + PROBE_SECONDS)
         if self.waiting:
             due.append(self.waiting.due)
+        due += [r.retire_by for r in self.registries.draining if r.retire_by is not None]
         return max(0.0, min(due) - now) if due else None
 
     def on_signal(self, sig: int) -> None:
@@ -309,6 +322,8 @@ class Supervisor(Host):
 
     def drain(self, registry: Registry, *, now: bool) -> None:
         self.registries.draining.append(registry)
+        if registry.quick and registry.drain > 0:
+            registry.retire_by = time.monotonic() + registry.drain
         if now:
             send(registry.pid, signal.SIGTERM)
 

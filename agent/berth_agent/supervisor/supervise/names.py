@@ -12,7 +12,7 @@ HANDOVER_NAME = "handover"  # "pid start_ticks" of each registry the agent asks 
 # Temporary S3 credentials (render/paths.py S3_CREDENTIALS_FILE, held in step by tests/agent/supervisor/test_files.py):
 # named in each registry's AWS_SHARED_CREDENTIALS_FILE while it is there.
 S3_CREDENTIALS_NAME = "s3/credentials"
-QUICK_WORD = "quick"  # a line of the handover file: the old registry waits for no kept-alive client (3.x)
+QUICK_WORD = "quick"  # a line of the handover file: the old registry is bounded by its drainTimeout (3.x, issue 48)
 
 # In the state dir.
 SUPERVISOR_PID_NAME = "supervisor.pid"  # the supervisor's pid: a missing supervisor told from a quiet one

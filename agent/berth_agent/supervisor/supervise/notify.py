@@ -8,12 +8,17 @@ own debug port: `registry_notifications_pending_total{endpoint}` (3.1.1's name f
 `registry_http_in_flight_requests` on /metrics, and each endpoint's timeout, threshold and backoff from /debug/vars
 (read once; its header values are never kept or printed).
 
-The wait, from the moment the old registry was steered away and its accept queue emptied:
+The wait, from the moment the old registry was steered away and its accept queue emptied, is one of two:
+
+- bounded (`quick`: the reload retires a credential, or is GC's read-only switch; issue 48): no kept-alive client
+  and no request in flight is waited for (they would keep it serving the old configuration), only its queues, for
+  at most QUEUE_SECONDS or its drainTimeout if shorter; the supervisor kills it if it still runs its drainTimeout
+  after the switch. So no request is served on an old credential later than drainTimeout after the reload;
+- otherwise:
 
 - its connections first (a request on one makes its event when it ends): until none is open and nothing is in
   flight, at most IDLE_SECONDS (Go's http.DefaultTransport closes an idle connection after its IdleConnTimeout,
-  90 s: skopeo and containerd keep that default) or `draintimeout` if longer; on GC's read-only switch (`quick`)
-  only the in-flight requests, at most `draintimeout`, what the registry's own drain would give them;
+  90 s: skopeo and containerd keep that default) or `draintimeout` if longer;
 - then the queues, while they shrink: an endpoint that delivered nothing for `threshold x timeout + backoff +
   timeout` (its breaker opened, waited its backoff and failed again) is down, and a queue of N events that a
   working endpoint takes at most `timeout` each for is done within N x timeout: whichever comes first, with
@@ -27,6 +32,7 @@ import socket
 from collections.abc import Callable
 
 MAX_WAIT_SECONDS = 300.0  # whatever the endpoints say, no old registry waits longer for its queues
+QUEUE_SECONDS = 1.0  # a bounded (quick) wait: at most this long, or the drain timeout if shorter, for the queues
 IDLE_SECONDS = 90.0  # Go's net/http DefaultTransport IdleConnTimeout
 UNREADABLE_SECONDS = 2.0  # a debug port that does not answer for this long: nothing to wait for
 _PENDING = re.compile(rb'^registry_notifications_pending(?:_total)?\{endpoint="((?:[^"\\]|\\.)*)"\} (\S+)$', re.M)
@@ -105,13 +111,13 @@ class Waiting:
     def __init__(self, pid: int, host: str, port: int | None, drain: float, now: float,
                  connections: Callable[[], int] | None = None) -> None:
         self.pid, self.host, self.port = pid, host, port
-        self.connections = connections  # its clients' open connections; None: not waited for (quick)
+        self.connections = connections  # its clients' open connections; None: a bounded (quick) wait
         self.drain = drain if connections is None else max(drain, IDLE_SECONDS)
         self.open = 0
         self.since = now
         self.bounds: dict[str, tuple[float, int, float]] | None = None
         self.queued_since: float | None = None  # in-flight requests done: the queues' own bound runs
-        self.deadline = now + MAX_WAIT_SECONDS
+        self.deadline = now + (MAX_WAIT_SECONDS if connections is not None else min(QUEUE_SECONDS, drain))
         self.stall = 0.0
         self.last_total: int | None = None
         self.progress_at = now
@@ -142,7 +148,7 @@ class Waiting:
         in_flight, self.pending = state
         total = sum(self.pending.values())
         if self.queued_since is None:
-            if (in_flight > 0 or self.open) and now - self.since < self.drain:
+            if self.connections is not None and (in_flight > 0 or self.open) and now - self.since < self.drain:
                 return None
             self.queued_since = now
             timeout = max(t for t, _, _ in (self.bounds or {"": (1.0, 1, 1.0)}).values())
@@ -162,7 +168,9 @@ class Waiting:
     def _unreadable(self, now: float) -> str | None:
         if self.unreadable_since is None:
             self.unreadable_since = now
-        return "debug port unreadable" if now - self.unreadable_since >= UNREADABLE_SECONDS else None
+        late = now - self.unreadable_since >= UNREADABLE_SECONDS or now >= self.deadline
+        return "debug port unreadable" if late else None
 
 
-__all__ = ["MAX_WAIT_SECONDS", "Waiting", "drain_seconds", "duration_seconds", "endpoint_bounds", "queue_state"]
+__all__ = ["MAX_WAIT_SECONDS", "QUEUE_SECONDS", "Waiting", "drain_seconds", "duration_seconds", "endpoint_bounds",
+           "queue_state"]
