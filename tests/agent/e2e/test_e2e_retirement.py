@@ -68,7 +68,8 @@ def test_old_keys_revoked_at_drain_timeout_fail_no_kept_alive_pull(pod, tmp_path
         print(f"{dist[0]}: {rotations} rotations, old key revoked {DRAIN_SECONDS:g}s after each was applied: "
               f"kept-alive {kept_stats.requests} pulls ({kept_stats.reset_retries} retried after a close before "
               f"any response, {kept_stats.refused_retries} refused), failures {kept_stats.failures[:5]}; "
-              f"new connections {fresh_stats.requests} pulls, failures {fresh_stats.failures[:5]}; old registries still running at "
+              f"new connections {fresh_stats.requests} pulls, failures {fresh_stats.failures[:5]}; "
+              f"old registries still running at "
               f"the revoke {lingered}")
         assert lingered == [0] * rotations
         assert kept_stats.failures == [] and fresh_stats.failures == []
