@@ -16,6 +16,11 @@ TMP_DIR = "/tmp"
 CONFIG_NAME = "config.yml"  # in CONFIG_DIR: the registry's configuration
 AGENT_HEALTH_PORT = 8081  # /startupz /readyz /livez /metrics
 REGISTRY_METRICS_PORT = 8082  # the registry's own /metrics, served by the agent (stable across reloads)
+# The pod's notification outbox (issue 48): the registry's only endpoint, the agent's relay on the loopback; it
+# keeps each event in OUTBOX_DIR (on the tmp volume) before it answers, then delivers it to every endpoint.
+OUTBOX_PORT = 8083
+OUTBOX_DIR = f"{STATE_DIR}/outbox"
+OUTBOX_MAX_BYTES = 16 << 20  # the events the outbox keeps at most (the tmp volume's sizeLimit is 64Mi)
 
 # Volumes.
 CONFIG_VOLUME = "config"
@@ -63,7 +68,8 @@ PREFLIGHT_ENV_PREFIX = "BERTH_PREFLIGHT_"
 __all__ = [
     "AGENT_HEALTH_PORT", "AZURE_VOLUME", "CONFIG_DIR", "CONFIG_NAME", "CONFIG_VOLUME", "COSI_VOLUME", "DATA_DIR",
     "DATA_VOLUME", "GCS_VOLUME", "HTPASSWD_VOLUME", "HTTP_SECRET_KEY", "HTTP_SECRET_VOLUME", "INPUT_VOLUMES",
-    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME", "PREFLIGHT_ENV_PREFIX", "S3_CA_DIR", "S3_CA_VOLUME", "S3_VOLUME",
+    "MOUNT_ROOT", "NOTIFICATIONS_VOLUME", "OUTBOX_DIR", "OUTBOX_MAX_BYTES", "OUTBOX_PORT", "PREFLIGHT_ENV_PREFIX",
+    "S3_CA_DIR", "S3_CA_VOLUME", "S3_VOLUME",
     "SYSTEM_CERT_DIRS",
     "PROXY_PASSWORD_KEY", "REGISTRY_METRICS_PORT",
     "PROXY_USERNAME_KEY", "PROXY_VOLUME", "REDIS_VOLUME",

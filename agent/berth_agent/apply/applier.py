@@ -21,6 +21,7 @@ from berth_api.types import duration_seconds
 
 from ..core.write import remove_stale, write_atomic, write_tree
 from ..render.config import Rendered
+from ..render.paths import HTPASSWD_FILE
 from ..supervisor.endpoint import Endpoint
 from ..supervisor.files import CONFIG_NAME
 from ..supervisor.handover import read_handover
@@ -62,8 +63,9 @@ def restart_bound(rendered: Rendered) -> float:
 
 @dataclass
 class Outcome:
-    action: str  # "unchanged", "written" (first config), "htpasswd", "restarted", "preflight-failed",
-    #              "rolled-back", "failed", "pending" (written; no supervisor has started a registry yet)
+    action: str  # "unchanged", "written" (first config), "htpasswd" / "outbox" (no restart), "restarted",
+    #              "preflight-failed", "rolled-back", "failed", "pending" (written; no supervisor has started a
+    #              registry yet)
     ok: bool
     detail: str = ""
     restart: RestartResult | None = None
@@ -159,12 +161,13 @@ class Applier:
         if previous is not None and previous.config == rendered.config and previous.files == rendered.files:
             return Outcome("unchanged", True)
         if previous is not None and not rendered.restart_needed(previous):
-            # Only the htpasswd file differs: the registry re-reads it on its next request (field-notes §1).
+            # Only the htpasswd file or the outbox's endpoints differ: the registry re-reads htpasswd on its next
+            # request (field-notes §1); the outbox reads its file again before its next delivery (outbox/).
             changed = write_tree(self.config_dir, rendered.files)
             remove_stale(self.config_dir, set(rendered.files), set(previous.files))
             self.current = rendered
             save_good(self.config_dir, rendered)
-            return Outcome("htpasswd", True, changed_files=changed)
+            return Outcome("htpasswd" if HTPASSWD_FILE in changed else "outbox", True, changed_files=changed)
         gone = self.supervisor_gone()
         if gone:
             return Outcome("failed", False, detail=gone, failed_hash=rendered.identity)

@@ -16,7 +16,16 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from berth_api.pod import CONFIG_DIR, CONFIG_NAME, DATA_DIR, INPUT_VOLUMES, MOUNT_ROOT, TRUST_VOLUMES
+from berth_api.pod import (
+    CONFIG_DIR,
+    CONFIG_NAME,
+    DATA_DIR,
+    INPUT_VOLUMES,
+    MOUNT_ROOT,
+    OUTBOX_MAX_BYTES,
+    OUTBOX_PORT,
+    TRUST_VOLUMES,
+)
 
 from ..supervisor.supervise.settings import split_addr
 
@@ -57,6 +66,18 @@ def add_parser(subparsers: Any) -> None:
                         help="serve the registry's own Prometheus /metrics here, proxied to the debug port of "
                              "whichever registry process is current (berth-supervise names it in the state dir; its "
                              "BERTH_DEBUG_PORTS turns them on); default: not served")
+    parser.add_argument("--outbox-addr", default=f"127.0.0.1:{OUTBOX_PORT}", metavar="HOST:PORT",
+                        help="the notification outbox's relay, the registry's one notification endpoint (default "
+                             f"127.0.0.1:{OUTBOX_PORT}: the loopback of the pod)")
+    parser.add_argument("--outbox-dir", type=Path, default=None, metavar="DIR",
+                        help="where the outbox keeps events until every endpoint has them (default: outbox/ in the "
+                             "state dir, on the pod's tmp volume)")
+    parser.add_argument("--outbox-max-bytes", type=int, default=OUTBOX_MAX_BYTES, metavar="BYTES",
+                        help="past this the oldest events are dropped, counted per endpoint (default "
+                             f"{OUTBOX_MAX_BYTES})")
+    parser.add_argument("--stop-delivery-seconds", type=float, default=20.0, metavar="SECONDS",
+                        help="at SIGTERM (the registry has exited), how long the outbox may still deliver what it "
+                             "holds; keep it under the pod's terminationGracePeriodSeconds (default 20)")
     parser.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname(),
                         help="key of this agent's record in status.agents (default $POD_NAME, else the hostname)")
     parser.add_argument("--debounce", type=float, default=0.03, metavar="SECONDS",
@@ -97,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
     try:
         host, port = _bind_addr(args.health_addr)
+        args.outbox = split_addr(args.outbox_addr, "--outbox-addr")
         args.registry_metrics = (_bind_addr(args.registry_metrics_addr, "--registry-metrics-addr")
                                  if args.registry_metrics_addr else None)
         if args.registry is not None and args.registry.count("/") != 1:
@@ -144,7 +166,9 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     from ..apply.registry_watch import RegistryWatch
     from ..apply.upstream_watch import UpstreamWatch
     from ..core.health import Health, start_health_server
+    from ..outbox import Outbox, start_relay
     from ..pipeline.coordinator import Pipeline, PipelineSettings, applier_for
+    from ..render.paths import OUTBOX_FILE
     from ..sources import Change, queue_emitter
     from ..sources.mount_watch import MountWatcher
     from ..sources.pvc import PvcProbe
@@ -161,6 +185,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
         quiet_seconds=args.debounce, max_wait_seconds=max(args.max_wait, args.debounce),
         listen_host=args.listen_host, resync_seconds=args.resync,
         state_dir=args.state_dir.absolute() if args.state_dir else None,
+        outbox_url=f"http://{args.outbox[0] or '127.0.0.1'}:{args.outbox[1]}/events",
     )
     applier = applier_for(settings, health)
     read_only, gc_runner = wiring.gc(applier) if wiring.gc is not None else (None, None)
@@ -174,6 +199,9 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # berth-supervise waits for config.yml in it
     server = await start_health_server(health, host, port)
     servers = [server]
+    outbox = Outbox(args.outbox_dir or (args.state_dir or args.config_dir) / "outbox",
+                    args.config_dir / OUTBOX_FILE, args.outbox_max_bytes)
+    servers.append(await start_relay(outbox, args.outbox[0] or "127.0.0.1", args.outbox[1]))
     if args.registry_metrics is not None:
         from ..supervisor.metrics import start_metrics_proxy
 
@@ -182,16 +210,20 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     log.info("agent started", extra={"fields": {
         "registry": wiring.subject, "config_dir": str(args.config_dir), "mounts": str(args.mounts),
         "health_addr": f"{host}:{port}", "pod": args.pod_name}})
-    return await _serve(pipeline, sources, queue_emitter(queue), queue, loop, servers)
+    return await _serve(pipeline, sources, queue_emitter(queue), queue, loop, servers, outbox,
+                        args.stop_delivery_seconds)
 
 
 async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Queue, loop: Any,
-                 servers: list[Any]) -> int:
-    """Run the pipeline and every source until SIGTERM or SIGINT, or until one of them ends (a bug: exit 1)."""
+                 servers: list[Any], outbox: Any, delivery_seconds: float) -> int:
+    """Run the pipeline, the outbox and every source until SIGTERM or SIGINT, or until one of them ends (a bug:
+    exit 1). At SIGTERM the outbox first delivers what it holds, for at most `delivery_seconds`: in a pod the agent
+    (a native sidecar) is stopped after the registry container, so nothing more comes."""
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline")]
+    tasks = [asyncio.create_task(pipeline.run(queue), name="pipeline"),
+             asyncio.create_task(outbox.run(), name=outbox.name)]
     tasks += [asyncio.create_task(source.run(emit), name=source.name) for source in sources]
     stopper = asyncio.create_task(stop.wait(), name="stop")
     status = 0
@@ -203,6 +235,8 @@ async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Qu
                 status = 1  # a loop that ends on its own is a bug: exit so the kubelet restarts the agent
                 log.error("loop ended", extra={"fields": {"loop": task.get_name(),
                                                            "error": f"{type(exc).__name__}: {exc}"}})
+        if stopper in done and status == 0:
+            await outbox.deliver_all(delivery_seconds)
     finally:
         for task in [*tasks, stopper]:
             task.cancel()

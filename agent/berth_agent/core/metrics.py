@@ -42,8 +42,19 @@ config_info = Gauge(_P + "config_info", "1 for the identity of the config the re
 registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent did not ask for, by reason.",
                                ["reason"])
 notifications_dropped_total = Counter(
-    _P + "notifications_dropped", "Notification events an old registry still held when its wait after a reload "
-    "reached its bound (3.x), by endpoint name.", ["endpoint"])
+    _P + "notifications_dropped", "Notification events dropped, by endpoint name: the outbox's size bound, still "
+    "held at the pod's end, or held by an old registry at the bound of its wait after a reload.", ["endpoint"])
+# The pod's notification outbox (outbox/, issue 48).
+notifications_stored_total = Counter(_P + "notifications_stored", "Notification events the outbox stored on disk.")
+notifications_delivered_total = Counter(
+    _P + "notifications_delivered", "Notification events delivered, by endpoint name.", ["endpoint"])
+notifications_pending = Gauge(
+    _P + "notifications_pending", "Notification events the outbox holds for an endpoint, by endpoint name.",
+    ["endpoint"])
+notifications_failing_since = Gauge(
+    _P + "notifications_failing_since_timestamp_seconds", "Unix time of the first failure in a row to deliver to "
+    "an endpoint (0 while it takes events), by endpoint name.", ["endpoint"])
+outbox_bytes = Gauge(_P + "outbox_bytes", "Bytes of notification events the outbox keeps on disk.")
 supervisor_up = Gauge(_P + "supervisor_up", "1 while berth-supervise (the registry container's command) runs, else 0.")
 registry_serving = Gauge(_P + "registry_serving",
                          "1 while a registry started on the config the agent believes runs answers, else 0.")
@@ -131,7 +142,12 @@ __all__ = [
     "pvc_capacity_bytes",
     "pvc_free_bytes",
     "pvc_ok",
+    "notifications_delivered_total",
     "notifications_dropped_total",
+    "notifications_failing_since",
+    "notifications_pending",
+    "notifications_stored_total",
+    "outbox_bytes",
     "registry_exits_total",
     "registry_serving",
     "reload_failures_total",

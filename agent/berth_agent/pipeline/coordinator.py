@@ -265,8 +265,9 @@ class Pipeline:
         await self._fail(f"{describe_internal_error(exc)}; retrying in {self.settings.retry_seconds:g}s")
 
     def _log_success(self, outcome: Outcome, fields: dict) -> None:
-        if outcome.action == "htpasswd":
-            metrics.htpasswd_updates_total.inc()
+        if outcome.action in ("htpasswd", "outbox"):
+            if outcome.action == "htpasswd":
+                metrics.htpasswd_updates_total.inc()
             log.info("written", extra={"fields": {**fields, "files": outcome.changed_files, "restart": False}})
         elif outcome.action == "written":
             log.info("written", extra={"fields": {**fields, "files": ["config.yml"], "first": True}})

@@ -121,7 +121,8 @@ class RenderStep:
             # upload survives a reload (field-notes §7).
             inputs = dataclasses.replace(inputs, http_secret=local_http_secret(settings.config_dir))
         rendered = render(spec, inputs, distribution=settings.distribution,
-                          paths=RenderPaths(settings.config_dir, settings.data_dir), registry=name)
+                          paths=RenderPaths(settings.config_dir, settings.data_dir,
+                                            outbox_url=settings.outbox_url), registry=name)
         return listen_on(rendered, settings.listen_host) if settings.listen_host else rendered
 
 

@@ -7,6 +7,7 @@ are still written where the registry's own default differs or matters (draintime
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -15,11 +16,13 @@ import yaml
 from berth_api import RegistrySpec
 from berth_api.auth import TokenAuth
 from berth_api.s3 import S3_PATH
+from berth_api.types import duration_seconds
 
 from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, trust_origin
 from .paths import (
     HTPASSWD_FILE,
+    OUTBOX_FILE,
     S3_KEYS_ORIGIN,
     TLS_CERT_FILE,
     TLS_KEY_FILE,
@@ -34,6 +37,7 @@ Distribution = Literal["2", "3"]
 # The htpasswd realm is only shown to clients in the WWW-Authenticate header.
 HTPASSWD_REALM = "berth"
 DEFAULT_PATHS = RenderPaths()  # the pod's (berth_api.pod)
+OUTBOX_ENDPOINT = "berth-outbox"  # the registry's one notification endpoint: its registry_notifications_* label
 
 
 def render(
@@ -68,7 +72,9 @@ def render(
     if spec.config.proxy is not None:
         config["proxy"] = _proxy(spec, inputs, major)
     if spec.config.notifications is not None:
-        config["notifications"] = _notifications(spec, inputs, major)
+        section = _notifications(spec, inputs, major, paths, files)
+        if section is not None:
+            config["notifications"] = section
     config["http"] = _http(spec, inputs, major, paths, files, origins, registry)
     storage = spec.config.storage
     if storage.s3 is not None or storage.object_storage is not None:  # for the pre-flight's refusal of a key
@@ -138,13 +144,19 @@ def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
     return section
 
 
-def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> dict[str, Any]:
-    """notifications: Distribution's endpoints (read once, at start: a change, a rotated header too, restarts it)."""
+def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
+                   files: dict[str, bytes]) -> dict[str, Any] | None:
+    """notifications: the registry's one endpoint is the pod's outbox (outbox/, issue 48), which keeps each event
+    before it answers and delivers it to the endpoints in OUTBOX_FILE, their header values included. So a new
+    endpoint or a rotated header restarts no registry, and an old registry's queue empties within milliseconds.
+    None when every endpoint is disabled: the registry then makes no events at all."""
     notifications = spec.config.notifications
     assert notifications is not None
     _refuse_v3_fields(major, "spec.config.notifications", notifications.v3_fields_set())
     endpoints = []
     for endpoint in notifications.endpoints:
+        if endpoint.disabled:
+            continue
         headers: dict[str, list[str]] = {}
         for header in endpoint.headers:
             if header.secret_key is not None:
@@ -155,17 +167,27 @@ def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distributio
             else:
                 value = header.value or ""
             headers.setdefault(header.name, []).append(value)
-        section: dict[str, Any] = {
-            "name": endpoint.name, "disabled": endpoint.disabled, "url": endpoint.url, "headers": headers,
-            "timeout": endpoint.timeout, "threshold": endpoint.threshold, "backoff": endpoint.backoff,
-        }
-        if endpoint.ignored_media_types:
-            section["ignoredmediatypes"] = list(endpoint.ignored_media_types)
-        if endpoint.ignore is not None:
-            section["ignore"] = {"mediatypes": list(endpoint.ignore.media_types),
-                                 "actions": list(endpoint.ignore.actions)}
-        endpoints.append(section)
-    result: dict[str, Any] = {"endpoints": endpoints}
+        ignore = endpoint.ignore
+        endpoints.append({
+            "name": endpoint.name, "url": endpoint.url, "headers": headers,
+            "timeout": duration_seconds(endpoint.timeout), "threshold": endpoint.threshold,
+            "backoff": duration_seconds(endpoint.backoff),
+            "ignoredMediaTypes": sorted(set(endpoint.ignored_media_types) | set(ignore.media_types if ignore else [])),
+            "ignoredActions": sorted(ignore.actions) if ignore else [],
+        })
+    files[OUTBOX_FILE] = json.dumps({"endpoints": endpoints}, sort_keys=True, indent=1).encode() + b"\n"
+    if not endpoints:
+        return None
+    # What no endpoint wants, the registry need not send: the endpoints' common ignores (3.x has `ignore`).
+    common_types = set.intersection(*(set(e["ignoredMediaTypes"]) for e in endpoints))
+    common_actions = set.intersection(*(set(e["ignoredActions"]) for e in endpoints))
+    relay: dict[str, Any] = {"name": OUTBOX_ENDPOINT, "disabled": False, "url": paths.outbox_url,
+                             "timeout": "5s", "threshold": 3, "backoff": "100ms"}
+    if common_types:
+        relay["ignoredmediatypes"] = sorted(common_types)
+    if major == "3" and common_actions:
+        relay["ignore"] = {"mediatypes": [], "actions": sorted(common_actions)}
+    result: dict[str, Any] = {"endpoints": [relay]}
     if notifications.events is not None:
         result["events"] = {"includereferences": notifications.events.include_references}
     return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from berth_api.pod import CONFIG_DIR, DATA_DIR, TLS_CERT_KEY, TLS_KEY_KEY
+from berth_api.pod import CONFIG_DIR, DATA_DIR, OUTBOX_PORT, TLS_CERT_KEY, TLS_KEY_KEY
 
 # Beside config.yml, by name relative to the config dir.
 HTPASSWD_FILE = "htpasswd"
@@ -22,6 +22,9 @@ S3_CA_FILE = "s3-ca/ca.crt"  # storage.s3.ca, in berth_api.pod.S3_CA_DIR (the re
 # ""), so the key, its secret and the token go to an AWS shared credentials file that berth-supervise names in the
 # registry's AWS_SHARED_CREDENTIALS_FILE (supervise/names.py S3_CREDENTIALS_NAME, held in step by a test).
 S3_CREDENTIALS_FILE = "s3/credentials"
+# The notification endpoints the pod's outbox delivers to (outbox/, issue 48), header values included: read by the
+# agent's outbox, never by the registry, whose one endpoint is the outbox. A change here restarts no registry.
+OUTBOX_FILE = "outbox.json"
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ class RenderPaths:
     # The registry container's CA bundle: Distribution 3.1 verifies a TLS redis against `redis.tls.rootcas` only
     # (no system roots without it). The official registry:3 image installs Alpine's ca-certificates here.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
+    outbox_url: str = f"http://127.0.0.1:{OUTBOX_PORT}/events"  # the agent's relay (--outbox-addr)
 
 
-__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "S3_CA_FILE", "S3_CREDENTIALS_FILE", "S3_KEYS_ORIGIN", "TLS_CERT_FILE",
-           "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]
+__all__ = ["GCS_KEY_FILE", "HTPASSWD_FILE", "OUTBOX_FILE", "S3_CA_FILE", "S3_CREDENTIALS_FILE", "S3_KEYS_ORIGIN",
+           "TLS_CERT_FILE", "TLS_KEY_FILE", "TOKEN_BUNDLE_FILE", "TOKEN_JWKS_FILE", "RenderPaths"]

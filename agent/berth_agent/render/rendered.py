@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .paths import HTPASSWD_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
+from .paths import HTPASSWD_FILE, OUTBOX_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, TOKEN_BUNDLE_FILE, TOKEN_JWKS_FILE
 from .targets import ProxyTarget, RedisTarget, S3Target, proxy_target, redis_target, s3_target
 
 # libyaml's loader when PyYAML has it: a config.yml parses in ~0.7 ms instead of ~9 ms (pure Python, loaded
@@ -86,23 +86,23 @@ class Rendered:
 
     def restart_needed(self, previous: Rendered | None) -> bool:
         """True when the registry must restart to apply this render: it reads its config, TLS files and token
-        trust (bundle, JWKS) once at start. The htpasswd file alone is re-read live (field-notes §1), so a change
-        there needs no restart."""
+        trust (bundle, JWKS) once at start. The htpasswd file alone is re-read live (field-notes §1), and the
+        outbox's endpoints are the agent's (outbox/), so a change there needs no restart."""
         if previous is None:
             return True
         if self.config != previous.config:
             return True
-        names = (set(self.files) | set(previous.files)) - {HTPASSWD_FILE}
+        names = (set(self.files) | set(previous.files)) - {HTPASSWD_FILE, OUTBOX_FILE}
         return any(self.files.get(name) != previous.files.get(name) for name in names)
 
     @cached_property
     def credentials(self) -> str:
         """sha256 over every credential the registry reads: each side file (S3 keys, the gcs keyfile, TLS, token
         trust, htpasswd, CAs) and each config.yml value under a key that names a credential (storage keys and
-        secrets, proxy username and password, http.secret, redis password). Notification headers are left out:
-        an old registry delivers what it queued with them (docs/design.md §4.2 "Retirement")."""
+        secrets, proxy username and password, http.secret, redis password). Notification headers are the
+        outbox's (OUTBOX_FILE): no registry holds them."""
         digest = hashlib.sha256()
-        for name in sorted(self.files):
+        for name in sorted(set(self.files) - {OUTBOX_FILE}):  # the outbox's: no registry reads them
             digest.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(self.files[name]).digest())
         document = {k: v for k, v in self.document.items() if k != "notifications"}
         for path, value in _credential_values(document, ""):
