@@ -135,7 +135,8 @@ def test_berth_agent_run_starts_as_a_uid_without_passwd_entry(kube_api, sandbox,
     health = free_port()
     proc, out = _start([_bin("berth-agent"), "run", "--registry", f"{NS}/agent", "--kubeconfig", env["KUBECONFIG"],
                         "--config-dir", str(state / "config"), "--mounts", str(state / "mounts"),
-                        "--data-dir", str(state / "data"), "--health-addr", f"127.0.0.1:{health}"],
+                        "--data-dir", str(state / "data"), "--health-addr", f"127.0.0.1:{health}",
+                        "--outbox-addr", f"127.0.0.1:{free_port()}"],
                        env, sandbox, tmp_path / "agent.log")
     try:
         def applied() -> bool:

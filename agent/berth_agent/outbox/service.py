@@ -59,6 +59,9 @@ class Outbox:
             batch, self._pending = self._pending, []
             if not batch:
                 continue
+            # An endpoint gets the events stored after the applier wrote it: the file is looked at before each write
+            # (a stat), not only every LOOK_SECONDS, so none stored after it slips past a new endpoint.
+            self._follow_endpoints()
             try:
                 await asyncio.to_thread(self.log.append, [e for events, _ in batch for e in events])
             except OSError as exc:

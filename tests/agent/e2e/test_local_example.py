@@ -76,7 +76,7 @@ def running_local(tmp_path, *, binary: str | None = None):
     # berth-agent from the interpreter running the tests (the script would otherwise install into .venv).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(BERTH_REGISTRY_FILE=str(registry_file), BERTH_LOCAL_STATE=str(state),
-               BERTH_HEALTH_ADDR=f"127.0.0.1:{free_port()}")
+               BERTH_HEALTH_ADDR=f"127.0.0.1:{free_port()}", BERTH_OUTBOX_ADDR=f"127.0.0.1:{free_port()}")
     with output.open("wb") as out:
         process = subprocess.Popen(["bash", "examples/local/run"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

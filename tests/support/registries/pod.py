@@ -80,6 +80,7 @@ class RegistryPod:
             directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.health_port = free_port()
+        self.outbox_port = free_port()  # the agent's notification relay (the pod's loopback port 8083)
         self.registry_file = self.root / "registry" / "registry.yaml"
         self.registry_file.parent.mkdir(parents=True, exist_ok=True)
         self.agent_log = self.root / "agent.log"
@@ -114,6 +115,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
+                "--outbox-addr", f"127.0.0.1:{self.outbox_port}",
                 *extra]
         if registry is not None:
             args += ["--registry", registry, *(["--kubeconfig", str(kubeconfig)] if kubeconfig
