@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, port: int = 0) -> None:
         self.delay = delay
         self._lock = threading.Lock()
         self._received: list[tuple[dict[str, str], dict]] = []
@@ -43,7 +43,7 @@ class Receiver:
             def log_message(self, *_args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/events"
         self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
@@ -67,8 +67,9 @@ class Receiver:
 
 
 @contextmanager
-def running_receiver(delay: float = 0.0) -> Iterator[Receiver]:
-    receiver = Receiver(delay).start()
+def running_receiver(delay: float = 0.0, port: int = 0) -> Iterator[Receiver]:
+    """`port`: a given one (an endpoint that was down comes up); default a free one."""
+    receiver = Receiver(delay, port).start()
     try:
         yield receiver
     finally:
