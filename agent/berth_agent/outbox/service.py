@@ -110,7 +110,12 @@ class Outbox:
             log.error("outbox endpoints unreadable", extra={"fields": {"error": str(exc)}})
             return
         self._seen_file = state
-        self.log.follow(set(endpoints))
+        if set(endpoints) != set(self.log.cursors):
+            self.log.follow(set(endpoints))
+            try:  # where a new endpoint starts, on disk before any event is stored for it: a kill -9 keeps it
+                self.log.save_cursors()
+            except OSError as exc:
+                log.error("outbox cursors not saved", extra={"fields": {"errno": exc.errno}})
         for name in list(self.senders):
             if name not in endpoints:
                 self.senders.pop(name)[1].cancel()

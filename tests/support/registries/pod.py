@@ -115,7 +115,7 @@ class RegistryPod:
         args = [sys.executable, "-m", "berth_agent.cli", "run", "--mounts", str(self.mounts),
                 "--config-dir", str(self.config_dir), "--data-dir", str(self.data_dir),
                 "--health-addr", f"127.0.0.1:{self.health_port}", "--pod-name", pod_name,
-                "--outbox-addr", f"127.0.0.1:{self.outbox_port}",
+                "--outbox-addr", f"127.0.0.1:{self.outbox_port}", "--stop-delivery-seconds", "3",
                 *extra]
         if registry is not None:
             args += ["--registry", registry, *(["--kubeconfig", str(kubeconfig)] if kubeconfig
