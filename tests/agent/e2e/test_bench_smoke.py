@@ -79,3 +79,13 @@ def test_supervisor_cost_benchmark_measures_the_supervisor_and_refuses_nothing()
     if "Distribution 3" in result.stdout:  # with BERTH_REGISTRY3_BIN: the held socket's reloads
         assert "held socket, 2 reloads under 1 new-connection clients: " in result.stdout
         assert ", 0 refused, " in result.stdout and ", 0 failed;" in result.stdout
+
+
+def test_outbox_benchmark_stores_and_delivers_every_event(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCH / "outbox_relay.py"), "--events", "200", "--concurrency", "4",
+                             "--held", "300", "--dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=240, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "200 events, 1 poster(s) at once: stored " in result.stdout
+    assert "delivered 400 of 400 events, 400 distinct" in result.stdout
+    assert "holding 300 events" in result.stdout
