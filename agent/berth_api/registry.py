@@ -323,6 +323,19 @@ class UpstreamRecord(ApiModel):
         "time.")
 
 
+class NotificationEndpointRecord(ApiModel):
+    """One notification endpoint as this pod's outbox last saw it (issue 48): counts since the agent started."""
+
+    pending: int = Field(ge=0, description="Events the outbox holds for the endpoint.")
+    delivered: int = Field(ge=0, description="Events delivered since the agent started.")
+    dropped: int = Field(ge=0, description="Events dropped since the agent started: the outbox's size bound, or "
+                         "still held when the pod stopped.")
+    failing_since: str | None = Field(
+        None, alias="failingSince", description="When the first of the failures in a row began (RFC 3339); absent "
+        "while the endpoint takes events.")
+    checked_at: str = Field(alias="checkedAt", description="When the outbox counted (RFC 3339).")
+
+
 class AgentRecord(ApiModel):
     """What one pod's agent last applied, written by that agent."""
 
@@ -343,6 +356,10 @@ class AgentRecord(ApiModel):
     upstream: UpstreamRecord | None = Field(
         None, description="With spec.config.proxy: the upstream's reachability and the last refusal of the "
         "credentials.")
+    notifications: dict[str, NotificationEndpointRecord] | None = Field(
+        None, description="With spec.config.notifications: each endpoint as this pod's outbox last counted it, by "
+        "name; written when an endpoint starts or stops failing, drops events, or empties, and at most every "
+        "30 s while events come and go.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."

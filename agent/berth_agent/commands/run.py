@@ -22,6 +22,7 @@ from berth_api.pod import (
     DATA_DIR,
     INPUT_VOLUMES,
     MOUNT_ROOT,
+    OUTBOX_DIR,
     OUTBOX_MAX_BYTES,
     OUTBOX_PORT,
     TRUST_VOLUMES,
@@ -199,8 +200,8 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
     args.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # berth-supervise waits for config.yml in it
     server = await start_health_server(health, host, port)
     servers = [server]
-    outbox = Outbox(args.outbox_dir or (args.state_dir or args.config_dir) / "outbox",
-                    args.config_dir / OUTBOX_FILE, args.outbox_max_bytes)
+    outbox = Outbox(args.outbox_dir or (args.state_dir or args.config_dir) / Path(OUTBOX_DIR).name,
+                    args.config_dir / OUTBOX_FILE, args.outbox_max_bytes, report=wiring.reporter.notifications)
     servers.append(await start_relay(outbox, args.outbox[0] or "127.0.0.1", args.outbox[1]))
     if args.registry_metrics is not None:
         from ..supervisor.metrics import start_metrics_proxy

@@ -29,6 +29,7 @@ class Sender:
         self.delivered = delivered  # set after each delivery: cursors to save
         self.failing_since: float | None = None  # wall clock of the first failure in a row
         self.failures = 0
+        self.delivered_count = 0  # since the agent started (status.agents.<pod>.notifications)
 
     async def run(self) -> None:
         name = self.endpoint.name
@@ -61,6 +62,7 @@ class Sender:
                 ok = False
             if ok:
                 self.failures, self.failing_since = 0, None
+                self.delivered_count += 1
                 metrics.notifications_delivered_total.labels(endpoint=endpoint.name).inc()
                 return
             self.failures += 1

@@ -23,6 +23,7 @@ import aiohttp
 from ..core import metrics
 from .delivery import Sender
 from .endpoints import Endpoint, file_state, read_endpoints
+from .report import Report, StatusReport
 from .store import EventLog
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,9 @@ LOOK_SECONDS = 0.2  # how often the endpoints' file, the cursors and the size bo
 class Outbox:
     name = "outbox"
 
-    def __init__(self, directory: Path, endpoints_file: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, endpoints_file: Path, max_bytes: int, report: Report | None = None) -> None:
         self.log = EventLog(directory, max_bytes)
+        self.status = StatusReport(report)  # status.agents.<pod>.notifications
         self.endpoints_file = endpoints_file
         self.senders: dict[str, tuple[Sender, asyncio.Task]] = {}
         self.delivered = asyncio.Event()
@@ -89,6 +91,7 @@ class Outbox:
                     await asyncio.to_thread(self.log.save_cursors)
                 self._compact()
                 self._export()
+                await self._tell()
                 await asyncio.sleep(LOOK_SECONDS)
         finally:
             writer.cancel()
@@ -141,6 +144,16 @@ class Outbox:
             metrics.notifications_pending.labels(endpoint=name).set(self.log.pending(name))
             metrics.notifications_failing_since.labels(endpoint=name).set(sender.failing_since or 0)
 
+    async def _tell(self) -> None:
+        counts = {name: (self.log.pending(name), sender.delivered_count, self.log.dropped.get(name, 0),
+                         sender.failing_since) for name, (sender, _task) in self.senders.items()}
+        patch = self.status.record(counts, time.time())
+        if patch is not None and self.status.report is not None:
+            try:
+                await self.status.report(patch)
+            except Exception as exc:  # noqa: BLE001 - a status write must never end the outbox
+                log.warning("outbox status not written", extra={"fields": {"error": type(exc).__name__}})
+
     def pending(self) -> dict[str, int]:
         return {name: self.log.pending(name) for name in self.senders}
 
@@ -153,12 +166,14 @@ class Outbox:
             await asyncio.sleep(0.05)
         left = {name: count for name, count in self.pending().items() if count}
         for name, count in left.items():
+            self.log.dropped[name] = self.log.dropped.get(name, 0) + count
             metrics.notifications_dropped_total.labels(endpoint=name).inc(count)
             log.warning("notification events dropped", extra={"fields": {
                 "endpoint": name, "events": count, "why": f"still undelivered {seconds:g}s after the agent was "
                                                           "told to stop"}})
         with contextlib.suppress(OSError):
             await asyncio.to_thread(self.log.save_cursors)
+        await self._tell()
         return left
 
 

@@ -42,6 +42,8 @@ class Reporter(Protocol):
 
     async def upstream(self, record: dict | None) -> None: ...  # status.agents.<pod>.upstream; None removes it
 
+    async def notifications(self, record: dict | None) -> None: ...  # status.agents.<pod>.notifications (merge)
+
 
 class LogReporter:
     """File mode, outside Kubernetes: what a pod reports to status and Events, as DEBUG log lines.
@@ -75,6 +77,9 @@ class LogReporter:
 
     async def upstream(self, record: dict | None) -> None:
         log.debug("upstream checked", extra={"fields": {"registry": self.subject, "upstream": record}})
+
+    async def notifications(self, record: dict | None) -> None:
+        log.debug("notification endpoints", extra={"fields": {"registry": self.subject, "notifications": record}})
 
 
 def data_path_record(state: PvcState | None, now: float) -> dict | None:
@@ -164,6 +169,15 @@ class ApiReporter:
     def _write_upstream(self, record: dict | None) -> None:
         with self._lock:
             self._patch_status({"upstream": record}, "status")
+
+    async def notifications(self, record: dict | None) -> None:
+        """status.agents.<pod>.notifications, merged by endpoint name (a name set to null is removed; the outbox
+        decides when a write is worth it)."""
+        await asyncio.to_thread(self._write_notifications, record)
+
+    def _write_notifications(self, record: dict | None) -> None:
+        with self._lock:
+            self._patch_status({"notifications": record}, "status")
 
     async def read_only_for(self, request_id: str | None) -> bool:
         """status.agents.<pod>.readOnlyFor: the GC request this pod's registry serves read-only for (null: it

@@ -194,6 +194,15 @@ def test_a_rotated_header_arrives_over_the_api_before_the_volume_follows(kube_ap
             push_image(image, pod.host, "demo/api:1")
             first = wait_for(lambda: _pushes(receiver, "demo/api"), what="the first push event")
             assert first[0][0]["Authorization"] == TOKEN_1
+
+            def told() -> dict | None:  # status.agents.<pod>.notifications: the outbox's counts, by endpoint
+                agents = (kube_api.get("berth.dev/v1alpha1/registries", "default", "reg").get("status") or {}).get(
+                    "agents") or {}
+                return ((agents.get("pod-0") or {}).get("notifications") or {}).get("scanner")
+
+            record = wait_for(lambda: (lambda r: r if r and r["pending"] == 0 and r["delivered"] >= 1 else None)(
+                told()), what="the endpoint's record in status")
+            assert record["dropped"] == 0 and "failingSince" not in record and record["checkedAt"]
             kube_api.patch("v1/secrets", "default", "hooks",
                            {"data": {"token": base64.b64encode(TOKEN_2.encode()).decode()}})
             wait_for(lambda: _outbox_applied(pod),
