@@ -28,7 +28,7 @@ from support.registries.replicas import backends, running_replicas
 from support.registries.supervisor import wait_for
 from support.services.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token, jwks
 from support.traffic.balancer import Balancer
-from support.traffic.pull_loop import PullLoop
+from support.traffic.pull_loop import KeptAlivePullLoop, PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 
@@ -215,11 +215,13 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
                           "pulls": sum(s.requests for s in stats), "failed": 0, "refused": 0, "reset": 0}))
 
 
-@pytest.mark.parametrize("dist", [FLOWS[0], FLOWS[2]])
+@pytest.mark.parametrize("dist", FLOWS)
 def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
     """One replica. 2.8, the overlapped restart: refused connections (the few ms between the old listener closing
     and the new one) are retried by the client, counted and shown, as the hitless benchmarks do. 3.x, the socket
-    berth-supervise holds: none is refused."""
+    berth-supervise holds: none is refused. A second client keeps one connection alive throughout (issue 48: an
+    old registry, still trusting the old key only, served it for up to 90 s, and its new-key tokens got 401); a
+    trust change retires a credential, so the old registry goes within drainTimeout and that client reconnects."""
     trust, issuer, replicas = start(tmp_path, kube_api, dist, count=1)
     loops: list[PullLoop] = []
     with issuer, replicas as pods:
@@ -231,10 +233,14 @@ def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
             url = f"{pod.url}/v2/demo/app/blobs/{layer}"
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE, key=trust.old_key)) == 200
             loops = pull_loops(url, image.blobs[layer], issuer, 1, retry_seconds=5)
-            loops[0].start()
-            wait_for(lambda: loops[0].stats.successes >= 10, what="the pull loop to get going")
+            challenge = {"realm": issuer.realm, "service": SERVICE, "scope": SCOPE}
+            loops.append(KeptAlivePullLoop(url, image.blobs[layer], retry_seconds=5,
+                                           authorization=lambda: f"Bearer {fetch_token(challenge, ALICE)}"))
+            for loop in loops:
+                loop.start()
+            wait_for(lambda: all(loop.stats.successes >= 10 for loop in loops), what="the pull loops to get going")
             seconds = rotate(kube_api, pods, issuer, trust, loops)
-            (stats,) = [loop.stop() for loop in loops]
+            stats, kept = [loop.stop() for loop in loops]
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE, key=trust.old_key)) == 401  # minted fresh
             assert bearer_status(url, issuer.mint(SERVICE, SCOPE)) == 200
         finally:
@@ -242,8 +248,11 @@ def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
                 loop.stop()
         print(json.dumps({"flow": dist[2], "major": dist[0], "trust_change_applied_seconds": seconds,
                           "pulls": stats.requests, "failed": len(stats.failures),
-                          "refused_retried": stats.refused_retries, "reset_retried": stats.reset_retries}))
+                          "refused_retried": stats.refused_retries, "reset_retried": stats.reset_retries,
+                          "kept_alive_pulls": kept.requests, "kept_alive_failed": len(kept.failures),
+                          "kept_alive_closed_retried": kept.reset_retries}))
         assert stats.failures == [], stats.failures[:5]
+        assert kept.failures == [] and kept.successes > 0, kept.failures[:5]
         assert stats.successes > 0 and len(pod.actions("restarted")) == 2
         if dist[0] == "3":  # the held socket: nothing refused, nothing closed without a response
             assert stats.refused_retries == 0 and stats.reset_retries == 0, stats
