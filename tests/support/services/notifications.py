@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, delay: float = 0.0, port: int = 0) -> None:
+    def __init__(self, delay: float = 0.0, port: int = 0, host: str = "127.0.0.1") -> None:
         self.delay = delay
         self._lock = threading.Lock()
         self._received: list[tuple[dict[str, str], dict]] = []
@@ -43,9 +43,9 @@ class Receiver:
             def log_message(self, *_args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/events"
+        self.url = f"http://{host}:{self.port}/events"
         self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
 
     def start(self) -> Receiver:
@@ -67,9 +67,10 @@ class Receiver:
 
 
 @contextmanager
-def running_receiver(delay: float = 0.0, port: int = 0) -> Iterator[Receiver]:
-    """`port`: a given one (an endpoint that was down comes up); default a free one."""
-    receiver = Receiver(delay, port).start()
+def running_receiver(delay: float = 0.0, port: int = 0, host: str = "127.0.0.1") -> Iterator[Receiver]:
+    """`port`: a given one (an endpoint that was down comes up); default a free one. `host`: the node's bridge
+    address for pods on the real node (support.clusters.node GATEWAY)."""
+    receiver = Receiver(delay, port, host).start()
     try:
         yield receiver
     finally:
