@@ -85,11 +85,14 @@ class Outbox:
         writer = asyncio.create_task(self._writer(), name="outbox-writer")
         try:
             while True:
-                self._follow_endpoints()
-                if self.delivered.is_set():
-                    self.delivered.clear()
-                    await asyncio.to_thread(self.log.save_cursors)
-                self._compact()
+                try:
+                    self._follow_endpoints()
+                    if self.delivered.is_set():
+                        self.delivered.clear()
+                        await asyncio.to_thread(self.log.save_cursors)
+                    self._compact()
+                except OSError as exc:  # a full or broken volume: said, and tried again at the next look
+                    log.error("outbox disk error", extra={"fields": {"errno": exc.errno}})
                 self._export()
                 await self._tell()
                 await asyncio.sleep(LOOK_SECONDS)
