@@ -358,8 +358,8 @@ class AgentRecord(ApiModel):
         "credentials.")
     notifications: dict[str, NotificationEndpointRecord] | None = Field(
         None, description="With spec.config.notifications: each endpoint as this pod's outbox last counted it, by "
-        "name; written when an endpoint starts or stops failing, drops events, or empties, and at most every "
-        "30 s while events come and go.")
+        "name; written when an endpoint starts or stops failing, drops events, or empties, once its counts have "
+        "been still for a second, and at most every 30 s while they keep moving.")
     waiting: str | None = Field(
         None, description="Set while this pod waits for its turn to restart its registry (another pod holds the "
         "Registry's reload Lease); removed when its turn comes."
