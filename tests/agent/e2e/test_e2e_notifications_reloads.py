@@ -64,13 +64,14 @@ def _reload(pod: RegistryPod, url: str, index: int) -> None:
              what=lambda: f"reload {index}\n{pod.agent_log_text()[-3000:]}")
 
 
-def _push_stream(host: str, repo: str, images: list, pushes: int, done: list[str]) -> threading.Thread:
+def _push_stream(host: str, repo: str, images: list, pushes: int, done: list[str],
+                 pause: float = 0.5) -> threading.Thread:
     def run() -> None:
         for index in range(pushes):
             image = images[index // 5]  # a new image (new layer and config blobs) every 5th push
             push_image(image, host, f"{repo}:{index}")
             done.append(str(index))
-            time.sleep(0.5)  # a stream, not a burst: 40 pushes in about half a minute
+            time.sleep(pause)  # 0: back to back, about 3 a second
 
     thread = threading.Thread(target=run, daemon=True, name="pushes")
     thread.start()
@@ -85,7 +86,7 @@ def test_no_event_is_lost_across_twenty_reloads_with_a_slow_receiver(tmp_path):
         try:
             _start(pod, receiver.url)
             done: list[str] = []
-            pusher = _push_stream(pod.host, "demo/stream", images, pushes, done)
+            pusher = _push_stream(pod.host, "demo/stream", images, pushes, done, pause=0.0)  # issue 48: back to back
             for index in range(reloads):
                 _reload(pod, receiver.url, index + 1)
                 _next_pushes(done, pushes)
