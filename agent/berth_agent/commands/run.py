@@ -237,7 +237,10 @@ async def _serve(pipeline: Any, sources: list[Any], emit: Any, queue: asyncio.Qu
                 log.error("loop ended", extra={"fields": {"loop": task.get_name(),
                                                            "error": f"{type(exc).__name__}: {exc}"}})
         if stopper in done and status == 0:
-            await outbox.deliver_all(delivery_seconds)
+            try:  # bounded whatever a status write or the disk does: the pod's stop must not hang on the outbox
+                await asyncio.wait_for(outbox.deliver_all(delivery_seconds), delivery_seconds + 5)
+            except TimeoutError:
+                log.warning("outbox delivery at stop cut short", extra={"fields": {"seconds": delivery_seconds}})
     finally:
         for task in [*tasks, stopper]:
             task.cancel()

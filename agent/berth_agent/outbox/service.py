@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
@@ -44,6 +45,12 @@ class Outbox:
         self._pending: list[tuple[list[bytes], asyncio.Future]] = []
         self._write = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
+        # The log's writes and fsyncs in a thread of their own: the relay's answer never waits behind the
+        # pipeline's work in the default executor (an apply waiting for a registry holds a thread for seconds).
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-disk")
+
+    async def _on_disk(self, call, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._disk, call, *args)
 
     # ---- what the relay calls ------------------------------------------------------------------------------------
 
@@ -65,7 +72,7 @@ class Outbox:
             # (a stat), not only every LOOK_SECONDS, so none stored after it slips past a new endpoint.
             self._follow_endpoints()
             try:
-                await asyncio.to_thread(self.log.append, [e for events, _ in batch for e in events])
+                await self._on_disk(self.log.append, [e for events, _ in batch for e in events])
             except OSError as exc:
                 for _, done in batch:
                     if not done.done():
@@ -89,7 +96,7 @@ class Outbox:
                     self._follow_endpoints()
                     if self.delivered.is_set():
                         self.delivered.clear()
-                        await asyncio.to_thread(self.log.save_cursors)
+                        await self._on_disk(self.log.save_cursors)
                     self._compact()
                 except OSError as exc:  # a full or broken volume: said, and tried again at the next look
                     log.error("outbox disk error", extra={"fields": {"errno": exc.errno}})
@@ -104,6 +111,7 @@ class Outbox:
             with contextlib.suppress(OSError):
                 self.log.save_cursors()
             self.log.close()
+            self._disk.shutdown(wait=False)
             await self._session.close()
 
     def _follow_endpoints(self) -> None:
@@ -175,7 +183,7 @@ class Outbox:
                 "endpoint": name, "events": count, "why": f"still undelivered {seconds:g}s after the agent was "
                                                           "told to stop"}})
         with contextlib.suppress(OSError):
-            await asyncio.to_thread(self.log.save_cursors)
+            await self._on_disk(self.log.save_cursors)
         await self._tell()
         return left
 
