@@ -133,6 +133,9 @@ class Outbox:
         for name in list(self.senders):
             if name not in endpoints:
                 self.senders.pop(name)[1].cancel()
+                for gauge in (metrics.notifications_pending, metrics.notifications_failing_since):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(name)  # a removed endpoint holds nothing and fails nowhere
                 log.info("outbox endpoint removed", extra={"fields": {"endpoint": name}})
         for name, endpoint in endpoints.items():
             if name in self.senders:
@@ -189,8 +192,10 @@ class Outbox:
 
 
 def _shown(endpoint: Endpoint) -> str:
-    """The URL without its query (a token could sit there)."""
-    return endpoint.url.split("?", 1)[0]
+    """The URL without its user info or query (a password or a token could sit there)."""
+    scheme, sep, rest = endpoint.url.split("?", 1)[0].split("#", 1)[0].partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
 
 
 def parse_envelope(body: bytes) -> list[bytes]:

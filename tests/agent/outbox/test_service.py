@@ -105,6 +105,9 @@ def test_events_are_delivered_in_order_with_headers_ignores_and_retries(tmp_path
             assert await post(relay_port, event("e5")) == 200
             await until(lambda: len(scanner.got) == 5)
             assert scanner.got[-1][0]["Authorization"] == "Bearer two" and "audit" not in outbox.senders
+            from prometheus_client import REGISTRY
+
+            assert REGISTRY.get_sample_value("berth_agent_notifications_pending", {"endpoint": "audit"}) is None
             await until(lambda: outbox.pending() == {"scanner": 0})
         finally:
             task.cancel()
@@ -144,3 +147,13 @@ def test_held_events_survive_a_new_outbox_and_are_delivered_once_the_endpoint_is
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_the_logged_url_carries_no_user_info_or_query():
+    from berth_agent.outbox.endpoints import Endpoint
+    from berth_agent.outbox.service import _shown
+
+    endpoint = Endpoint("e", "https://user:s3cret@hooks.example.com:8443/in?token=t0ken#x", (), 1.0, 1, 1.0,
+                        frozenset(), frozenset())
+    shown = _shown(endpoint)
+    assert shown == "https://hooks.example.com:8443/in" and "s3cret" not in shown and "t0ken" not in shown
