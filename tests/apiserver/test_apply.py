@@ -220,8 +220,13 @@ def test_an_existing_object_without_berths_label_is_read_and_decided_on(kube_api
     assert "ownerReferences" not in api.get("v1/serviceaccounts", ns, "handmade-agent")["metadata"]
 
     adopted_uid = api.get(REGISTRIES_PATH, ns, "adopted")["metadata"]["uid"]
-    wait_for(lambda: ports(api, ns, "adopted") == [5000], "the hand-made Service adopted", 60)
-    service = api.get("v1/services", ns, "adopted")
+    # Adoption takes two writes (a merge patch replaces the clashing port list, then the forced apply adds the owner
+    # reference and labels): wait for the end state, not the first write's.
+    def adopted() -> dict | None:
+        service = api.get("v1/services", ns, "adopted")
+        return service if service["metadata"].get("ownerReferences") and ports(api, ns, "adopted") == [5000] else None
+
+    service = wait_for(adopted, "the hand-made Service adopted", 60)
     assert [r["uid"] for r in service["metadata"]["ownerReferences"]] == [adopted_uid]
     assert service["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth"
     assert degraded("adopted") is None
