@@ -1,7 +1,8 @@
-"""The guides' kubectl commands, run as written on a real API server (issue 41): the install, the CRD-only install
-and the upgrade, then, on the Registry the install created (`ci-cache`, the guides' NAME), each page's commands
-that create or patch objects or read status. No kubelet runs here, so what a pod would do is not tested here (the
-node tier does); what the API server admits, stores and prints is.
+"""The guides' kubectl commands, run as written on a real API server (issue 41): the install (the CRD, then the
+operator), the CRD-only install and the upgrade, then, on the Registry the install created (`ci-cache`, the
+guides' NAME), each page's commands that create or patch objects or read status. No kubelet runs here, so what a
+pod would do is not tested here (the node tier does, the uninstall among it); what the API server admits, stores
+and prints is.
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def sh(api, tmp_path):
 
 
 def test_install_upgrade_and_the_crd_alone_as_the_guide_says(api, sh) -> None:
-    apply_deploy, apply_example, get_reg = sh("install")
-    assert "customresourcedefinition.apiextensions.k8s.io/registries.berth.dev" in apply_deploy
+    apply_crds, apply_deploy, apply_example, get_reg = sh("install")
+    assert "customresourcedefinition.apiextensions.k8s.io/registries.berth.dev" in apply_crds
+    # deploy/ holds the operator only: its symmetric delete (the uninstall) must never take the CRD.
+    assert "customresourcedefinition" not in apply_deploy and "deployment.apps/berth-operator" in apply_deploy
     assert f"registry.berth.dev/{NAME} created" in apply_example
     assert get_reg.split()[:3] == ["NAME", "STORAGE", "REPLICAS"] and NAME in get_reg
     assert api.get("apps/v1/deployments", "berth-system", "berth-operator") is not None
-    (upgrade,) = sh("upgrade")
-    assert "deployment.apps/berth-operator" in upgrade
+    upgrade_crds, upgrade = sh("upgrade")
+    assert "registries.berth.dev" in upgrade_crds and "deployment.apps/berth-operator" in upgrade
     (crd_only,) = sh("install-crd-only")
     assert "registries.berth.dev" in crd_only
 
@@ -105,6 +108,11 @@ def test_the_trust_rotation_and_its_check(api, sh, installed, tmp_path) -> None:
     digest, per_pod = sh("rotation-trust-applied", tmp_path)
     assert digest.split()[0] == hashlib.sha256(bundle.read_bytes()).hexdigest()
     assert per_pod == ""  # no pod runs here: no agent has reported yet
+
+
+def test_the_retained_claims_list(sh, installed) -> None:
+    (listed,) = sh("uninstall-find-retained")
+    assert listed == ""  # no claim here carries Berth's storage labels (kubectl says so on stderr)
 
 
 def test_the_status_and_event_reads(sh, installed) -> None:

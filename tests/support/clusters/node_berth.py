@@ -1,6 +1,6 @@
-"""Berth on the test node (support.clusters.node): installed with `kubectl apply -k deploy` and the image set,
-Registries
-made and watched, their pods' processes seen from the host.
+"""Berth on the test node (support.clusters.node): installed as install.md says, `kubectl apply -k crds` then
+`kubectl apply -k deploy` with the image set (and uninstalled with `kubectl delete -k` of the same overlay);
+Registries made and watched, their pods' processes seen from the host.
 
 The install happens once per run in effect: `kubectl apply` of the same objects is idempotent, so each xdist
 worker that needs it applies and waits; the first does the work.
@@ -45,20 +45,42 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float, node: Node
         time.sleep(interval)
 
 
-def install_berth(node: Node) -> str:
-    """`kubectl apply -k` of an overlay of deploy/ that only sets the image; returns the image it set."""
-    image = node.images["berth"]
-    name, _, tag = image.rpartition(":")
-    overlay = pathlib.Path(tempfile.mkdtemp(prefix="berth-overlay-", dir=node.state.root))
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+def berth_overlay(node: Node) -> pathlib.Path:
+    """An overlay of deploy/ that only sets the image (the same objects every time)."""
+    name, _, tag = node.images["berth"].rpartition(":")
+    overlay = pathlib.Path(node.state.root) / "berth-overlay"
+    overlay.mkdir(exist_ok=True)
+    written = overlay / f".kustomization.{os.getpid()}"
+    written.write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(REPO / "deploy", overlay)],  # kustomize refuses an absolute base
         "images": [{"name": DEPLOY_IMAGE, "newName": name, "newTag": tag}],
     }))
-    node.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(overlay))
+    written.replace(overlay / "kustomization.yaml")  # whole: another worker's kubectl may be reading it
+    return overlay
+
+
+def install_berth(node: Node) -> str:
+    """The install as docs/guide/install.md gives it: the CRD (`kubectl apply -k crds`), then the operator
+    (`kubectl apply -k` of berth_overlay); returns the image it set."""
+    node.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "crds"))
+    node.kubectl("wait", "--for=condition=Established", "crd/registries.berth.dev", "--timeout=60s")
+    node.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(berth_overlay(node)))
     wait_for(lambda: deployment_available(node, OPERATOR_NAMESPACE, "berth-operator", 2),
              "the operator's 2 pods Ready", 180, node)
-    return image
+    return node.images["berth"]
+
+
+def uninstall_berth(node: Node, command: str = "kubectl delete -k deploy") -> float:
+    """The uninstall install.md gives (`command`, deploy/ made this overlay), waited out until the operator's
+    namespace is gone; returns its seconds."""
+    began = time.monotonic()
+    args = command.split()
+    assert args[:3] == ["kubectl", "delete", "-k"] and args[3].rstrip("/") == "deploy", command
+    node.kubectl(*args[1:3], str(berth_overlay(node)), *args[4:], "--wait=true", timeout=300)
+    wait_for(lambda: node.api.get("v1/namespaces", None, OPERATOR_NAMESPACE) is None,
+             f"the namespace {OPERATOR_NAMESPACE} gone", 240, node)
+    return time.monotonic() - began
 
 
 def deployment_available(node: Node, namespace: str, name: str, replicas: int) -> bool:
