@@ -20,6 +20,14 @@ BACKENDS_MESSAGE = "set exactly one storage backend: filesystem, objectStorage, 
 # The filesystem driver's floor for maxthreads: it silently raises a smaller value to this (base/regulator.go).
 MIN_THREADS = 25
 
+# What happens to the objects Berth creates to hold a Registry's data when the Registry is deleted. Retain: they
+# are not owned by the Registry (the garbage collector leaves them) and a Registry created again with the same name
+# adopts them; Delete: owned, they go with it. The names follow a PersistentVolume's reclaim policy and a COSI
+# BucketClass's deletionPolicy. docs/guide/uninstall.md says what each keeps.
+DeletionPolicy = Literal["Retain", "Delete"]
+RETAIN: DeletionPolicy = "Retain"
+DELETE: DeletionPolicy = "Delete"
+
 
 class FilesystemStorage(ApiModel):
     """Registry data on a PersistentVolumeClaim: an existing claim, or one the operator creates from a class."""
@@ -44,6 +52,12 @@ class FilesystemStorage(ApiModel):
         description="StorageClass from which the operator creates a PersistentVolumeClaim for this registry.",
     )
     size: Quantity = Field("10Gi", description="Requested size of the claim created from storageClass.")
+    deletion_policy: DeletionPolicy = Field(
+        RETAIN, alias="deletionPolicy",
+        description="What deleting the Registry does to the claim created from storageClass. Retain (the default) "
+        "keeps the claim and its data, and a Registry created again with this name in this namespace uses it; "
+        "Delete deletes the claim with the Registry (and the volume, if its StorageClass's reclaimPolicy is Delete). "
+        "A change applies to the live claim at once. A claim named in persistentVolumeClaim is never deleted.")
     max_threads: int | None = Field(
         None, alias="maxThreads", ge=MIN_THREADS, le=INT32_MAX,
         description="Most concurrent filesystem operations (at least 25, Distribution's floor; default 100).")
@@ -84,6 +98,14 @@ class ObjectStorage(S3Options):
     bucket_access_class: ObjectName | None = Field(
         None, alias="bucketAccessClass", description="BucketAccessClass from which the operator creates a BucketAccess."
     )
+    deletion_policy: DeletionPolicy = Field(
+        RETAIN, alias="deletionPolicy",
+        description="What deleting the Registry does to the BucketClaim and BucketAccess created from bucketClass "
+        "and bucketAccessClass. Retain (the default) keeps both (the bucket and its data stay), and a Registry "
+        "created again with this name in this namespace uses them; Delete deletes them with the Registry (and the "
+        "bucket, if its BucketClass's deletionPolicy is Delete). A change applies to the live objects at once. "
+        "Objects named in bucketClaim and bucketAccess are never deleted.")
+
     @model_validator(mode="after")
     def _exactly_one_each(self) -> ObjectStorage:
         if (self.bucket_claim is None) == (self.bucket_class is None):

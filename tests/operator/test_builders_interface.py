@@ -36,12 +36,18 @@ def test_filesystem_class_gets_every_object(registry_factory, facts_factory):
 
 
 def test_every_object_is_namespaced_labelled_and_owned(builder_case):
+    """Owned by the Registry, but for what holds data: that carries its deletion policy, and is owned under Delete
+    only (the builder cases take the default, Retain)."""
     reg, facts = builder_case
     for obj in build_all(reg, facts, http_secret_value="v"):
         meta = obj["metadata"]
         assert meta["namespace"] == "registries"
         assert meta["labels"]["app.kubernetes.io/instance"] == "demo"
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "berth"
+        if obj["kind"] in ("PersistentVolumeClaim", "BucketClaim", "BucketAccess"):
+            assert meta["annotations"] == {"berth.dev/deletion-policy": "Retain"}
+            assert "ownerReferences" not in meta
+            continue
         assert meta["ownerReferences"] == [
             {
                 "apiVersion": "berth.dev/v1alpha1",

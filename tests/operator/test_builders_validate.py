@@ -46,6 +46,7 @@ _METADATA = {
         "name": _NAME,
         "namespace": _NAME,
         "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
         "ownerReferences": {"type": "array", "items": _OWNER_REFERENCE},
     },
 }

@@ -1,11 +1,14 @@
 """Edits of a live Registry: hot fields make no write, the image rolls the Deployment, replicas prune the
-PodDisruptionBudget, deletion leaves nothing behind."""
+PodDisruptionBudget, deletion leaves nothing behind but what the deletion policy keeps."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import OWNED_PATHS, REGISTRIES_PATH, wait_for
+
+COSI = "objectstorage.k8s.io/v1alpha1"
 
 NS = "edits"
 
@@ -123,8 +126,9 @@ def test_replicas_down_to_one_prunes_the_budget_and_never_the_storage(cosi_crds,
 
     assert kube_api.get("policy/v1/poddisruptionbudgets", NS, "scale") is None
     assert kube_api.get("apps/v1/deployments", NS, "scale")["spec"]["replicas"] == 1
-    owned = harness.owned(NS, reg["metadata"]["uid"])
-    assert ("BucketClaim", "scale-bucket") in owned and ("BucketAccess", "scale-bucket-access") in owned
+    assert kube_api.get("objectstorage.k8s.io/v1alpha1/bucketclaims", NS, "scale-bucket") is not None
+    assert kube_api.get("objectstorage.k8s.io/v1alpha1/bucketaccesses", NS, "scale-bucket-access") is not None
+    assert ("Deployment", "scale") in harness.owned(NS, reg["metadata"]["uid"])
     wait_for(lambda: [e for e in harness.events(NS, "scale") if e["reason"] == "Deleted"
                       and e["message"] == "Deleted PodDisruptionBudget scale"], "the Deleted event")
 
@@ -143,9 +147,15 @@ def test_edited_owned_object_is_repaired(operator_harness, kube_api):
              "the Service's port repaired")
 
 
-def test_deleting_the_registry_leaves_nothing_behind(cosi_crds, operator_harness, kube_api):
+def with_policy(spec: dict, policy: str) -> dict:
+    spec = copy.deepcopy(spec)
+    spec["config"]["storage"]["objectStorage"]["deletionPolicy"] = policy
+    return spec
+
+
+def test_deleting_the_registry_under_delete_leaves_nothing_behind(cosi_crds, operator_harness, kube_api):
     harness = operator_harness([NS])
-    reg = kube_api.create(registry("gone", COSI_R2 | {"replicas": 3}))
+    reg = kube_api.create(registry("gone", with_policy(COSI_R2, "Delete") | {"replicas": 3}))
     harness.wait_reconciled(NS, "gone")
     assert len(harness.owned(NS, reg["metadata"]["uid"])) == 12  # with the reload and GC Leases and the metrics Service
 
@@ -153,10 +163,38 @@ def test_deleting_the_registry_leaves_nothing_behind(cosi_crds, operator_harness
 
     assert kube_api.get(REGISTRIES_PATH, NS, "gone") is None  # no finalizer held it
     assert harness.owned(NS, reg["metadata"]["uid"]) == {}
-    from support.clusters.operator_harness import OWNED_PATHS
-
     for path in OWNED_PATHS.values():
         assert kube_api.list(path, NS) == [], path
+
+
+def test_deleting_the_registry_under_retain_leaves_its_bucket_claim_and_access_only(cosi_crds, operator_harness,
+                                                                                   kube_api):
+    """The default policy: what holds data stays, not owned; a Registry made again with the name takes it over
+    (no ApplyFailed, no second claim), and a switch to Delete owns it then, in place."""
+    harness = operator_harness([NS])
+    reg = kube_api.create(registry("kept", COSI_R2))
+    harness.wait_reconciled(NS, "kept")
+    kube_api.delete(REGISTRIES_PATH, NS, "kept")
+    assert harness.owned(NS, reg["metadata"]["uid"]) == {}
+    # What has no owner is what stays (a reconcile in flight at the deletion may create an object owned by the
+    # gone uid after the emulator's cascade: a cluster's garbage collector deletes that one too).
+    left = {(kind, obj["metadata"]["name"]) for kind, path in OWNED_PATHS.items() for obj in kube_api.list(path, NS)
+            if not obj["metadata"].get("ownerReferences")}
+    assert left == {("BucketClaim", "kept-bucket"), ("BucketAccess", "kept-bucket-access")}
+    claim_uid = kube_api.get(f"{COSI}/bucketclaims", NS, "kept-bucket")["metadata"]["uid"]
+
+    again = kube_api.create(registry("kept", COSI_R2))
+    harness.wait_reconciled(NS, "kept")
+    assert harness.condition(NS, "kept", "Degraded")["reason"] != "ApplyFailed"  # (its classes are not seeded)
+    assert kube_api.get(f"{COSI}/bucketclaims", NS, "kept-bucket")["metadata"]["uid"] == claim_uid
+
+    kube_api.patch(REGISTRIES_PATH, NS, "kept", {"spec": with_policy(COSI_R2, "Delete")})
+    wait_for(lambda: {("BucketClaim", "kept-bucket"), ("BucketAccess", "kept-bucket-access")}
+             <= set(harness.owned(NS, again["metadata"]["uid"])), "the claims owned under Delete")
+    claim = kube_api.get(f"{COSI}/bucketclaims", NS, "kept-bucket")
+    assert claim["metadata"]["uid"] == claim_uid
+    assert claim["metadata"]["annotations"]["berth.dev/deletion-policy"] == "Delete"
+    wait_for(lambda: [e for e in harness.events(NS, "kept") if e["reason"] == "Owned"], "the Owned event")
 
 
 def test_conflicting_write_is_read_again_and_retried(operator_harness, kube_api):

@@ -168,12 +168,22 @@ def all_cases():
             harness.stop()
 
 
+RETAINED_KINDS = {"PersistentVolumeClaim", "BucketClaim", "BucketAccess"}
+
+
 @pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_registry_creates_exactly_the_expected_objects(all_cases, case):
     api, harness, regs = all_cases
     reg = regs[case]
     owned = harness.owned(case, reg["metadata"]["uid"])
-    assert set(owned) == EXPECTED[case]
+    # What holds data is made under the default deletion policy, Retain: not owned, labelled and annotated.
+    assert set(owned) == {(kind, name) for kind, name in EXPECTED[case] if kind not in RETAINED_KINDS}
+    for kind, name in EXPECTED[case]:
+        if kind in RETAINED_KINDS:
+            meta = api.get(OWNED_PATHS[kind], case, name)["metadata"]
+            assert "ownerReferences" not in meta, meta
+            assert meta["annotations"]["berth.dev/deletion-policy"] == "Retain"
+            assert meta["labels"]["app.kubernetes.io/instance"] == reg["metadata"]["name"]
     for obj in owned.values():
         refs = obj["metadata"]["ownerReferences"]
         assert refs == [{"apiVersion": "berth.dev/v1alpha1", "kind": "Registry", "name": reg["metadata"]["name"],

@@ -12,7 +12,7 @@ from berth_api import Registry
 from . import bucket_claim, names
 from .checks import Found, Reader, status
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import data_meta
 from .problems import Problem
 
 SECRET_NOT_YET = "does not exist yet"  # the COSI driver's Secret: no label of Berth's, watched by name (named.py)
@@ -25,7 +25,8 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": bucket_claim.COSI_API_VERSION,
         "kind": "BucketAccess",
-        "metadata": object_meta(reg, names.bucket_access_name(reg), names.STORAGE_COMPONENT),
+        "metadata": data_meta(reg, names.bucket_access_name(reg), names.STORAGE_COMPONENT,
+                              object_storage.deletion_policy),
         "spec": {
             "bucketClaimName": bucket_claim.claim_name(reg),
             "bucketAccessClassName": object_storage.bucket_access_class,

@@ -10,7 +10,7 @@ from berth_api import Registry
 from . import names
 from .checks import Found, Reader, status
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import data_meta
 from .problems import Problem
 
 COSI_API_VERSION = "objectstorage.k8s.io/v1alpha1"
@@ -23,7 +23,8 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": COSI_API_VERSION,
         "kind": "BucketClaim",
-        "metadata": object_meta(reg, names.bucket_claim_name(reg), names.STORAGE_COMPONENT),
+        "metadata": data_meta(reg, names.bucket_claim_name(reg), names.STORAGE_COMPONENT,
+                              object_storage.deletion_policy),
         "spec": {"bucketClassName": object_storage.bucket_class, "protocols": ["S3"]},
     }
 

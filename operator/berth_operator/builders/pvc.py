@@ -10,7 +10,7 @@ from berth_api import Registry
 from . import names
 from .checks import Found, Reader, status
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import data_meta
 from .problems import Problem
 
 
@@ -21,7 +21,7 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": object_meta(reg, names.pvc_name(reg), names.STORAGE_COMPONENT),
+        "metadata": data_meta(reg, names.pvc_name(reg), names.STORAGE_COMPONENT, filesystem.deletion_policy),
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": filesystem.storage_class,

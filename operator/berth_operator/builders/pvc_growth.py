@@ -27,6 +27,7 @@ from berth_api import Registry
 
 from . import names
 from .checks import Grow, Growth, Reader
+from .meta import made_for
 from .problems import Problem
 
 SIZE_FIELD = "spec.config.storage.filesystem.size"
@@ -46,11 +47,6 @@ class Decision:
 
 def _requested(claim: Mapping[str, Any]) -> str | None:
     return (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
-
-
-def _controlled_by(claim: Mapping[str, Any], uid: str | None) -> bool:
-    refs = (claim.get("metadata") or {}).get("ownerReferences") or ()
-    return uid is not None and any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
 
 
 def resize_progress(claim: Mapping[str, Any]) -> list[Problem]:
@@ -121,7 +117,7 @@ def target(reg: Registry) -> str | None:
 def plan(reader: Reader, reg: Registry, claim: Mapping[str, Any]) -> Growth:
     """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress."""
     fs = reg.spec.config.storage.filesystem
-    if fs.persistent_volume_claim or not _controlled_by(claim, reg.metadata.get("uid")):
+    if fs.persistent_volume_claim or not made_for(claim, reg):
         return Growth(problems=tuple(resize_progress(claim)))  # the user's claim: watched, never patched
     class_name = (claim.get("spec") or {}).get("storageClassName")
     # The class matters only for growing: decided without it first (no request when the size is unchanged).

@@ -17,6 +17,10 @@
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
 - A change the API server refuses in place (the table of kinds' must_replace: a LoadBalancer Service's class,
   builders.service.must_replace) is made by deleting the object (by uid) and creating it again at once.
+- The objects that hold data (the claims: builders/meta.data_meta) are owned by their Registry only under the
+  Delete deletion policy. A change of policy, or a Registry adopting the claims a namesake left under Retain, is
+  the one other change made to them in place: the owner reference (and the policy annotation) added or removed by
+  a JSON patch guarded by the resourceVersion (settle_ownership). Nothing is deleted by it.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them: those of the
   kinds whose entry in the table of kinds names a prune (builders/kinds.py). The kinds that hold data (the claims)
   name none: they go only with the Registry, through owner references.
@@ -36,6 +40,7 @@ from kubernetes.utils import parse_quantity
 from berth_api import Registry
 
 from ..builders import kinds, names
+from ..builders.meta import DELETION_POLICY_ANNOTATION, made_for
 from ..cluster.view import Cluster
 from ..kube.client import FIELD_MANAGER, KubeError
 
@@ -49,7 +54,7 @@ CONFLICT_RETRIES = 3
 
 @dataclass(frozen=True)
 class Action:
-    """A write made: verb is Created, Updated, Replaced or Deleted."""
+    """A write made: verb is Created, Updated, Replaced, Deleted, Owned or Retained (settle_ownership)."""
 
     verb: str
     kind: str
@@ -154,8 +159,10 @@ def _annotated(wanted: Mapping[str, Any], digest: str) -> dict[str, Any]:
                                                            DESIRED_HASH_ANNOTATION: digest}}}
 
 
-def apply_object(cluster: Cluster, wanted: Mapping[str, Any]) -> Action | None:
-    """Create or apply one object; None when it was already as wanted (no write)."""
+def apply_object(cluster: Cluster, wanted: Mapping[str, Any], registry_uid: str | None = None) -> Action | None:
+    """Create or apply one object; None when it was already as wanted (no write). registry_uid: the Registry's,
+    whose owner reference a retained claim's wanted manifest does not carry but its live object may (Delete
+    before)."""
     meta = wanted["metadata"]
     api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
     digest = desired_hash(wanted)
@@ -188,8 +195,10 @@ def apply_object(cluster: Cluster, wanted: Mapping[str, Any]) -> Action | None:
                 raise Conflict(f"{kind} {name} exists and cannot be read; the next reconcile retries") from None
     if live is not None:
         owner = _owner_uid(live)
-        if owner is not None and owner != _owner_uid(wanted):
+        if owner is not None and owner not in (_owner_uid(wanted), registry_uid):
             raise NotOurs(f"{kind} {name} exists and is controlled by another owner (uid {owner}); not touching it")
+        if _holds_data(wanted):
+            return settle_ownership(cluster, live, wanted, registry_uid)
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
         refused = kinds.lookup(api_version, kind).must_replace
@@ -214,6 +223,63 @@ def apply_object(cluster: Cluster, wanted: Mapping[str, Any]) -> Action | None:
             if exc.status != 409:  # a forced apply conflicts on no field; a 409 is a race (two creates): again
                 raise
     raise Conflict(f"{kind} {name} kept changing while being applied; the next reconcile retries")
+
+
+def _holds_data(wanted: Mapping[str, Any]) -> bool:
+    return DELETION_POLICY_ANNOTATION in ((wanted.get("metadata") or {}).get("annotations") or {})
+
+
+def ownership_patch(live: Mapping[str, Any], wanted: Mapping[str, Any],
+                    registry_uid: str | None) -> list[dict[str, Any]]:
+    """The JSON patch that gives a live claim the wanted owner reference and policy annotation (pure; [] when it has
+    them). Only this Registry's reference is added or removed: any other owner's entries are left as they are."""
+    meta, wanted_meta = live.get("metadata") or {}, wanted["metadata"]
+    refs = list(meta.get("ownerReferences") or ())
+    ours = [i for i, ref in enumerate(refs) if ref.get("uid") in (registry_uid, _owner_uid(wanted)) and ref.get("uid")]
+    ops: list[dict[str, Any]] = []
+    if wanted_meta.get("ownerReferences") and not ours:
+        ref = wanted_meta["ownerReferences"][0]
+        ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref} if refs else
+                   {"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
+    elif not wanted_meta.get("ownerReferences"):
+        ops += [{"op": "remove", "path": f"/metadata/ownerReferences/{i}"} for i in reversed(ours)]
+    policy = wanted_meta["annotations"][DELETION_POLICY_ANNOTATION]
+    annotations = meta.get("annotations") or {}
+    if annotations.get(DELETION_POLICY_ANNOTATION) != policy:
+        ops.append({"op": "add", "path": "/metadata/annotations/" + DELETION_POLICY_ANNOTATION.replace("/", "~1"),
+                    "value": policy} if annotations else
+                   {"op": "add", "path": "/metadata/annotations", "value": {DELETION_POLICY_ANNOTATION: policy}})
+    return ops
+
+
+def settle_ownership(cluster: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any],
+                     registry_uid: str | None) -> Action | None:
+    """A claim's owner reference as its deletion policy wants it: Owned (Delete: it goes with the Registry) or
+    Retained (it stays). Guarded by the resourceVersion; a conflict reads the server's object and plans again.
+    Under OwnerReferencesPermissionEnforcement, changing owner references needs delete on the object (Berth's
+    ClusterRole grants it on the claims for this; it never deletes one)."""
+    meta = wanted["metadata"]
+    api_version, kind, namespace, name = wanted["apiVersion"], wanted["kind"], meta.get("namespace"), meta["name"]
+    verb = "Owned" if meta.get("ownerReferences") else "Retained"
+    for attempt in range(CONFLICT_RETRIES):
+        if attempt:
+            live = cluster.get(api_version, kind, namespace, name, cached=False)
+            if live is None:
+                return None  # gone: the next reconcile creates it
+        ops = ownership_patch(live, wanted, registry_uid)
+        if not ops:
+            return None
+        version = live["metadata"].get("resourceVersion")
+        try:
+            cluster.patch(api_version, kind, namespace, name,
+                          [{"op": "test", "path": "/metadata/resourceVersion", "value": version}, *ops],
+                          json_patch=True)
+        except KubeError as exc:
+            if exc.status in (409, 422):
+                continue
+            raise
+        return Action(verb, kind, name)
+    raise Conflict(f"{kind} {name} kept changing while its owner reference was set; the next reconcile retries")
 
 
 def _replace(cluster: Cluster, live: Mapping[str, Any], wanted: Mapping[str, Any]) -> Action:
@@ -253,10 +319,10 @@ def http_secret_value(cluster: Cluster, reg: Registry) -> str | None:
 
 def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]],
           unserved: Collection[tuple[str, str]] = ()) -> list[Action]:
-    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (not of the kinds the cluster
-    does not serve, facts.unserved: none of one can exist, and a GET would 404 for every Registry)."""
+    """Delete objects of PRUNABLE kinds this Registry controls but no longer builds (a retained BucketAccess too: its
+    policy is about the Registry's deletion, and a spec that stops making it revokes its access; not of the kinds
+    the cluster does not serve, facts.unserved: none of one can exist, and a GET would 404 for every Registry)."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in built}
-    uid = reg.metadata.get("uid")
     actions = []
     for api_version, kind, name_of in PRUNABLE:
         if (api_version, kind) in unserved:
@@ -266,7 +332,7 @@ def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]],
             if (kind, name) in wanted:
                 continue
             live = cluster.get_owned(api_version, kind, names.namespace(reg), name)  # this Registry's is Berth's
-            if live is None or _owner_uid(live) != uid:
+            if live is None or not made_for(live, reg):
                 continue
             if cluster.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
                 actions.append(Action("Deleted", kind, name))

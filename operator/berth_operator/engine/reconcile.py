@@ -149,7 +149,7 @@ def _apply(
     secret = apply.http_secret_value(cluster, reg)
     built = build_all(reg, lookup.facts, http_secret_value=secret)
     for manifest in built:
-        action = apply.apply_object(cluster, manifest)
+        action = apply.apply_object(cluster, manifest, reg.metadata.get("uid"))
         if action is not None:
             actions.append(action)
     actions += apply.prune(cluster, reg, built, gone)
