@@ -55,6 +55,12 @@ UNEXERCISED_GRANTS = {
                                               "GETs one only on a cache miss, which a run may not have",
     ("objectstorage.k8s.io", "bucketaccesses", "delete"): "a BucketAccess the operator made is pruned when the "
                                                           "Registry switches to an existing one",
+    # A deletionPolicy change patches the claims' owner reference (exercised by test_deletion_policy.py, with the
+    # garbage collector); OwnerReferencesPermissionEnforcement admits that only from who may delete the object.
+    ("", "persistentvolumeclaims", "delete"): "admits the owner-reference patch of a deletionPolicy change",
+    ("objectstorage.k8s.io", "bucketclaims", "patch"): "sets the owner reference when deletionPolicy changes",
+    ("objectstorage.k8s.io", "bucketclaims", "delete"): "admits the owner-reference patch of a deletionPolicy change",
+    ("objectstorage.k8s.io", "bucketaccesses", "patch"): "sets the owner reference when deletionPolicy changes",
     # spec.monitoring.serviceMonitor (issue 21): exercised by tests/apiserver/test_monitoring.py, where the
     # prometheus-operator CRDs are installed; this scenario's examples ask for no ServiceMonitor.
     ("monitoring.coreos.com", "servicemonitors", "get"): "applies a Registry's ServiceMonitor (spec.monitoring)",

@@ -79,6 +79,7 @@ READ = ("get", "list", "watch")
 MADE = (*READ, "create")
 APPLIED = (*MADE, "patch")
 PRUNED = (*APPLIED, "delete")
+OWNERSHIP = PRUNED  # the claims: their owner reference is patched, which needs delete (see the claims' entries)
 
 
 @dataclass(frozen=True)
@@ -150,15 +151,17 @@ TABLE: tuple[Kind, ...] = (
     # The generated HTTP secret is never overwritten; the caches hold Berth's Secrets with key names only.
     Kind("v1", "Secret", "secrets", cached=True, applied=CREATE, builders=(http_secret.build,), named=True,
          verbs=MADE),
-    # The claim Berth made is patched to grow it (pvc_growth.py; engine/expansion.py writes the patch).
+    # The claims hold data: their owner reference follows the deletion policy (engine/apply.settle_ownership, a
+    # patch; OwnerReferencesPermissionEnforcement admits it only from who may delete the object, hence OWNERSHIP).
+    # The claim Berth made is patched to grow it too (pvc_growth.py; engine/expansion.py writes the patch).
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True, applied=CREATE,
-         builders=(pvc.build,), named=True, verbs=APPLIED, checks=Checks(pvc.missing, pvc.waiting, pvc_growth.GROW)),
+         builders=(pvc.build,), named=True, verbs=OWNERSHIP, checks=Checks(pvc.missing, pvc.waiting, pvc_growth.GROW)),
     Kind(COSI, "BucketClaim", "bucketclaims", cached=True, applied=CREATE, builders=(bucket_claim.build,),
-         optional=COSI_API, needed_by=storage.object_storage_fields, named=True, verbs=MADE,
+         optional=COSI_API, needed_by=storage.object_storage_fields, named=True, verbs=OWNERSHIP,
          checks=Checks(bucket_claim.missing, bucket_claim.waiting)),
     Kind(COSI, "BucketAccess", "bucketaccesses", cached=True, applied=CREATE, builders=(bucket_access.build,),
          prune=names.bucket_access_name, optional=COSI_API, needed_by=storage.object_storage_fields, named=True,
-         verbs=(*MADE, "delete"), checks=Checks(bucket_access.missing, bucket_access.waiting)),
+         verbs=OWNERSHIP, checks=Checks(bucket_access.missing, bucket_access.waiting)),
     # A Certificate before the pods that mount its Secret; prune names both a Registry may have.
     Kind(CERT_MANAGER, "Certificate", "certificates", cached=True, applied=APPLY,
          builders=(certificate.build, certificate.build_ingress), prune=names.certificate_names,
