@@ -226,13 +226,17 @@ def controllers_settled(api: KubeApiServer, count: int) -> bool:
 
 
 def missing_objects(api: KubeApiServer, regs: list[dict[str, Any]]) -> list[str]:
-    """What the Registries should own and do not: 'reg-0001: 0 of 1 v1/persistentvolumeclaims', by owner uid."""
+    """What the Registries should own and do not: 'reg-0001: 0 of 1 v1/persistentvolumeclaims', by owner uid (or,
+    for a claim retained under the default deletionPolicy, which has no owner, by the instance label)."""
     owned: collections.Counter[tuple[str, str]] = collections.Counter()
+    uids = {reg["metadata"]["name"]: reg["metadata"]["uid"] for reg in regs}
     for path in {*OWNED, *(p for extra in OWNED_BY_SPEC for p in extra)}:
         for obj in api.list(path, NS):
-            for ref in obj["metadata"].get("ownerReferences") or ():
-                if ref.get("kind") == "Registry":
-                    owned[(ref["uid"], path)] += 1
+            refs = [ref for ref in obj["metadata"].get("ownerReferences") or () if ref.get("kind") == "Registry"]
+            if not refs and (name := (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")) in uids:
+                refs = [{"uid": uids[name]}]
+            for ref in refs:
+                owned[(ref["uid"], path)] += 1
     missing = []
     for reg in regs:
         index = int(reg["metadata"]["name"].rsplit("-", 1)[1]) % len(SPECS)
