@@ -77,6 +77,12 @@ def test_growing_the_storage(api, sh, installed) -> None:
     assert registry["spec"]["config"]["storage"]["filesystem"]["size"] == "100Gi"
 
 
+def test_the_deletion_policy_patch(api, sh, installed) -> None:
+    sh("storage-deletion-policy")
+    registry = api.get(REGISTRIES, "default", NAME)
+    assert registry["spec"]["config"]["storage"]["filesystem"]["deletionPolicy"] == "Delete"
+
+
 def test_a_gc_run_now_is_an_rfc_3339_timestamp(api, sh, installed) -> None:
     sh("gc-run-now")
     value = api.get(REGISTRIES, "default", NAME)["metadata"]["annotations"]["berth.dev/gc-requested-at"]
