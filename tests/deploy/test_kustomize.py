@@ -40,14 +40,16 @@ def built() -> tuple[dict, ...]:
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
-def one(kind: str) -> dict:
-    [obj] = [obj for obj in built() if obj["kind"] == kind]
+def one(kind: str, name: str | None = None) -> dict:
+    [obj] = [obj for obj in built() if obj["kind"] == kind and name in (None, obj["metadata"]["name"])]
     return obj
 
 
 def test_builds_exactly_the_install_objects() -> None:
     assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in built()) == [
         ("ClusterRole", "berth-operator"),
+        ("ClusterRole", "berth-registry-edit"),  # users' roles (issue 50), aggregated into edit and admin
+        ("ClusterRole", "berth-registry-view"),  # and into view
         ("ClusterRoleBinding", "berth-operator"),
         ("Deployment", "berth-operator"),
         ("FlowSchema", "berth-operator-leader-election"),  # the leader's Lease requests' priority (cluster-wide)
@@ -141,7 +143,7 @@ def test_operator_container() -> None:
 
 
 def test_cluster_role_has_no_wildcards_and_is_bound_to_the_operator() -> None:
-    role = one("ClusterRole")
+    role = one("ClusterRole", "berth-operator")
     for rule in role["rules"]:
         for field in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule.get(field, []), f"wildcard in {field}: {rule}"
@@ -152,3 +154,22 @@ def test_cluster_role_has_no_wildcards_and_is_bound_to_the_operator() -> None:
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "berth-operator", "namespace": NAMESPACE}]
+
+
+def test_the_user_roles_reach_registries_only_and_aggregate_into_the_built_in_roles() -> None:
+    """deploy/user-roles.yaml (issue 50): whoever holds `view` in a namespace reads its Registries, whoever holds
+    `edit` or `admin` also writes them; nothing else (no Secret, no status write, no wildcard), and nobody is bound
+    to them here: the built-in roles carry them (tests/apiserver/test_user_roles.py proves it on a real server)."""
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    view, edit = one("ClusterRole", "berth-registry-view"), one("ClusterRole", "berth-registry-edit")
+    assert {k for k, v in view["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"} == {
+        f"{aggregate}view", f"{aggregate}edit", f"{aggregate}admin"}
+    assert {k for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"} == {
+        f"{aggregate}edit", f"{aggregate}admin"}
+    assert view["rules"] == [{"apiGroups": ["berth.dev"], "resources": ["registries", "registries/status",
+                                                                       "registries/scale"],
+                              "verbs": ["get", "list", "watch"]}]
+    assert edit["rules"] == [{"apiGroups": ["berth.dev"], "resources": ["registries", "registries/scale"],
+                              "verbs": ["create", "update", "patch", "delete", "deletecollection"]}]
+    bound = {obj["roleRef"]["name"] for obj in built() if obj["kind"] in ("ClusterRoleBinding", "RoleBinding")}
+    assert not bound & {"berth-registry-view", "berth-registry-edit"}
