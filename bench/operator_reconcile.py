@@ -72,7 +72,7 @@ OWNED = {"v1/serviceaccounts": 1, "rbac.authorization.k8s.io/v1/roles": 1,
 OWNED_BY_SPEC = [{}, {"v1/persistentvolumeclaims": 1},
                  {f"{COSI}/bucketclaims": 1, f"{COSI}/bucketaccesses": 1, "policy/v1/poddisruptionbudgets": 1},
                  {"policy/v1/poddisruptionbudgets": 1}]
-DEPLOY_LEASE = {"duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}  # deploy/deployment.yaml's
+DEPLOY_LEASE = {"duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}  # deploy/base/deployment.yaml's
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 TARGETS = {"converge_1000_s": 60.0, "rss_mib": 200.0, "idle_cpu_pct": 2.0, "idle_writes": 0, "edit_s": 1.0,
            "per_registry_growth": 1.5}

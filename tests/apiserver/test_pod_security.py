@@ -1,5 +1,5 @@
 """The restricted Pod Security Standard as the real API server enforces it (the PodSecurity admission plugin, a
-namespace labelled `pod-security.kubernetes.io/enforce: restricted`, as deploy/namespace.yaml labels the
+namespace labelled `pod-security.kubernetes.io/enforce: restricted`, as deploy/base/namespace.yaml labels the
 operator's): the registry pod of every example and the operator's own pod are admitted, and every breach
 support.clusters.pss claims to catch (tests/deploy/test_pss.py) is refused by the server too, so the offline checker
 the builder tests use says what the API server says. Pods are created with dryRun (nothing would run them).
@@ -55,7 +55,7 @@ def test_the_registry_pod_is_admitted(kube_apiserver, restricted, name) -> None:
 
 
 def test_the_operator_pod_is_admitted(kube_apiserver, restricted) -> None:
-    deployment = yaml.safe_load((REPO / "deploy" / "deployment.yaml").read_text())
+    deployment = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())
     template = deployment["spec"]["template"]
     create_pod(kube_apiserver, restricted, template, template["spec"].pop("serviceAccountName"))
 

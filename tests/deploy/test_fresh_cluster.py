@@ -73,7 +73,7 @@ def test_example_applies_to_a_fresh_cluster_as_is(path: pathlib.Path) -> None:
 
 
 def test_deploy_image_has_new_name_and_new_tag_to_point_at_a_build() -> None:
-    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((REPO / "deploy" / "base" / "kustomization.yaml").read_text())  # both installs
     [image] = kustomization["images"]
-    assert image["name"] == "ghcr.io/berth-dev/berth"  # what deploy/deployment.yaml names
+    assert image["name"] == "ghcr.io/berth-dev/berth"  # what deploy/base/deployment.yaml names
     assert image["newName"] and image["newTag"]

@@ -32,8 +32,8 @@ from support.clusters.operator_harness import AGENT_IMAGE, OperatorProcess, wait
 OPERATOR_NAMESPACE = "berth-system"
 OPERATOR_SA = "berth-operator"
 OPERATOR_USER = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SA)
-DEPLOY_RBAC = ("namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml",
-               "leader-election-role.yaml", "flowschema.yaml")
+DEPLOY_RBAC = ("base/namespace.yaml", "base/serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml",
+               "base/leader-election-role.yaml", "base/flowschema.yaml")
 
 
 def agent_objects(registry: Mapping[str, Any], facts: ClusterFacts | None = None) -> list[dict[str, Any]]:
@@ -134,6 +134,6 @@ def cluster_role_grants() -> set[tuple[str, str, str]]:
 
 def leader_role_grants() -> set[tuple[str, str, str]]:
     """The namespaced Role for the leader Lease: it holds in OPERATOR_NAMESPACE only."""
-    docs = yaml.safe_load_all((REPO / "deploy" / "leader-election-role.yaml").read_text())
+    docs = yaml.safe_load_all((REPO / "deploy" / "base" / "leader-election-role.yaml").read_text())
     [leader_role] = [doc for doc in docs if doc["kind"] == "Role"]
     return grants(leader_role["rules"])

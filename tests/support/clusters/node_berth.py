@@ -27,9 +27,9 @@ from support.registries.registry import http_get
 REPO = pathlib.Path(__file__).resolve().parents[3]
 REGISTRIES = "berth.dev/v1alpha1/registries"
 OPERATOR_NAMESPACE = "berth-system"
-OPERATOR_LEASE = "berth-operator"  # deploy/deployment.yaml's comment; berth_operator.leader holds it
+OPERATOR_LEASE = "berth-operator"  # deploy/base/deployment.yaml's comment; berth_operator.leader holds it
 OPERATOR_SELECTOR = "app.kubernetes.io/name=berth-operator"
-DEPLOY_IMAGE = "ghcr.io/berth-dev/berth"  # the name deploy/kustomization.yaml sets
+DEPLOY_IMAGE = "ghcr.io/berth-dev/berth"  # the name deploy/base/kustomization.yaml sets
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float, node: Node | None = None,
