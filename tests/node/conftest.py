@@ -34,7 +34,8 @@ def node_turn_lock(node: Node, *, exclusive: bool) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def berth_image(kube_node: Node) -> str:
-    """Berth installed by `kubectl apply -k crds` then `kubectl apply -k deploy` with the image set (once per worker; apply is idempotent).
+    """Berth installed by `kubectl apply -k crds` then `kubectl apply -k deploy` with the image set (once per
+    worker; apply is idempotent).
     In the node's turn: a worker's first test sets this up before its own turn, and its apply would put the
     operator's image back under an upgrade running alone (a CI run's upgrade timed out on that)."""
     with node_turn_lock(kube_node, exclusive=False):
