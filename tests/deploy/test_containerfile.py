@@ -83,7 +83,8 @@ def test_home_is_the_writable_tmp_both_pods_mount() -> None:
     """UID 65532 has no passwd entry: HOME must be set, and on the only writable path (issue 7)."""
     env = " ".join(rest for keyword, rest in stages()[-1] if keyword == "ENV")
     assert re.search(r"(^|\s)HOME=/tmp(\s|$)", env), "the final stage must set HOME=/tmp"
-    operator_pod = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    deployment = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())
+    operator_pod = deployment["spec"]["template"]["spec"]
     assert {"name": "tmp", "mountPath": "/tmp"} in operator_pod["containers"][0]["volumeMounts"]
     reg = Registry.model_validate({"metadata": {"name": "r", "namespace": "ns", "uid": "u"},
                                    "spec": {"config": {"storage": {"inmemory": {}}}}})
