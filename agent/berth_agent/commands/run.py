@@ -112,7 +112,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..core.deferred import defer
     from ..core.logs import setup_json_logging
+
+    # The agent serves with aiohttp.web in every pod; the client half of aiohttp loads when first used: a
+    # notification endpoint, a scrape of the registry's metrics (core/deferred.py).
+    defer("aiohttp")
 
     setup_json_logging(args.log_level)
     # Absolute paths: the registry's command line names the config path, and supervisor/procfs.py matches it exactly.

@@ -7,6 +7,13 @@ of models. `install()` puts lazy stand-ins for the packages `kubernetes`, `kuber
 from the import table of the real `__init__.py` (read as text, not executed), so the client behaves the
 same and only what is touched gets loaded. The kubernetes client itself is not modified.
 
+`kubernetes.config` is lazy too: its `__init__` imports `kube_config`, which loads requests, requests-oauthlib,
+oauthlib and charset-normalizer (~150 modules, ~6 MiB) for kubeconfig files; a pod's agent only runs
+`load_incluster_config`. A function the `__init__` defines itself (`load_config`) runs the real `__init__` first.
+The client's REST layer imports one function of requests (`requests.utils.should_bypass_proxies`): requests and
+the character detection it imports (charset-normalizer, ~2.5 MiB, used only to guess a response's encoding) are
+deferred packages (core/deferred.py), so that import loads `requests.utils` and what it needs, not the package.
+
 Called by `berth-agent run` in the agent process only, before anything imports kubernetes.
 """
 
@@ -19,8 +26,15 @@ import sys
 import types
 from pathlib import Path
 
-LAZY_PACKAGES = ("kubernetes", "kubernetes.client", "kubernetes.client.api", "kubernetes.client.models")
-_FROM_IMPORT = re.compile(r"^from (kubernetes[\w.]*) import (\w+)\s*$", re.M)
+from ..core.deferred import defer
+
+LAZY_PACKAGES = ("kubernetes", "kubernetes.client", "kubernetes.client.api", "kubernetes.client.models",
+                 "kubernetes.config")
+# `from kubernetes.x import Name` and `from .x import (A, B,\n C)`: a package's import table.
+_FROM_IMPORT = re.compile(r"^from (kubernetes[\w.]*|\.[\w.]*) import (\([^)]*\)|[\w, ]+?)\s*$", re.M)
+# Imported by the client's modules for one function (requests) or not at all (charset_normalizer, by requests).
+DEFERRED_PACKAGES = ("requests", "charset_normalizer")
+_DEFINED = re.compile(r"^def (\w+)\(", re.M)
 _VERSION = re.compile(r'^__version__ = "([^"]+)"', re.M)
 
 
@@ -29,12 +43,18 @@ class _LazyPackage(types.ModuleType):
 
     def __init__(self, name: str, init_source: str):
         super().__init__(name)
-        self._lazy_table = {attr: module for module, attr in _FROM_IMPORT.findall(init_source)}
+        self._lazy_table = {attr.strip(): _absolute(module, name)
+                            for module, attrs in _FROM_IMPORT.findall(init_source)
+                            for attr in attrs.strip("()").split(",") if attr.strip() and module != "."}
+        self._defined = set(_DEFINED.findall(init_source))
 
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
         module_name = self._lazy_table.get(attr)
+        if attr in self._defined:  # defined by the __init__ itself: run it, in this module
+            self.__spec__.loader.exec_module(self)
+            return self.__dict__[attr]
         if module_name is None:
             try:  # a submodule or subpackage (kubernetes.config, kubernetes.client.rest, ...)
                 value = importlib.import_module(f"{self.__name__}.{attr}")
@@ -49,10 +69,17 @@ class _LazyPackage(types.ModuleType):
         return sorted(set(super().__dir__()) | set(self._lazy_table))
 
 
+def _absolute(module: str, package: str) -> str:
+    """`.x` in `package` as `package.x` (`from . import x` names submodules: not in the table)."""
+    return package + module if module.startswith(".") else module
+
+
 def install() -> bool:
     """Make later `import kubernetes...` lazy; False (and nothing done) if kubernetes is already imported."""
     if any(name in sys.modules for name in LAZY_PACKAGES):
         return False
+    for name in DEFERRED_PACKAGES:
+        defer(name)
     for name in LAZY_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None or spec.submodule_search_locations is None:

@@ -88,7 +88,6 @@ class Outbox:
     # ---- the loop ------------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._session = aiohttp.ClientSession()
         writer = asyncio.create_task(self._writer(), name="outbox-writer")
         try:
             while True:
@@ -112,7 +111,8 @@ class Outbox:
                 self.log.save_cursors()
             self.log.close()
             self._disk.shutdown(wait=False)
-            await self._session.close()
+            if self._session is not None:
+                await self._session.close()
 
     def _follow_endpoints(self) -> None:
         state = file_state(self.endpoints_file)
@@ -141,7 +141,8 @@ class Outbox:
             if name in self.senders:
                 self.senders[name][0].endpoint = endpoint  # a new URL, header value or bound: from the next try
                 continue
-            assert self._session is not None
+            if self._session is None:  # made for the first endpoint: a pod with none loads no HTTP client
+                self._session = aiohttp.ClientSession()
             sender = Sender(endpoint, self.log, self._session, self.delivered)
             self.senders[name] = (sender, asyncio.create_task(sender.run(), name=f"outbox-{name}"))
             log.info("outbox endpoint added", extra={"fields": {"endpoint": name, "url": _shown(endpoint)}})

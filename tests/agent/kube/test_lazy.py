@@ -44,3 +44,32 @@ def test_install_does_nothing_once_kubernetes_is_imported():
     from berth_agent.kube import lazy as kube_lazy
 
     assert kube_lazy.install() is False
+
+
+CONFIG_SCRIPT = r"""
+import os, sys
+from berth_agent.kube import lazy as kube_lazy
+assert kube_lazy.install()
+from kubernetes import client, config
+try:
+    config.load_incluster_config()  # not in a pod here: the exception, from its own module
+except config.ConfigException:
+    pass
+heavy = [m for m in sys.modules if m.split(".")[0] in ("oauthlib", "requests_oauthlib")
+         or m.startswith("charset_normalizer.") or m in ("requests.sessions", "kubernetes.config.kube_config")]
+assert not heavy, heavy
+client.ApiClient(client.Configuration())  # the REST layer imports requests.utils, not requests' __init__
+assert "requests.utils" in sys.modules and "requests.sessions" not in sys.modules
+from berth_agent.core.deferred import loaded
+assert not loaded("requests") and not loaded("charset_normalizer")  # requests.compat holds the stand-in, unused
+assert callable(config.load_config) and callable(config.new_client_from_config)  # the rest, on first use
+print("ok")
+"""
+
+
+def test_the_in_cluster_config_loads_no_kubeconfig_machinery():
+    result = subprocess.run([sys.executable, "-c", CONFIG_SCRIPT], capture_output=True, text=True, timeout=60,
+                            env={k: v for k, v in __import__("os").environ.items()
+                                 if k not in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
