@@ -5,6 +5,8 @@ run against them.
 - `apiserver_identities`: Who talks to the real API server (support.clusters.apiserver) in tests, with the permissions
 the
   product gives them
+- `apiserver_users`: People on the real API server (support.clusters.apiserver), with the roles a cluster admin gives
+  them (issue 50): static-token users, the documented install, the clusterrole-aggregation controller, RoleBindings.
 - `control_plane`: kube-controller-manager and kube-scheduler v1.36 beside a real API server
 (support.clusters.apiserver), as
   a cluster runs them: Deployments make ReplicaSets and Pods, the garbage collector deletes what lost its owner, a
