@@ -33,6 +33,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from berth_api import KIND as REGISTRY_KIND
 
 from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
@@ -46,6 +48,9 @@ logger = logging.getLogger("berth.operator.caches")
 
 SELECTOR = f"{MANAGED_BY_LABEL}=berth"
 RETRY_SECONDS = 2.0
+# A class kind the operator may not list (a namespaced install without deploy/namespaced/cluster-reads.yaml): asked
+# again this often, quietly, in case the grant is added; meanwhile its reads answer 403 with no request.
+REFUSED_RETRY_SECONDS = 300.0
 SERVED_POLL_SECONDS = 0.5  # how often an informer of a kind not served asks discovery (no request: a set lookup)
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
                  "ownerReferences", "deletionTimestamp")
@@ -99,14 +104,14 @@ class Caches:
     def __init__(self, kube: Kube, namespaces: Iterable[str] | None,
                  on_change: Callable[[str, str, Key, str | None], None] = lambda *change: None,
                  discovery: Discovery | None = None, *, kinds: tuple[tuple[str, str], ...] = CACHED_KINDS,
-                 selector: str = SELECTOR, owners: bool = True):
+                 selector: str = SELECTOR):
         """namespaces None: cluster-wide. kube: a client without caches (the informers' own reads). discovery:
         which optional kinds are served (None: all are). kinds, selector: what is listed and watched (default:
-        Berth's own objects, by its label). owners False: every change goes to on_change with owner "" (not only
-        those of an object a Registry owns)."""
+        Berth's own objects, by its label). Without a selector (the classes): every change goes to on_change with
+        owner "" (not only those of an object a Registry owns)."""
         self.kube = kube
         self.discovery = discovery
-        self.kinds, self.selector, self.owners = kinds, selector, owners
+        self.kinds, self.selector = kinds, selector
         self.namespaces: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self.on_change = on_change
         self._store: dict[Key, bytes] = {}
@@ -120,13 +125,19 @@ class Caches:
         # Informers of an optional kind that became served and have not listed it yet: their kind is read from the
         # server meanwhile (every other informer covers its kind from `synced` on).
         self._relisting: set[tuple[str, str, str | None]] = set()
+        self._refused: set[tuple[str, str]] = set()  # class kinds whose list RBAC refused (of_classes only)
         self.synced = threading.Event()
 
     @classmethod
     def of_classes(cls, kube: Kube, on_change: Callable[[str, str, Key, str | None], None],
                    discovery: Discovery | None = None) -> Caches:
         """The classes a spec names (CLASS_KINDS), cluster-wide, every one (they carry no label of Berth's)."""
-        return cls(kube, None, on_change, discovery, kinds=CLASS_KINDS, selector="", owners=False)
+        return cls(kube, None, on_change, discovery, kinds=CLASS_KINDS, selector="")
+
+    @property
+    def owners(self) -> bool:
+        """Whether its objects are Berth's, owned by Registries (filtered by Berth's label), not classes."""
+        return bool(self.selector)
 
     # ---- lifecycle
 
@@ -145,9 +156,12 @@ class Caches:
             api_version, kind, None if self.namespaces == (None,) else namespace) not in self._relisting
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The stripped object, or None when not cached (absent, unlabeled, or the cache is not synced)."""
+        """The stripped object, or None when not cached (absent, unlabeled, or the cache is not synced). A class kind
+        the operator may not list raises KubeError 403, as a read of it would, without asking."""
         if not self.covers(api_version, kind, namespace):
             return None
+        if (api_version, kind) in self._refused:
+            raise KubeError("get", kind, name, ApiException(status=403, reason="not readable by this operator"))
         stored = self._store.get((api_version, kind, namespace or "", name))
         return json.loads(stored) if stored is not None else None
 
@@ -235,6 +249,7 @@ class Caches:
                 continue
             try:
                 version = self._list(api_version, kind, namespace)
+                self._readable(api_version, kind)
                 self._mark_synced(api_version, kind, namespace)
                 while not self._streams.stopping.is_set():
                     version = self._watch(api_version, kind, namespace, version)
@@ -245,9 +260,29 @@ class Caches:
                     return
                 if not self._served(api_version, kind):
                     continue  # its CRD went away (discovery says so): nothing to report
+                if not self.owners and isinstance(exc, KubeError) and exc.status == 403:
+                    self._refuse(api_version, kind, namespace)
+                    self._streams.stopping.wait(REFUSED_RETRY_SECONDS)
+                    continue
                 logger.warning("cache of %s in %s: %s; listing again in %.0f s", kind, namespace or "all namespaces",
                                exc if isinstance(exc, KubeError) else type(exc).__name__, RETRY_SECONDS)
                 self._streams.stopping.wait(RETRY_SECONDS)
+
+    def _refuse(self, api_version: str, kind: str, namespace: str | None) -> None:
+        """A class kind this operator may not list: synced as unreadable (its checks are skipped and say so, in
+        the Registry's conditions), said once at info level: a namespaced install may leave its grant out."""
+        if (api_version, kind) not in self._refused:
+            logger.info("%s (%s) may not be listed by this operator: the checks that read one are skipped; asking "
+                        "again every %.0f s", kind, api_version, REFUSED_RETRY_SECONDS)
+        with self._lock:
+            self._refused.add((api_version, kind))
+        self._mark_synced(api_version, kind, namespace)
+
+    def _readable(self, api_version: str, kind: str) -> None:
+        if (api_version, kind) in self._refused:
+            logger.info("%s (%s) may be listed by this operator now: its checks are made again", kind, api_version)
+            with self._lock:
+                self._refused.discard((api_version, kind))
 
     def _serve_nothing(self, api_version: str, kind: str, namespace: str | None) -> None:
         """A kind the cluster does not serve: synced and empty until it is served (objects of a CRD deleted are

@@ -11,6 +11,9 @@ costs no request. kopf watches CRDs already (the ClusterRole grants list and wat
   kind is served once that CRD is Established and serves the version Berth uses.
 - `known` is set after the first list, or after the first failure (then every optional kind counts as not served
   until an answer comes): the caches wait for it, and Registries that need no optional API are never held back.
+- Where the operator may not read CRDs (a namespaced install without that grant: 403), the API server's own
+  discovery document of each optional API is asked instead, every POLL_SECONDS (no grant needed): a Registry
+  waiting for an API then recovers within that time rather than a second.
 - Listeners run in this thread on every change, with the kinds that changed.
 """
 
@@ -29,6 +32,7 @@ logger = logging.getLogger("berth.operator.discovery")
 
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 RETRY_SECONDS = 2.0
+POLL_SECONDS = 10.0  # API discovery instead of the CRD watch, where CRDs may not be read
 
 Listener = Callable[[frozenset[tuple[str, str]]], None]
 
@@ -103,10 +107,30 @@ class Discovery:
             except Exception as exc:  # an outage or a refusal: say so, wait, list again
                 if self._stop.is_set():
                     return
+                if isinstance(exc, KubeError) and exc.status == 403:
+                    self._poll_api_discovery()
+                    continue
                 self.known.set()  # nothing waits on an answer that may not come
                 logger.warning("discovery of optional APIs: %s; listing CustomResourceDefinitions again in %.0f s",
                                exc if isinstance(exc, KubeError) else type(exc).__name__, RETRY_SECONDS)
                 self._stop.wait(RETRY_SECONDS)
+
+    def _poll_api_discovery(self) -> None:
+        """CRDs may not be read: which optional kinds the API's discovery lists, every POLL_SECONDS, until the
+        operator stops (a restart tries the CRD watch again)."""
+        logger.info("CustomResourceDefinitions may not be read by this operator: optional APIs are looked up in the "
+                    "API server's discovery every %.0f s instead", POLL_SECONDS)
+        versions = {api_version for api_version, _kind in self._crds.values()}
+        while not self._stop.is_set():
+            try:
+                listed = {version: self.kube.served_kinds(version) for version in versions}
+                self._update({name: kind in listed[api_version] for name, (api_version, kind) in self._crds.items()})
+                self.known.set()
+            except Exception as exc:  # an outage: as for the watch, say so and ask again
+                self.known.set()
+                logger.warning("API discovery of optional APIs: %s; asking again in %.0f s",
+                               exc if isinstance(exc, KubeError) else type(exc).__name__, POLL_SECONDS)
+            self._stop.wait(POLL_SECONDS)
 
     def _list(self) -> str:
         present: set[str] = set()

@@ -32,6 +32,7 @@ AGENT_IMAGE_ENV = "BERTH_AGENT_IMAGE"
 class Lookup:
     facts: ClusterFacts
     findings: list[Finding] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)  # status.Observation.unchecked
 
 
 def unserved(cluster: Cluster) -> frozenset[tuple[str, str]]:
@@ -140,16 +141,6 @@ def _config_map_findings(cluster: Cluster, namespace: str, name: str, where: str
     return []
 
 
-def _class_missing(cluster: Cluster, api_version: str, kind: str, name: str) -> bool:
-    """True only when the class is known to be absent; a class we may not read (403) is given the benefit."""
-    try:
-        return cluster.get(api_version, kind, None, name) is None
-    except KubeError as exc:
-        if exc.status in (401, 403):
-            return False
-        raise
-
-
 def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, the field that needs it) of every optional kind this spec uses (the table's needed_by)."""
     return [(kind.api_version, kind.kind, where) for kind in TABLE if kind.needed_by is not None
@@ -188,12 +179,21 @@ class ClusterReader:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.unchecked: list[str] = []  # the classes it could not read, said in the Ready condition
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
         return self.cluster.get(api_version, kind, namespace, name)
 
     def class_missing(self, api_version: str, kind: str, name: str) -> bool:
-        return _class_missing(self.cluster, api_version, kind, name)
+        """True only when the class is known to be absent; one the operator may not read (403: a namespaced install
+        without deploy/namespaced/cluster-reads.yaml) is given the benefit, and noted as not checked."""
+        try:
+            return self.cluster.get(api_version, kind, None, name) is None
+        except KubeError as exc:
+            if exc.status not in (401, 403):
+                raise
+            self.unchecked.append(f"{kind} {name} exists (this operator may not read {kind} objects)")
+            return False
 
     def get_class(self, api_version: str, kind: str, name: str) -> tuple[Mapping[str, Any] | None, bool]:
         try:
@@ -252,7 +252,7 @@ def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
             "again",
         ))
     facts = ClusterFacts(agent_image=image, rollout_fallback=fallback, unserved=gone, **found_facts)
-    return Lookup(facts=facts, findings=findings)
+    return Lookup(facts=facts, findings=findings, unchecked=reader.unchecked)
 
 
 def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -87,6 +87,7 @@ class Observed:
     selector: str | None = None
     storage: str | None = None
     external: str | None = None
+    unchecked: list[str] = field(default_factory=list)  # what the operator could not check (status.Observation)
 
 
 def now(clock: UtcClock | None = None) -> str:
@@ -137,12 +138,14 @@ def _serving(pod: Mapping[str, Any]) -> bool:
 
 
 def _apply(
-    cluster: Cluster, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action]
+    cluster: Cluster, reg: Registry, agent_image: str, findings: list[Finding], actions: list[apply.Action],
+    unchecked: list[str],
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """Look up, build, apply and prune; then read what the status reports. Appends to findings and actions
-    as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
+    """Look up, build, apply and prune; then read what the status reports. Appends to findings, actions and
+    unchecked as it goes (so a failure half-way still reports what was done); returns the Deployment and its pods."""
     lookup = facts.look_up(cluster, reg, agent_image)
     findings += lookup.findings
+    unchecked += lookup.unchecked
     findings += [Finding(problem.reason, problem.message) for problem in problems(reg, lookup.facts)]
     # A kind the cluster does not serve is neither built nor pruned (facts.missing_apis reported it).
     gone = lookup.facts.unserved
@@ -200,7 +203,8 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
         observed.selector = names.selector_string(reg)
         observed.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
-            observed.deployment, observed.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions)
+            observed.deployment, observed.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions,
+                                                                observed.unchecked)
             observed.external = exposure.external_address(
                 reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
@@ -267,6 +271,7 @@ def _report(cluster: Cluster, body: Mapping[str, Any], reg: Registry | None, fin
         deployment=DeploymentState.from_manifest(observed.deployment),
         agents=agents,
         serving_pods=serving,
+        unchecked=tuple(observed.unchecked),
     )
     wanted = status.operator_status(obs, live_status, now=format_time(observed.moment), url=observed.url,
                                     selector=observed.selector, storage=observed.storage,

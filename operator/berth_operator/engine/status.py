@@ -139,6 +139,9 @@ class Observation:
     # The pods that must report the current generation (running, not terminating); None: not known (nothing
     # was listed), so only the records there are counted.
     serving_pods: tuple[str, ...] | None = None
+    # What the operator could not check (a class its RBAC may not read: a namespaced install can leave that grant
+    # out): said in the Ready condition's message, whatever its status; it changes no status.
+    unchecked: tuple[str, ...] = ()
 
 
 def _join(findings: Iterable[Finding]) -> str:
@@ -242,6 +245,9 @@ def conditions(obs: Observation) -> dict[str, tuple[str, str, str]]:
         ready_c = ("False", "AgentFailed", degraded_c[2])
     else:
         ready_c = ("True", "Available", f"{dep.ready if dep else 0} of {dep.wanted if dep else 0} pods ready")
+    if obs.unchecked:
+        note = f"not checked: {'; '.join(obs.unchecked)}"
+        ready_c = (ready_c[0], ready_c[1], f"{ready_c[2]}; {note}"[:MAX_MESSAGE] if ready_c[2] else note)
     return {"Ready": ready_c, "Progressing": progressing_c, "Degraded": degraded_c}
 
 

@@ -89,6 +89,18 @@ class Kube:
         data = response.data
         return json.loads(data) if data else {}
 
+    def served_kinds(self, api_version: str) -> frozenset[str]:
+        """The kinds the API server's discovery lists for a group version (none: not served, 404). Discovery is open
+        to every authenticated user (the system:discovery role): it needs no grant of Berth's."""
+        root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        try:
+            answer = self._call("GET", root)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError("discover", api_version, "", exc) from None
+            return frozenset()
+        return frozenset(r.get("kind") for r in answer.get("resources") or () if "/" not in (r.get("name") or "/"))
+
     def get(self, api_version: str, kind: str, namespace: str | None, name: str, *,
             cached: bool = True) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404). (cached: for the view's signature; this client

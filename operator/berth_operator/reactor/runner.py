@@ -38,8 +38,17 @@ ANNOTATION_PREFIX = "berth.dev"
 logger = logging.getLogger("berth.operator.runner")
 
 
-def settings(*, peering_standalone: bool = True) -> kopf.OperatorSettings:
+def exact_names(namespaces: Collection[str]) -> bool:
+    """Namespaces named one by one (no kopf glob or negation): a namespaced install's."""
+    return bool(namespaces) and not any(set(ns) & set("*?![]") for ns in namespaces)
+
+
+def settings(*, peering_standalone: bool = True, scanning: bool = True) -> kopf.OperatorSettings:
+    """scanning False: kopf neither lists nor watches Namespaces and CRDs cluster-wide (it reads the API's
+    discovery once at start), which a namespaced install's RBAC does not grant: given exact names it needs neither,
+    and without this it would log a refusal at every start."""
     s = kopf.OperatorSettings()
+    s.scanning.disabled = not scanning
     s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
@@ -296,7 +305,7 @@ async def _run_kopf(registry: kopf.OperatorRegistry, configuration: Configuratio
     existing = set(asyncio.all_tasks())
     tasks = await kopf.spawn_tasks(
         registry=registry,
-        settings=settings(),
+        settings=settings(scanning=clusterwide or not exact_names(namespaces)),
         identity=own_identity(),  # never kopf's default: it asks the passwd database (identity.py)
         standalone=True,
         clusterwide=clusterwide,
