@@ -22,6 +22,7 @@ from .cloud_storage import AZURE_PATH, GCS_PATH
 from .exposure import Gateway, Ingress, Service
 from .gc import GC_STORAGE_MESSAGE, GarbageCollection, GarbageCollectionStatus
 from .monitoring import Monitoring
+from .network_policy import NetworkPolicy
 from .notifications import Notifications, notifications_v3_message
 from .pod_template import EnvVar, PodOverrides, Resources, ServiceAccountSettings, env_names
 from .proxy import GC_PROXY_MESSAGE, PROXY_V3_FIELDS, Proxy, proxy_v3_message
@@ -190,6 +191,11 @@ class RegistrySpec(ApiModel):
     gateway: Gateway | None = Field(
         None, description="A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) for the registry. Needs the "
         "Gateway API CRDs: without them the Registry is Degraded with reason MissingGatewayAPI.")
+    network_policy: NetworkPolicy | None = Field(
+        None, alias="networkPolicy",
+        description="A NetworkPolicy (networking.k8s.io/v1) admitting the registry's port only from these peers "
+        "and the metrics ports only from metricsFrom. Absent: none (every source reaches the pods). Ingress only: "
+        "egress (storage, notifications, the proxy's upstream) is not restricted; needs a CNI that enforces it.")
     health: Health = Field(default_factory=Health, description="Registry health checks.")
     validation: Validation = Field(default_factory=Validation, description="Manifest validation.")
     monitoring: Monitoring = Field(

@@ -36,6 +36,7 @@ from berth_api.exposure import (
     TRAFFIC_POLICY_MESSAGE,
 )
 from berth_api.kube_types import ONE_SOURCE_MESSAGE, TOLERATION_RULES
+from berth_api.network_policy import PEER_MESSAGE
 from berth_api.notifications import (
     HEADER_SOURCE_MESSAGE,
     NOTIFICATIONS_V3_FIELDS,
@@ -284,6 +285,8 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.env.[]", "set exactly one of value and valueFrom"),
         ("spec.env.[]", ENV_MESSAGE),
         ("spec.env.[].valueFrom", ONE_SOURCE_MESSAGE),
+        # issue 50: each peer of spec.networkPolicy is an ipBlock or selectors
+        *((f"spec.networkPolicy.{field}.[]", PEER_MESSAGE) for field in ("from", "metricsFrom")),
     }
 
 
@@ -312,7 +315,7 @@ def test_rule_compiles_and_has_bounded_cost(path: str, rule: dict[str, str]) -> 
 BOUNDED_LISTS = {"endpoints": ("spec", "config", "notifications", "endpoints"),
                  "headers": ("spec", "config", "notifications", "endpoints", "[]", "headers")}
 BOUNDED_LIST_RULE_PATHS = {"spec.config.notifications.endpoints.[].headers.[]", "spec.env.[]", "spec.env.[].valueFrom",
-                           "spec.pod.tolerations.[]"}
+                           "spec.pod.tolerations.[]", "spec.networkPolicy.from.[]", "spec.networkPolicy.metricsFrom.[]"}
 
 
 def test_the_lists_rules_iterate_are_bounded() -> None:

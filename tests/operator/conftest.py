@@ -80,6 +80,24 @@ BUILDER_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"bucket_access_secret": "team-bucket-credentials"},
     ),
     (
+        # issue 50: a NetworkPolicy with every kind of peer, and the metrics ports for a monitoring namespace
+        "inmemory-network-policy",
+        {
+            "config": {"storage": {"inmemory": {}}},
+            "networkPolicy": {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}},
+                     "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["nginx"]}]}},
+                    {"podSelector": {}},
+                    {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}},
+                    {"ipBlock": {"cidr": "fd00::/64"}},
+                ],
+                "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            },
+        },
+        {},
+    ),
+    (
         "cosi-existing-claim-class-access-r3",
         {
             "replicas": 3,

@@ -265,6 +265,11 @@ POD_FULL = _with_storage({"inmemory": {}}, pod={
          {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}],
     serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/registry"}})
 BASES.append(("pod-full", POD_FULL, ClusterFacts(AGENT_IMAGE)))
+# issue 50: spec.networkPolicy, every peer kind in both lists; none of it reaches the Deployment.
+_PEERS = [{"namespaceSelector": _SELECTOR, "podSelector": _SELECTOR},
+          {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]
+BASES.append(("network-policy", _with_storage({"inmemory": {}}, networkPolicy={"from": _PEERS, "metricsFrom": _PEERS}),
+              ClusterFacts(AGENT_IMAGE)))
 
 
 def _auth_at_top(spec: dict[str, Any]) -> dict[str, Any]:
@@ -284,6 +289,7 @@ _STRING_CANDIDATES = [
     "17s", "1m30s", "7Gi", "https://other.example.net", "other-name", "other.key", "^https://other/.*$",
     "cache.example:6380", "[::1]:7000", "*/5 1-4 * jan,jul mon-fri",
     "berthother", "core.chinacloudapi.cn", "11111111-2222-3333-4444-555555555555",  # azure account, realm, IDs
+    "10.9.0.0/16",  # a NetworkPolicy peer's ipBlock (issue 50)
 ]
 
 
@@ -450,6 +456,8 @@ def test_hot_fields_leave_the_deployment_byte_identical():
         "config.storage.cache",
         "garbageCollection", "garbageCollection.schedule", "garbageCollection.deleteUntagged",
         "garbageCollection.dryRun", "garbageCollection.readOnlyTimeout",
+        "networkPolicy", "networkPolicy.from", "networkPolicy.from.*.ipBlock.cidr",
+        "networkPolicy.metricsFrom.*.podSelector.matchLabels",
     ]:
         assert path in walked, path
 

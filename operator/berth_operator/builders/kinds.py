@@ -32,6 +32,7 @@ from . import (
     lease,
     metrics_service,
     names,
+    network_policy,
     pod_disruption_budget,
     pvc,
     pvc_growth,
@@ -140,7 +141,8 @@ class Grant:
 
 
 # Owned kinds in creation order: identity and RBAC, then what the pod mounts (the generated HTTP secret, the
-# claims), the Services, the pods and their budget, then the two Leases their agents take.
+# claims), the Services and their routes, the NetworkPolicy, the pods and their budget, then the two Leases their
+# agents take.
 TABLE: tuple[Kind, ...] = (
     Kind("v1", "ServiceAccount", "serviceaccounts", cached=True, applied=APPLY, builders=(service_account.build,),
          verbs=APPLIED),
@@ -177,6 +179,10 @@ TABLE: tuple[Kind, ...] = (
     Kind(MONITORING, "ServiceMonitor", "servicemonitors", cached=True, applied=APPLY,
          builders=(service_monitor.build,), prune=names.service_monitor_name, optional=MONITORING_API,
          needed_by=service_monitor.needed_by, verbs=PRUNED),
+    # spec.networkPolicy (issue 50): applied, cached and pruned when the field goes, as the Ingress is; before
+    # the Deployment, so that a new Registry's pods are isolated from their start.
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", cached=True, applied=APPLY,
+         builders=(network_policy.build,), prune=names.network_policy_name, verbs=PRUNED),
     Kind("apps/v1", "Deployment", "deployments", cached=True, applied=APPLY, builders=(deployment.build,),
          verbs=APPLIED),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", cached=True, applied=APPLY,

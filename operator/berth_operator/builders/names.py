@@ -138,6 +138,11 @@ def pdb_name(reg: Registry) -> str:
     return registry_name(reg)
 
 
+def network_policy_name(reg: Registry) -> str:
+    """The NetworkPolicy of spec.networkPolicy (pruned when the field goes)."""
+    return registry_name(reg)
+
+
 def selector_labels(reg: Registry) -> dict[str, str]:
     """Labels that pick this Registry's pods (Deployment, Service, PodDisruptionBudget). Never change them:
     a Deployment's selector is immutable."""
