@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import prometheus_client
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.registry import REGISTRY
 
 
 class Health:
@@ -127,7 +128,10 @@ def build_app(health: Health) -> web.Application:
         return _answer(not stale, "loops not progressing: " + ", ".join(stale))
 
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        # Through the package: in the agent it is deferred (core/deferred.py), so the text exposition and the
+        # process, platform and GC collectors load at the first scrape, before the page is made.
+        return web.Response(body=prometheus_client.generate_latest(REGISTRY),
+                            headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/startupz", startupz)

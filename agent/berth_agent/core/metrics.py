@@ -6,7 +6,8 @@ Names are fixed by docs/design.md (agent interfaces). Label values are bounded s
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.metrics import Counter, Gauge, Histogram
+from prometheus_client.registry import REGISTRY
 
 _P = "berth_agent_"
 
