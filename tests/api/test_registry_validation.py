@@ -97,6 +97,20 @@ INVALID = [
      "spec.pod.imagePullSecrets.0.name", "pattern", True),
     ("agentResources bad quantity", registry(pod={"agentResources": {"limits": {"memory": "lots"}}}),
      "spec.pod.agentResources.limits.memory", "pattern", True),
+    # issue 50: spec.networkPolicy's peers are an ipBlock or selectors; CIDRs the CRD's pattern lets through (host
+    # bits, an except outside the cidr) the model refuses, and the operator reports (InvalidSpec)
+    ("networkPolicy peer of neither kind", registry(networkPolicy={"from": [{}]}), "spec.networkPolicy.from.0",
+     "set ipBlock, or namespaceSelector and/or podSelector", True),
+    ("networkPolicy peer of both kinds", registry(networkPolicy={"metricsFrom": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}, "namespaceSelector": {}}]}), "spec.networkPolicy.metricsFrom.0",
+     "set ipBlock, or namespaceSelector and/or podSelector", True),
+    ("networkPolicy cidr without a prefix", registry(networkPolicy={"from": [{"ipBlock": {"cidr": "10.0.0.1"}}]}),
+     "spec.networkPolicy.from.0.ipBlock.cidr", "pattern", True),
+    ("networkPolicy cidr with host bits", registry(networkPolicy={"from": [{"ipBlock": {"cidr": "10.0.0.1/8"}}]}),
+     "spec.networkPolicy.from.0.ipBlock.cidr", "is not a CIDR network", False),
+    ("networkPolicy except outside the cidr", registry(networkPolicy={"from": [{"ipBlock": {
+        "cidr": "10.0.0.0/16", "except": ["10.1.0.0/24"]}}]}), "spec.networkPolicy.from.0.ipBlock",
+     "must lie strictly inside cidr", False),
     ("two backends", storage(inmemory={}, filesystem={"storageClass": "standard"}),
      "spec.config.storage", "exactly one storage backend", True),
     ("three backends", storage(inmemory={}, filesystem={"storageClass": "standard"}, objectStorage=BUCKET),
@@ -417,6 +431,13 @@ def test_distribution_is_derived_from_the_image_unless_given(image: str, distrib
         pytest.param(auth("registry:2@sha256:" + "a" * 64, token=TOKEN), id="token-digest"),
         pytest.param(auth("registry:20", token={**TOKEN, "jwks": BUNDLE}), id="jwks-on-tag-20"),
         pytest.param(auth(silly={"realm": "test", "service": "test"}), id="silly"),
+        pytest.param(registry(networkPolicy={}), id="network-policy-empty"),
+        pytest.param(registry(networkPolicy={
+            "from": [{"podSelector": {}}, {"namespaceSelector": {}, "podSelector": {"matchLabels": {"a": "b"}}},
+                     {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}, {"ipBlock": {"cidr": "fd00::/8"}}],
+            "metricsFrom": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}]}}]}),
+            id="network-policy-every-peer"),
     ],
 )
 def test_valid_registry_is_accepted_by_model_and_crd(document: dict[str, Any]) -> None:
