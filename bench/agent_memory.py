@@ -22,6 +22,7 @@ on the real control plane (kube-apiserver, etcd, controller manager, scheduler):
 converging and its RSS idle after. 5 to 20 minutes at 1000.
 
     python bench/agent_memory.py [--seconds 10] [--proxy] [--operator-count 1000] [--operator-idle 30]
+                                 [--operator-only]
 """
 
 from __future__ import annotations
@@ -239,10 +240,14 @@ def main() -> None:
     parser.add_argument("--proxy", action="store_true", help="features on: a pull-through cache, not GC")
     parser.add_argument("--top", type=int, default=15, help="rows of each breakdown")
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc runs")
+    parser.add_argument("--operator-only", action="store_true", help="only the operator's figure")
     parser.add_argument("--operator-count", type=int, default=1000)
     parser.add_argument("--operator-idle", type=float, default=30.0)
     parser.add_argument("--operator-timeout", type=float, default=1800.0)
     args = parser.parse_args()
+    if args.operator_only:
+        operator_figure(args.operator_count, args.operator_idle, args.operator_timeout)
+        return
     print(f"registry binary: {REGISTRY3_BINARY or REGISTRY_BINARY}; python {sys.version.split()[0]}")
     figures = {}
     for features in (False, True):

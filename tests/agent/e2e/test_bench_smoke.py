@@ -89,3 +89,13 @@ def test_outbox_benchmark_stores_and_delivers_every_event(tmp_path):
     assert "200 events, 1 poster(s) at once: stored " in result.stdout
     assert "delivered 400 of 400 events, 400 distinct" in result.stdout
     assert "holding 300 events" in result.stdout
+
+
+def test_memory_benchmark_prints_the_agents_rss_and_breakdown_with_features_off_and_on():
+    result = subprocess.run([sys.executable, str(BENCH / "agent_memory.py"), "--seconds", "1", "--no-trace",
+                             "--top", "3", "--operator-count", "0"],
+                            capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for line in ("agent, features off: RSS ", "agent, features on: RSS ", "imports: ", "threads (",
+                 "agent, features on against off: ", "agent RSS summary: off ", "operator: skipped"):
+        assert line in result.stdout, (line, result.stdout)
