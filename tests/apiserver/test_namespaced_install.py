@@ -3,8 +3,8 @@
 and every optional API served.
 
 - It reconciles the Registries of its namespaces, each asking for every kind Berth makes (a claim from a class,
-  COSI from classes, a ServiceMonitor, an Ingress, an HTTPRoute, Certificates, a PodDisruptionBudget), and leaves a
-  Registry in a third namespace alone (no status, no object).
+  COSI from classes, a ServiceMonitor, an Ingress, an HTTPRoute, Certificates, a NetworkPolicy, a
+  PodDisruptionBudget), and leaves a Registry in a third namespace alone (no status, no object).
 - Nothing it asks is refused (the audit log), and its log has no refusal in it.
 - With the cluster reads left out (their binding deleted), a new operator still reconciles every Registry: the
   classes are not checked and the Ready condition says so, the optional APIs come from the API's discovery, and
@@ -50,6 +50,8 @@ EVERY_KIND = {
     "monitoring": {"serviceMonitor": {"interval": "30s"}},
     "ingress": {"className": "nginx", "hosts": ["registry.example.com"], "tls": {"issuerRef": ISSUER}},
     "gateway": {"parentRefs": [{"name": "public", "sectionName": "https"}], "hostnames": ["registry.example.com"]},
+    "networkPolicy": {"from": [{"podSelector": {}}],
+                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}]},
 }
 REGISTRIES = {
     ("team-a", "every-kind"): EVERY_KIND,
@@ -113,6 +115,7 @@ def refused(api: KubeApiServer, token: str) -> list[tuple[str, str]]:
             and (e["user"].get("extra") or {}).get("authentication.kubernetes.io/credential-id") == [token_id(token)]]
 
 
+@pytest.mark.timeout(600)  # two operators one after the other, each starting and converging: a loaded machine is slow
 def test_the_namespaced_install_reconciles_its_namespaces_only_and_is_refused_nothing(tmp_path) -> None:
     if skip_reason():
         pytest.skip(skip_reason())
@@ -137,6 +140,7 @@ def test_the_namespaced_install_reconciles_its_namespaces_only_and_is_refused_no
                 assert degraded["reason"] != "ApplyFailed", degraded
             for path, name in (("monitoring.coreos.com/v1/servicemonitors", "every-kind"),
                                ("networking.k8s.io/v1/ingresses", "every-kind"),
+                               ("networking.k8s.io/v1/networkpolicies", "every-kind"),
                                ("gateway.networking.k8s.io/v1/httproutes", "every-kind"),
                                ("policy/v1/poddisruptionbudgets", "cosi"),
                                ("v1/persistentvolumeclaims", "every-kind-data"),
