@@ -116,10 +116,9 @@ def run(args: argparse.Namespace) -> int:
     from ..core.logs import setup_json_logging
 
     # The agent serves with aiohttp.web in every pod; the client half of aiohttp loads when first used: a
-    # notification endpoint, a scrape of the registry's metrics. prometheus_client's text exposition and default
-    # collectors load at the first scrape of /metrics (core/deferred.py; the kubelet's probes do not scrape).
+    # notification endpoint (core/deferred.py). prometheus_client is not deferred: its exposition would load at
+    # the first scrape of /metrics, and a scrape must not wait for an import (0.6 MiB; issue 52).
     defer("aiohttp")
-    defer("prometheus_client")
 
     setup_json_logging(args.log_level)
     # Absolute paths: the registry's command line names the config path, and supervisor/procfs.py matches it exactly.

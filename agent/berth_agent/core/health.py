@@ -128,8 +128,6 @@ def build_app(health: Health) -> web.Application:
         return _answer(not stale, "loops not progressing: " + ", ".join(stale))
 
     async def metrics(_request: web.Request) -> web.Response:
-        # Through the package: in the agent it is deferred (core/deferred.py), so the text exposition and the
-        # process, platform and GC collectors load at the first scrape, before the page is made.
         return web.Response(body=prometheus_client.generate_latest(REGISTRY),
                             headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 

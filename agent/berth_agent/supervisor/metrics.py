@@ -10,16 +10,21 @@ A proxy, not a scrape merged into the agent's /metrics: both programs export pro
 registry go_*), which would collide in one exposition, and a pass-through needs no parsing, holds no copy and
 is never staler than the scrape. During a handover the file names the successor before it listens: a refused
 connection is retried (re-reading the file) for up to `wait_seconds`, so a scrape at that moment still succeeds.
+
+The request to the registry is one HTTP/1.0 GET on the loopback over asyncio's streams (the answer ends when the
+registry closes the connection: no chunks, no keep-alive), not aiohttp's client: every pod serves this proxy, and
+aiohttp's client half is ~4 MiB of the agent's memory that a pod without notification endpoints never loads, and a
+first scrape would wait for its import (issue 52).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from .files import METRICS_NAME
@@ -60,19 +65,27 @@ class RegistryMetricsProxy:
         self.host = host  # where the supervisor's registries listen (BERTH_DEBUG_HOST)
         self.wait_seconds = wait_seconds
         self.timeout_seconds = timeout_seconds
-        self._session: aiohttp.ClientSession | None = None
 
     async def _get(self, target: MetricsTarget, headers: dict[str, str]) -> web.Response:
-        assert self._session is not None
-        url = f"http://{self.host}:{target.port}/metrics"
-        async with self._session.get(url, headers=headers, auto_decompress=False) as upstream:
-            body = await upstream.read()
-            passed = {name: upstream.headers[name] for name in _PASSED_RESPONSE_HEADERS if name in upstream.headers}
-            return web.Response(status=upstream.status, body=body, headers=passed)
+        """The registry's answer, passed on: its status, its body as sent (compressed if it was) and the
+        response headers a scrape needs. OSError when the registry refuses, resets or answers no whole head."""
+        async with asyncio.timeout(self.timeout_seconds):
+            reader, writer = await asyncio.open_connection(self.host, target.port)
+            try:
+                head = ["GET /metrics HTTP/1.0", f"Host: {self.host}:{target.port}",
+                        *(f"{name}: {value}" for name, value in headers.items())]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+                await writer.drain()
+                raw = await reader.read()  # to the end: the registry closes an HTTP/1.0 connection after its answer
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+        status, answered, body = _parse_answer(raw)
+        passed = {name: answered[name.lower()] for name in _PASSED_RESPONSE_HEADERS if name.lower() in answered}
+        return web.Response(status=status, body=body, headers=passed)
 
     async def handle(self, request: web.Request) -> web.Response:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
         headers = {name: request.headers[name] for name in _PASSED_REQUEST_HEADERS if name in request.headers}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_seconds
@@ -85,7 +98,7 @@ class RegistryMetricsProxy:
             elif target is not None:
                 try:
                     return await self._get(target, headers)
-                except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                except (TimeoutError, OSError) as exc:
                     # The successor named in the file may not listen yet (a handover), or it just exited.
                     why = f"the registry process (pid {target.pid}) did not answer on its metrics port: " \
                           f"{type(exc).__name__}"
@@ -94,9 +107,23 @@ class RegistryMetricsProxy:
             await asyncio.sleep(0.02)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing is kept between scrapes (a connection each: a loopback connect costs less than a kept one's
+        state across handovers)."""
+
+
+def _parse_answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers by lower-case name, body) of a whole HTTP/1.x answer; ConnectionError if it is not one."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if not sep or len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ConnectionError(f"no whole HTTP answer ({len(raw)} bytes)")
+    answered = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if colon:
+            answered[name.strip().lower()] = value.strip()
+    return int(parts[1]), answered, body
 
 
 async def start_metrics_proxy(state_dir: Path, host: str, port: int, *,

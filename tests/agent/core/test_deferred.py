@@ -44,26 +44,3 @@ def test_defer_does_nothing_once_the_package_is_imported():
     assert deferred.defer("aiohttp") is False
     assert deferred.loaded("aiohttp")
 
-
-METRICS_SCRIPT = r"""
-import sys
-from berth_agent.core import deferred
-assert deferred.defer("prometheus_client")
-from berth_agent.core import health, metrics  # what the agent imports at its start
-assert not deferred.loaded("prometheus_client") and "prometheus_client.exposition" not in sys.modules
-metrics.reloads_total.inc()
-import prometheus_client
-from prometheus_client.registry import REGISTRY
-text = prometheus_client.generate_latest(REGISTRY).decode()  # the first scrape runs the package's __init__
-assert deferred.loaded("prometheus_client")
-for name in ("berth_agent_reloads_total 1.0", "process_resident_memory_bytes", "python_gc_objects_collected_total",
-             "python_info"):
-    assert name in text, (name, text[:2000])
-print("ok")
-"""
-
-
-def test_the_first_scrape_has_the_default_collectors_of_a_deferred_prometheus_client():
-    result = subprocess.run([sys.executable, "-c", METRICS_SCRIPT], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
