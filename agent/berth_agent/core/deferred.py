@@ -22,6 +22,9 @@ import types
 from pathlib import Path
 
 _VERSION = re.compile(r'^__version__ = "([^"]+)"', re.M)
+# Names of the package's own that other code reads (`from charset_normalizer import __version__` in requests);
+# any other dunder is the import system's question, answered without running the package.
+_PUBLIC_DUNDERS = ("__all__", "__version__")
 
 
 class _DeferredPackage(types.ModuleType):
@@ -30,10 +33,10 @@ class _DeferredPackage(types.ModuleType):
     _berth_loaded = False
 
     def __getattr__(self, attr: str):
-        if attr.startswith("__") and attr != "__all__":
+        if attr.startswith("__") and attr not in _PUBLIC_DUNDERS:
             raise AttributeError(attr)
         if not self._berth_loaded:
-            spec = importlib.util.find_spec(f"{self.__name__}.{attr}") if attr != "__all__" else None
+            spec = importlib.util.find_spec(f"{self.__name__}.{attr}") if attr not in _PUBLIC_DUNDERS else None
             if spec is not None:  # a submodule: loading it does not need the package's __init__
                 return importlib.import_module(f"{self.__name__}.{attr}")
             self._load()

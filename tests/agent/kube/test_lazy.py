@@ -73,3 +73,22 @@ def test_the_in_cluster_config_loads_no_kubeconfig_machinery():
                                  if k not in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+KUBECONFIG_SCRIPT = r"""
+import warnings
+warnings.simplefilter("error")  # requests warns when it finds no character detection: it must find it
+from berth_agent.kube import lazy as kube_lazy
+assert kube_lazy.install()
+from kubernetes import config
+assert callable(config.new_client_from_config)  # kube_config: requests-oauthlib, requests whole
+import requests
+assert requests.Session and requests.compat.chardet.__version__
+print("ok")
+"""
+
+
+def test_the_kubeconfig_path_loads_requests_whole_as_before():
+    result = subprocess.run([sys.executable, "-c", KUBECONFIG_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
