@@ -232,11 +232,22 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return {key: node[key] for key in SCHEMA_KEYS if key in node}
 
 
+def _version() -> str:
+    """The installed Berth's version, as berth-operator and berth-agent print it for --version."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("berth")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     # Imported here: both pages are built from the CRD's schema or beside it, never the other way round.
     from . import reasons, reference
 
     parser = argparse.ArgumentParser(prog="berth-crd", description="Print the Registry CRD generated from the models.")
+    parser.add_argument("--version", action="version", version=f"berth-crd {_version()}")
     parser.add_argument("--check", metavar="FILE", type=Path, help="exit 1 if FILE differs from the generated text")
     page = parser.add_mutually_exclusive_group()
     page.add_argument("--reference", action="store_true", help="the API reference page (docs/reference/api.md)")
