@@ -28,8 +28,9 @@ READ_ONLY_TIMEOUT_MAX = datetime.timedelta(hours=24)
 READ_ONLY_TIMEOUT_MESSAGE = "readOnlyTimeout must be between 1m and 24h"
 # An in-memory store lives in the serving registry process: a `registry garbage-collect` process sees an empty
 # store of its own and (2.8 and 3.1.1 alike) fails on it as on a store never pushed to.
-GC_STORAGE_MESSAGE = ("garbageCollection needs filesystem or objectStorage storage: config.storage.inmemory keeps "
-                      "the data inside the registry process, where registry garbage-collect cannot reach it")
+GC_STORAGE_MESSAGE = ("garbageCollection needs storage outside the registry process (filesystem, s3, azure, gcs or "
+                      "objectStorage): config.storage.inmemory keeps the data inside the registry process, where "
+                      "registry garbage-collect cannot reach it")
 # Whitespace-separated, 5 fields of cron characters; cron.parse says precisely what is wrong.
 CRON_PATTERN = r"^\s*[0-9A-Za-z*,/-]+(\s+[0-9A-Za-z*,/-]+){4}\s*$"
 
