@@ -88,7 +88,10 @@ def test_the_pod_s_end_delivers_what_the_outbox_holds(tmp_path, dist):
     pod = RegistryPod(tmp_path / "pod", binary=binary)
     image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)
     pushes = 36
-    with running_receiver(delay=0.3) as receiver:
+    # Behind for sure while the pushes run, however long they take on a loaded machine: each answer comes after the
+    # endpoint's 3 s timeout, so nothing is delivered (a CI run at load held only 12 with a 0.3 s receiver, which kept
+    # up with slow pushes). Then a slow receiver again for the pod's end.
+    with running_receiver(delay=4.0) as receiver:
         try:
             pod.write_registry_file(_spec(pod, major, receiver.url))
             pod.start_agent(extra=["--stop-delivery-seconds", "60"])
@@ -97,6 +100,7 @@ def test_the_pod_s_end_delivers_what_the_outbox_holds(tmp_path, dist):
             for index in range(pushes):  # the first makes 3 events (layer, config, manifest), the others 1
                 push_image(image, pod.host, f"demo/end:{index}")
             held = pod.metric("notifications_pending", 'endpoint="scanner"')
+            receiver.delay = 0.3
             pod.supervisor.stop()
             began = time.monotonic()
             pod.agent.send_signal(signal.SIGTERM)
