@@ -6,6 +6,7 @@
 # inherited SIG_IGN).
 pytest_plugins = [
     "support.common.signals",
+    "support.common.schedule",
     "support.clusters.kube",
     "support.services.redisserver",
     "support.registries.registry",
