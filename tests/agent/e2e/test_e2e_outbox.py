@@ -38,6 +38,14 @@ def _start(pod: RegistryPod, major: str, url: str) -> None:
     pod.wait_serving()
 
 
+def _pending(pod: RegistryPod) -> float:
+    """The events the outbox holds (0 while the agent's port is not up yet)."""
+    try:
+        return pod.metric("notifications_pending", 'endpoint="scanner"')
+    except OSError:
+        return 0.0
+
+
 def _tags(receiver, repo: str) -> set[str]:
     return {e["target"].get("tag") for _, e in receiver.events("push")
             if e["target"].get("repository") == repo and e["target"].get("tag")}
@@ -49,7 +57,10 @@ def test_a_kill_9_of_the_agent_during_back_to_back_pushes_loses_no_event(tmp_pat
     pod = RegistryPod(tmp_path / "pod", binary=binary)
     pushes = 40
     image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)
-    with running_receiver(delay=1.0) as receiver:
+    # The consumer is down while the pushes run, so every event is still held in the outbox when the agent is killed
+    # (a slow receiver let a fast one keep up at times, and took 130 s); it comes back once the agent has restarted.
+    with running_receiver() as receiver:
+        receiver.refusing = True
         try:
             _start(pod, major, receiver.url)
             done: list[int] = []
@@ -70,13 +81,18 @@ def test_a_kill_9_of_the_agent_during_back_to_back_pushes_loses_no_event(tmp_pat
             pod.start_agent()
             pusher.join(300)
             assert len(done) == pushes
+            # Every push's event reaches the outbox (the registry retries what the dead agent did not take) and
+            # stays there while the consumer is down.
+            held = wait_for(lambda: (n := _pending(pod)) >= pushes and n, timeout=120, interval=0.5,
+                            what="every push's event held in the outbox")
+            receiver.refusing = False
             wait_for(lambda: _tags(receiver, "demo/kill") >= {str(i) for i in range(pushes)}, timeout=240,
                      interval=0.5, what=lambda: f"every push event: missing "
                      f"{sorted({str(i) for i in range(pushes)} - _tags(receiver, 'demo/kill'), key=int)}")
         finally:
             pod.stop()
     ids = [e["id"] for _, e in receiver.events()]
-    print(f"v{major}: {pushes} pushes, agent killed after {killed_at}: {len(set(ids))} events, "
+    print(f"v{major}: {pushes} pushes, agent killed after {killed_at}, {held:g} held after: {len(set(ids))} events, "
           f"{len(ids) - len(set(ids))} delivered twice (at least once: the event id tells)")
 
 
@@ -88,10 +104,11 @@ def test_the_pod_s_end_delivers_what_the_outbox_holds(tmp_path, dist):
     pod = RegistryPod(tmp_path / "pod", binary=binary)
     image = make_oci_image(tmp_path / "image", layer_size=8 * 1024)
     pushes = 36
-    # Behind for sure while the pushes run, however long they take on a loaded machine: each answer comes after the
-    # endpoint's 3 s timeout, so nothing is delivered (a CI run at load held only 12 with a 0.3 s receiver, which kept
-    # up with slow pushes). Then a slow receiver again for the pod's end.
-    with running_receiver(delay=4.0) as receiver:
+    # Down while the pushes run, however long they take on a loaded machine, so nothing is delivered (a CI run at load
+    # held only 12 with a 0.3 s receiver, which kept up with slow pushes; a receiver slower than the endpoint's
+    # timeout recorded events the outbox never saw answered). Then up, and slow, for the pod's end.
+    with running_receiver() as receiver:
+        receiver.refusing = True
         try:
             pod.write_registry_file(_spec(pod, major, receiver.url))
             pod.start_agent(extra=["--stop-delivery-seconds", "60"])
@@ -100,7 +117,7 @@ def test_the_pod_s_end_delivers_what_the_outbox_holds(tmp_path, dist):
             for index in range(pushes):  # the first makes 3 events (layer, config, manifest), the others 1
                 push_image(image, pod.host, f"demo/end:{index}")
             held = pod.metric("notifications_pending", 'endpoint="scanner"')
-            receiver.delay = 0.3
+            receiver.delay, receiver.refusing = 0.1, False
             pod.supervisor.stop()
             began = time.monotonic()
             pod.agent.send_signal(signal.SIGTERM)

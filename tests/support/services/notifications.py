@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Receiver:
     def __init__(self, delay: float = 0.0, port: int = 0, host: str = "127.0.0.1") -> None:
         self.delay = delay
+        self.refusing = False  # True: every post is answered 503 and nothing is recorded (a consumer that is down)
         self._lock = threading.Lock()
         self._received: list[tuple[dict[str, str], dict]] = []
         receiver = self
@@ -26,6 +27,11 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if receiver.refusing:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 try:
