@@ -14,9 +14,6 @@ models declare (`x-kubernetes-validations`) kept. Generation fails when a proper
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -230,54 +227,3 @@ class _StructuralConverter:
 
 def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return {key: node[key] for key in SCHEMA_KEYS if key in node}
-
-
-def _version() -> str:
-    """The installed Berth's version, as berth-operator and berth-agent print it for --version."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("berth")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "unknown"
-
-
-def main(argv: list[str] | None = None) -> int:
-    # Imported here: both pages are built from the CRD's schema or beside it, never the other way round.
-    from . import reasons, reference
-
-    parser = argparse.ArgumentParser(prog="berth-crd", description="Print the Registry CRD generated from the models.")
-    parser.add_argument("--version", action="version", version=f"berth-crd {_version()}")
-    parser.add_argument("--check", metavar="FILE", type=Path, help="exit 1 if FILE differs from the generated text")
-    page = parser.add_mutually_exclusive_group()
-    page.add_argument("--reference", action="store_true", help="the API reference page (docs/reference/api.md)")
-    page.add_argument("--troubleshooting", action="store_true",
-                      help="the troubleshooting page (docs/guide/troubleshooting.md)")
-    args = parser.parse_args(argv)
-    if args.reference:
-        render, command = reference.render_reference, reference.REGENERATE_COMMAND
-    elif args.troubleshooting:
-        render, command = reasons.render_troubleshooting, reasons.REGENERATE_COMMAND
-    else:
-        render, command = render_crd, REGENERATE_COMMAND
-    try:
-        text = render()
-    except CrdError as exc:
-        print(f"berth-crd: {exc}", file=sys.stderr)
-        return 1
-    if args.check is None:
-        sys.stdout.write(text)
-        return 0
-    try:
-        current = args.check.read_text(encoding="utf-8")
-    except OSError as exc:
-        print(f"berth-crd: {exc}", file=sys.stderr)
-        return 1
-    if current != text:
-        print(f"berth-crd: {args.check} is out of date; regenerate it with `{command}`", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

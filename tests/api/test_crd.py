@@ -18,7 +18,7 @@ from packaging.version import Version
 from pydantic import BaseModel, Field
 
 from api.admission import CRD_FILE, cel_rules, committed_crd, crd_schema, join, walk
-from berth_api import GC_STORAGE_MESSAGE, crd
+from berth_api import GC_STORAGE_MESSAGE, crd, crd_command
 from berth_api.auth import (
     AUTH_MESSAGE,
     AUTH_PATH,
@@ -69,9 +69,9 @@ def test_generation_is_deterministic() -> None:
 def test_check_option_reports_drift(tmp_path, capsys) -> None:
     current = tmp_path / "crd.yaml"
     current.write_text(crd.render_crd(), encoding="utf-8")
-    assert crd.main(["--check", str(current)]) == 0
+    assert crd_command.main(["--check", str(current)]) == 0
     current.write_text(crd.render_crd().replace("minimum: 0", "minimum: 1", 1), encoding="utf-8")
-    assert crd.main(["--check", str(current)]) == 1
+    assert crd_command.main(["--check", str(current)]) == 1
     assert crd.REGENERATE_COMMAND in capsys.readouterr().err
 
 
@@ -83,7 +83,7 @@ def test_the_console_script_checks_the_committed_file() -> None:
 
 
 def test_main_prints_the_crd(capsys) -> None:
-    assert crd.main([]) == 0
+    assert crd_command.main([]) == 0
     assert capsys.readouterr().out == crd.render_crd()
 
 

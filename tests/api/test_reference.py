@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from berth_api import crd, reference
+from berth_api import crd, crd_command, reference
 from berth_api.registry import Registry, RegistrySpec
 
 REFERENCE_FILE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md"
@@ -55,7 +55,7 @@ def test_validation_and_defaults_are_shown() -> None:
 def test_a_field_added_without_regenerating_fails_the_check(tmp_path, monkeypatch, capsys) -> None:
     committed = tmp_path / "api.md"
     committed.write_text(reference.render_reference(), encoding="utf-8")
-    assert crd.main(["--reference", "--check", str(committed)]) == 0
+    assert crd_command.main(["--reference", "--check", str(committed)]) == 0
 
     class SpecWithNewField(RegistrySpec):
         addedField: int = Field(default=0, description="A field added without regenerating the reference.")
@@ -65,7 +65,7 @@ def test_a_field_added_without_regenerating_fails_the_check(tmp_path, monkeypatc
 
     monkeypatch.setattr(crd, "Registry", WithNewField)
     assert "| `addedField` | integer | `0` |" in reference.render_reference()
-    assert crd.main(["--reference", "--check", str(committed)]) == 1
+    assert crd_command.main(["--reference", "--check", str(committed)]) == 1
     assert reference.REGENERATE_COMMAND in capsys.readouterr().err
 
 

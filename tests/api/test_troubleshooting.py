@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from berth_api import crd, reasons
+from berth_api import crd_command, reasons
 from berth_operator.engine import status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def ready_reasons() -> set[str]:
 def test_the_committed_page_is_generated() -> None:
     assert PAGE.read_text(encoding="utf-8") == reasons.render_troubleshooting(), (
         f"{PAGE.name} is out of date; regenerate it with `{reasons.REGENERATE_COMMAND}`")
-    assert crd.main(["--troubleshooting", "--check", str(PAGE)]) == 0
+    assert crd_command.main(["--troubleshooting", "--check", str(PAGE)]) == 0
 
 
 def test_every_condition_reason_of_the_operator_is_documented_in_its_condition() -> None:

@@ -10,6 +10,8 @@ reader of the layer tests, the docs' command blocks.
 - `layers`: A program's import graph, for the layer tests of the agent (tests/agent/test_layers.py) and the operator
   (tests/operator/test_layers.py): every import counts, also one inside a function or under TYPE_CHECKING (a cycle
   hidden that way is still one a reader has to untangle).
+- `schedule`: The order xdist's workers take the suite in (the node tier's exclusive tests first on one worker, its
+  shared ones at the ends of the others), and `BERTH_TEST_TIMELINE`, each test's worker and times.
 - `doc_commands`: The code blocks of README.md and docs/, and the markers that say who runs them, so that the docs
   cannot rot.
 """
