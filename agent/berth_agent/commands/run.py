@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from ..core.deferred import defer
     from ..core.logs import setup_json_logging
 
-    # The agent serves with aiohttp.web in every pod; the client half of aiohttp loads when first used: a
-    # notification endpoint (core/deferred.py). prometheus_client is not deferred: its exposition would load at
+    # The agent serves its endpoints with the standard library (core/listener.py); aiohttp's client loads when first
+    # used: a notification endpoint (core/deferred.py). prometheus_client is not deferred: its exposition would load at
     # the first scrape of /metrics, and a scrape must not wait for an import (0.6 MiB; issue 52).
     defer("aiohttp")
 

@@ -1,13 +1,13 @@
 """Packages whose `__init__` runs on first use of a name it defines, not when a submodule is imported.
 
-`import aiohttp.web` first runs `aiohttp/__init__.py`, which imports the whole HTTP client: the connector (two TLS
-contexts with the system's trust store loaded), the cookie jar, tracing, digest auth (~4 MiB of the agent's
-resident memory). The agent serves with `aiohttp.web` in every pod (probes, metrics, the outbox's relay) and uses
-the client only for what a Registry turns on (notification endpoints) or what someone scrapes (the registry's
-metrics). `defer("aiohttp")` puts a stand-in for the package into sys.modules: a submodule imports as usual
-(`from aiohttp import web` loads `aiohttp.web` and what it imports), and the first name that is not a submodule
-(`aiohttp.ClientSession`) runs the real `__init__` in the stand-in itself, so the package is then the same
-module object, complete. Nothing of the package is modified.
+`import aiohttp` runs `aiohttp/__init__.py`, which imports the whole HTTP client: the connector (two TLS contexts
+with the system's trust store loaded), the cookie jar, tracing, digest auth (~4 MiB of the agent's resident memory).
+The agent uses aiohttp's client only for what a Registry turns on (the outbox's notification endpoints); it serves
+its endpoints with the standard library (core/listener.py). `defer("aiohttp")` puts a stand-in for the package into
+sys.modules: `import aiohttp` at the top of a module costs nothing, a submodule imports as usual (`from aiohttp import
+web` loads `aiohttp.web` and what it imports), and the first name that is not a submodule (`aiohttp.ClientSession`)
+runs the real `__init__` in the stand-in itself, so the package is then the same module object, complete. Nothing of
+the package is modified.
 
 Called by `berth-agent run` in the agent process only, before anything imports the package (tests/agent/core).
 """

@@ -1,4 +1,5 @@
-"""Health of the agent: startup (first config written), readiness, liveness of the watch loops; the HTTP server.
+"""Health of the agent: startup (first config written), readiness, liveness of the watch loops; the HTTP server
+(core/listener.py).
 
 Liveness reflects real progress: each source loop registers with a maximum silence and beats on every
 iteration (a watch event, a reopened watch, a timer tick). A loop stuck in a read with no timeout stops
@@ -15,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import prometheus_client
-from aiohttp import web
 from prometheus_client.registry import REGISTRY
+
+from .listener import Handler, Listener, Request, Response, listen
 
 
 class Health:
@@ -111,40 +113,33 @@ class Health:
         return not self.stale_loops()
 
 
-def _answer(ok: bool, reason: str) -> web.Response:
-    return web.Response(status=200 if ok else 503, text="ok\n" if ok else reason + "\n")
+def _answer(ok: bool, reason: str) -> Response:
+    return Response.text(200 if ok else 503, "ok\n" if ok else reason + "\n")
 
 
-def build_app(health: Health) -> web.Application:
-    async def startupz(_request: web.Request) -> web.Response:
+def build_routes(health: Health) -> dict[str, dict[str, Handler]]:
+    async def startupz(_request: Request) -> Response:
         return _answer(health.startup_ok(), "config not written yet")
 
-    async def readyz(_request: web.Request) -> web.Response:
+    async def readyz(_request: Request) -> Response:
         reason = health.not_ready_reason()
         return _answer(reason is None, reason or "")
 
-    async def livez(_request: web.Request) -> web.Response:
+    async def livez(_request: Request) -> Response:
         stale = health.stale_loops()
         return _answer(not stale, "loops not progressing: " + ", ".join(stale))
 
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=prometheus_client.generate_latest(REGISTRY),
-                            headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+    async def metrics(_request: Request) -> Response:
+        return Response(200, prometheus_client.generate_latest(REGISTRY),
+                        {"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
-    app = web.Application()
-    app.router.add_get("/startupz", startupz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/livez", livez)
-    app.router.add_get("/metrics", metrics)
-    return app
+    return {"/startupz": {"GET": startupz}, "/readyz": {"GET": readyz}, "/livez": {"GET": livez},
+            "/metrics": {"GET": metrics}}
 
 
-async def start_health_server(health: Health, host: str, port: int) -> web.AppRunner:
-    """Serve the probes and /metrics on host:port; the caller stops it with `await runner.cleanup()`."""
-    runner = web.AppRunner(build_app(health), access_log=None)  # probes every few seconds are not actions
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+async def start_health_server(health: Health, host: str, port: int) -> Listener:
+    """Serve the probes and /metrics on host:port; the caller stops it with `await listener.cleanup()`."""
+    return await listen("health", build_routes(health), host, port)
 
 
-__all__ = ["Health", "build_app", "start_health_server"]
+__all__ = ["Health", "build_routes", "start_health_server"]

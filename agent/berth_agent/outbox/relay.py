@@ -6,38 +6,33 @@ from __future__ import annotations
 
 import logging
 
-from aiohttp import web
-
+from ..core.listener import Handler, Listener, Request, Response, listen
 from .service import Outbox, parse_envelope
 
 log = logging.getLogger(__name__)
 PATH = "/events"
+MAX_BODY = 16 << 20
 
 
-def build_app(outbox: Outbox) -> web.Application:
-    async def events(request: web.Request) -> web.Response:
+def build_routes(outbox: Outbox) -> dict[str, dict[str, Handler]]:
+    async def events(request: Request) -> Response:
         try:
-            parsed = parse_envelope(await request.read())
+            parsed = parse_envelope(request.body)
         except ValueError:
-            return web.Response(status=400, text="not a notification envelope\n")
+            return Response.text(400, "not a notification envelope\n")
         try:
             await outbox.store(parsed)
         except OSError as exc:
             log.error("outbox write failed", extra={"fields": {"errno": exc.errno, "events": len(parsed)}})
-            return web.Response(status=503, text="not stored\n")
-        return web.Response(status=200)
+            return Response.text(503, "not stored\n")
+        return Response(200)
 
-    app = web.Application(client_max_size=16 << 20)
-    app.router.add_post(PATH, events)
-    return app
+    return {PATH: {"POST": events}}
 
 
-async def start_relay(outbox: Outbox, host: str, port: int) -> web.AppRunner:
-    """Serve the relay on host:port; the caller stops it with `await runner.cleanup()`."""
-    runner = web.AppRunner(build_app(outbox), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+async def start_relay(outbox: Outbox, host: str, port: int) -> Listener:
+    """Serve the relay on host:port; the caller stops it with `await listener.cleanup()`."""
+    return await listen("relay", build_routes(outbox), host, port, max_body=MAX_BODY)
 
 
-__all__ = ["PATH", "build_app", "start_relay"]
+__all__ = ["PATH", "build_routes", "start_relay"]

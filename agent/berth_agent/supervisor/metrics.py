@@ -25,8 +25,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
+from ..core.listener import Listener, Request, Response, listen
 from .files import METRICS_NAME
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class RegistryMetricsProxy:
         self.wait_seconds = wait_seconds
         self.timeout_seconds = timeout_seconds
 
-    async def _get(self, target: MetricsTarget, headers: dict[str, str]) -> web.Response:
+    async def _get(self, target: MetricsTarget, headers: dict[str, str]) -> Response:
         """The registry's answer, passed on: its status, its body as sent (compressed if it was) and the
         response headers a scrape needs. OSError when the registry refuses, resets or answers no whole head."""
         async with asyncio.timeout(self.timeout_seconds):
@@ -83,9 +82,9 @@ class RegistryMetricsProxy:
                     await writer.wait_closed()
         status, answered, body = _parse_answer(raw)
         passed = {name: answered[name.lower()] for name in _PASSED_RESPONSE_HEADERS if name.lower() in answered}
-        return web.Response(status=status, body=body, headers=passed)
+        return Response(status, body, passed)
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: Request) -> Response:
         headers = {name: request.headers[name] for name in _PASSED_REQUEST_HEADERS if name in request.headers}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_seconds
@@ -103,7 +102,7 @@ class RegistryMetricsProxy:
                     why = f"the registry process (pid {target.pid}) did not answer on its metrics port: " \
                           f"{type(exc).__name__}"
             if loop.time() >= deadline:
-                return web.Response(status=503, text=why + "\n")
+                return Response.text(503, why + "\n")
             await asyncio.sleep(0.02)
 
     async def close(self) -> None:
@@ -127,20 +126,10 @@ def _parse_answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 
 
 async def start_metrics_proxy(state_dir: Path, host: str, port: int, *,
-                              debug_host: str = "127.0.0.1") -> tuple[web.AppRunner, RegistryMetricsProxy]:
-    """Serve the current registry's /metrics on host:port; stop with `await runner.cleanup()` (closes the proxy)."""
+                              debug_host: str = "127.0.0.1") -> tuple[Listener, RegistryMetricsProxy]:
+    """Serve the current registry's /metrics on host:port; stop with `await listener.cleanup()`."""
     proxy = RegistryMetricsProxy(state_dir, host=debug_host)
-    app = web.Application()
-    app.router.add_get("/metrics", proxy.handle)
-
-    async def _close(_app: web.Application) -> None:
-        await proxy.close()
-
-    app.on_cleanup.append(_close)
-    runner = web.AppRunner(app, access_log=None)  # a scrape every few seconds is not an action
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner, proxy
+    return await listen("registry-metrics", {"/metrics": {"GET": proxy.handle}}, host, port), proxy
 
 
 __all__ = ["MetricsTarget", "RegistryMetricsProxy", "read_target", "start_metrics_proxy"]
