@@ -171,6 +171,10 @@ class _Exchange(BaseHTTPRequestHandler):
     server: Listener
     protocol_version = "HTTP/1.1"  # keep-alive, as aiohttp.web; http.server closes a connection a client asks to
     timeout = IDLE_SECONDS
+    # An answer leaves in one write, without Nagle's wait (aiohttp.web sets TCP_NODELAY too): the head and the body
+    # written apart would wait for the client's delayed ACK, up to 40 ms an answer.
+    wbufsize = 1 << 16
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         """No access log (probes every second are not actions); a request http.server refuses is not logged."""
