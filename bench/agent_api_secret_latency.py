@@ -2,10 +2,10 @@
 
 The agent runs in API mode (`--registry`, `--api-secret cosi=NAME`) against the test API server (kmock,
 tests/support/clusters/kube.py) on 127.0.0.1, on S3 (moto, IAM enforced). For each of N rotations: create a new access
-key, write it into the COSI Secret through the API (a merge patch; the mounted volume is left as it was, as
-during the kubelet's 60-90 s sync, field-notes §3, §7), and time from sending the patch until a NEW registry
-process serves the config and answers GET / with 200; then delete the old key. Beside it, in the same run and
-on the same S3, the registry's own cold start (exec until its first 200), as in agent_swap_latency.py.
+key, write it into the COSI Secret through the API (a merge patch; the mounted volume is left as it was, as during the
+kubelet's 60-90 s sync, docs/upstream.md#k8s-secret-refresh), and time from sending the patch until a NEW registry
+process serves the config and answers GET / with 200; then delete the old key. Beside it, in the same run and on the
+same S3, the registry's own cold start (exec until its first 200), as in agent_swap_latency.py.
 
 Target (issue 11): median <= cold start median + 150 ms.
 

@@ -1,10 +1,10 @@
 """Restarts caused by a burst of file events: the same Secret rewritten many times within one second.
 
 A registry pod (agent + berth-supervise + docker-registry) with an http secret Secret dir; within one second the
-Secret is swapped SWAPS times as the kubelet's AtomicWriter does (each swap is ~9 inotify events on the
-watched directory, field-notes §4; the content changes on every swap). Then the registry's restarts are
-counted once everything has settled: the debounce must turn the whole burst into one render and one restart,
-with the last content.
+Secret is swapped SWAPS times as the kubelet's AtomicWriter does (each swap is ~9 inotify events on the watched
+directory, docs/upstream.md#watchdog-events; the content changes on every swap). Then the registry's restarts are
+counted once everything has settled: the debounce must turn the whole burst into one render and one restart, with the
+last content.
 
 Target (issue 3): exactly 1 restart.
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # support.* (the test parts) without installing them
-os.environ.pop("AWS_CA_BUNDLE", None)  # the 2.8 registry panics with it set (field-notes §6)
+os.environ.pop("AWS_CA_BUNDLE", None)  # the 2.8 registry panics with it set (docs/upstream.md#parts-aws-ca-bundle)
 
 
 def workdir(name: str) -> tempfile.TemporaryDirectory:

@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = REGISTRY_BIN if args.distribution == "2" else REGISTRY3_BINARY
     if not binary:
-        raise SystemExit("--distribution 3 needs BERTH_REGISTRY3_BIN (../shared/dist/registry-v3.1.1)")
+        raise SystemExit("--distribution 3 needs BERTH_REGISTRY3_BIN (docs/upstream.md#parts-registry3)")
     cas = [TestCA(f"bench-ca-{i}") for i in range(args.changes + 1)]
     keys = [ca.issue("RS256") for ca in cas]
     with workdir("token") as tmp, shm_dir() as shm, TokenIssuer(keys[0], users=dict([ALICE])) as issuer:

@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = REGISTRY_BIN if args.distribution == "2" else REGISTRY3_BINARY
     if not binary:
-        raise SystemExit("--distribution 3 needs BERTH_REGISTRY3_BIN (../shared/dist/registry-v3.1.1)")
+        raise SystemExit("--distribution 3 needs BERTH_REGISTRY3_BIN (docs/upstream.md#parts-registry3)")
     passwords = [f"password-{i}" for i in range(args.changes + 1)]
     with workdir("proxy") as tmp, shm_dir() as shm, \
             token_upstream(Path(tmp) / "upstream", {USER: {passwords[0]}}, binary=binary) as upstream:

@@ -34,8 +34,9 @@ POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 RESERVED_LABELS = (*BERTH_LABELS, POD_TEMPLATE_HASH_LABEL)
 # Berth's annotations (berth.dev/gc-requested-at, ...) and any it may add later.
 RESERVED_PREFIX = "berth.dev/"
-# Distribution reads REGISTRY_* as config overrides (field-notes §1), and berth-supervise reads BERTH_*: either would
-# bypass the config the agent renders. OTEL_TRACES_EXPORTER is set by Berth (field-notes §1).
+# Distribution reads REGISTRY_* as config overrides (docs/upstream.md#dist-env-overrides), and berth-supervise reads
+# BERTH_*: either would bypass the config the agent renders. OTEL_TRACES_EXPORTER is set by Berth
+# (docs/upstream.md#dist-otel).
 RESERVED_ENV_PREFIXES = ("REGISTRY_", "BERTH_")
 # AWS_CA_BUNDLE: Distribution 2.8 panics at start with it set, and 3.1.1 then trusts that file alone (docs/design.md,
 # "A private CA for S3"): storage.s3.ca is the way.

@@ -2,7 +2,7 @@
 
 In the API server's order: unknown fields are found (the server prunes them, or rejects them under
 kubectl's default strict field validation), defaults are applied, the openAPIV3Schema is checked (here with
-`jsonschema`, field-notes §6) and so is the uniqueness of list-map keys, and the CEL rules
+`jsonschema`, docs/upstream.md#parts-offline-validation) and so is the uniqueness of list-map keys, and the CEL rules
 (`x-kubernetes-validations`) are evaluated with cel-python.
 Every problem is reported as (API path, message), paths written like the models' (spec.http.addr,
 spec.health.tcp.0.addr) so the two can be compared.

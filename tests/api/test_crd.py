@@ -121,7 +121,7 @@ def test_names_scope_and_version() -> None:
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
 
 
-# Kubernetes' own schema for CustomResourceDefinition, offline (field-notes §6).
+# Kubernetes' own schema for CustomResourceDefinition, offline (docs/upstream.md#parts-offline-validation).
 
 KUBERNETES_VERSIONS = [v for v in all_versions() if Version(v) >= Version("1.30")]
 

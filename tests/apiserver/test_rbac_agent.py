@@ -244,7 +244,8 @@ def test_the_agent_may_not(request, who: str, action) -> None:
 
 
 def test_the_watch_by_name_delivers_its_object(agent: Agent) -> None:
-    """list/watch allowed by resourceNames do reach the object (field-notes §7), not just pass authorization."""
+    """list/watch allowed by resourceNames do reach the object, not just pass authorization
+    (docs/upstream.md#k8s-rbac-resource-names)."""
     listing = agent("GET", SECRETS, **by_name("registry-tls"))
     assert [item["metadata"]["name"] for item in listing["items"]] == ["registry-tls"]
     events = agent("GET", REGISTRIES, **watch("registry"))["events"]

@@ -1,5 +1,6 @@
 """The Registry's status and scale subresources on the real API server, and the operator's status writes through
-them (kmock lets a /status patch change spec and stamps no generation: field-notes §6).
+them (kmock lets a /status patch change spec and stamps no generation:
+docs/upstream.md#parts-kmock).
 
 - a create drops status; a /status patch changes status only and leaves generation alone; a patch of the
   object itself ignores status and bumps generation (what observedGeneration is compared with);

@@ -1,5 +1,5 @@
 """Roles for users (issue 50): after the documented install (`kubectl apply -k crds`, `kubectl apply -k deploy`), the
-built-in user-facing roles carry Berth's kind, through deploy/user-roles.yaml's aggregated ClusterRoles.
+built-in user-facing roles carry Berth's kind, through deploy/base/user-roles.yaml's aggregated ClusterRoles.
 
 On a real API server with the controller manager's clusterrole-aggregation controller
 (support.clusters.apiserver_users), three users are each bound by a RoleBinding in namespace A to one built-in

@@ -1,5 +1,6 @@
 """The agent's Registry and Secret watchers on the real API server, with the agent's own token (list and watch
-allowed by resourceNames, through fieldSelector metadata.name): what kmock only imitates (field-notes §6).
+allowed by resourceNames, through fieldSelector metadata.name): what kmock only imitates
+(docs/upstream.md#parts-kmock).
 
 - 410 Gone: a watch resumed from a resourceVersion etcd has compacted away is refused with 410 by an API
   server reading etcd directly (support.clusters.apiserver.uncached_apiserver); the watcher lists again, says so at

@@ -157,7 +157,7 @@ def test_cluster_role_has_no_wildcards_and_is_bound_to_the_operator() -> None:
 
 
 def test_the_user_roles_reach_registries_only_and_aggregate_into_the_built_in_roles() -> None:
-    """deploy/user-roles.yaml (issue 50): whoever holds `view` in a namespace reads its Registries, whoever holds
+    """deploy/base/user-roles.yaml (issue 50): whoever holds `view` in a namespace reads its Registries, whoever holds
     `edit` or `admin` also writes them; nothing else (no Secret, no status write, no wildcard), and nobody is bound
     to them here: the built-in roles carry them (tests/apiserver/test_user_roles.py proves it on a real server)."""
     aggregate = "rbac.authorization.k8s.io/aggregate-to-"

@@ -1,7 +1,7 @@
 """The test API server (tests/support/clusters/kube.py) behaves like the API server where kmock 0.8 does not.
 
 Each test drives the server with the official kubernetes client over HTTP, as the agent and the operator
-will, and names the field-notes §6 gap it covers.
+will, and names the kmock gap it covers (docs/upstream.md#parts-kmock).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""kopf 1.45 runs in process against the test API server and stops cleanly (field-notes §6)."""
+"""kopf 1.45 runs in process against the test API server and stops cleanly (docs/upstream.md#parts-kmock)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def test_a_two_replica_s3_registry_with_keys_from_a_secret_serves_through_its_se
             "config": {"storage": {
                 "s3": {"bucket": BUCKET, "region": REGION, "regionEndpoint": moto.endpoint,
                        "credentials": {"secretName": "s3-keys"}, "chunkSize": 5242880},
-                "redirect": {"disabled": True}}},  # presigned URLs fail under IAM enforcement (field-notes §6)
+                "redirect": {"disabled": True}}},  # presigned URLs fail under IAM (docs/upstream.md#parts-moto)
         }, replicas=2)
         assert len(registry_pods(node, ns, "s3")) == 2
         host = service_url(node, ns, "s3").removeprefix("http://")

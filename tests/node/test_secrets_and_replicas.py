@@ -31,7 +31,8 @@ from support.registries.registry import http_get, make_oci_image, manifest_statu
 from support.registries.upstream import htpasswd
 from support.traffic.pull_loop import PullLoop
 
-# The kubelet rewrites a Secret volume on its pod sync, 60 to 90 s after the change (field-notes §3, §7).
+# The kubelet rewrites a Secret volume on its pod sync, 60 to 90 s after the change
+# (docs/upstream.md#k8s-secret-refresh).
 KUBELET_SWAP_TIMEOUT = 240
 
 
@@ -202,10 +203,10 @@ def test_garbage_collection_in_real_pods_removes_a_deleted_images_blobs(
     blob = http_get(_blob_url(url, "berth/kept", kept_layer))
     assert blob.status == 200 and hashlib.sha256(blob.body).hexdigest() == kept_layer.removeprefix("sha256:")
     # A push lands once both replicas are writable again (the other replica follows the runner's release;
-    # field-notes §7 saw 405 for about 22 s through the Service): retried on 405 only, counted. A blob's PATCH that
-    # reaches the still read-only replica gets its 405 while skopeo is still sending the body, and Go closes the
-    # connection after answering: skopeo then says "connection reset by peer" on its write, not the status (seen
-    # in CI: POST 202 on the writable replica, PATCH 405 on the other). That is the same refusal.
+    # docs/upstream.md#measured-gc-window: 405 for about 22 s through the Service): retried on 405 only, counted. A
+    # blob's PATCH that reaches the still read-only replica gets its 405 while skopeo is still sending the body, and Go
+    # closes the connection after answering: skopeo then says "connection reset by peer" on its write, not the status
+    # (seen in CI: POST 202 on the writable replica, PATCH 405 on the other). That is the same refusal.
     after, refused = make_oci_image(tmp_path / "after"), 0
 
     def pushed() -> bool:

@@ -50,7 +50,7 @@ _METADATA = {
         "ownerReferences": {"type": "array", "items": _OWNER_REFERENCE},
     },
 }
-# COSI v1alpha1 spec fields (field-notes section 2: COSI api @ v0.2.2). Status is written by COSI, not us.
+# COSI v1alpha1 spec fields (docs/upstream.md#cosi-resources: COSI api @ v0.2.2). Status is written by COSI, not us.
 COSI_SCHEMAS: dict[str, dict[str, Any]] = {
     "BucketClaim": {
         "type": "object",

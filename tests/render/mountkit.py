@@ -56,7 +56,8 @@ def htpasswd_entry(user: str, password: str) -> bytes:
 
 
 def cosi_secret(target: S3Target, form: str = "v1alpha1", *, addressing_style: str | None = None) -> dict[str, str]:
-    """The BucketAccess credentials Secret's data in one of the three formats (field-notes §2)."""
+    """The BucketAccess credentials Secret's data in one of the three formats
+    (docs/upstream.md#cosi-v1alpha1-secret, docs/upstream.md#cosi-v1alpha2-secret)."""
     if form == "v1alpha1":
         info = {
             "metadata": {"name": "bc-0b5e6c1e-0000-4000-8000-000000000001", "creationTimestamp": None},

@@ -1,8 +1,8 @@
 """Distribution 3 rendering against golden files, and every rendered key against the configuration references.
 
-Debian packages no v3 registry (field-notes §1); the real 3.1.1 binary runs the rendered configs where it is
-given (BERTH_REGISTRY3_BIN: tests/render/test_real_registry.py, test_real_redis.py). Here the output is checked
-two ways, with or without it:
+Debian packages no v3 registry (docs/upstream.md#parts-debian-registry); the real 3.1.1 binary runs the rendered configs
+where it is given (BERTH_REGISTRY3_BIN: tests/render/test_real_registry.py, test_real_redis.py). Here the output is
+checked two ways, with or without it:
 byte-for-byte against the reviewed golden files in tests/render/golden/, whose headers name each difference
 from the 2.8 render of the same inputs (the test recomputes them, so the names cannot go stale); and key by
 key against the key sets of each version's configuration reference, written down below from
@@ -108,8 +108,8 @@ _COMMON = {
     "health.storagedriver.enabled", "health.storagedriver.interval", "health.storagedriver.threshold",
     "health.tcp[].addr", "health.tcp[].timeout", "health.tcp[].interval", "health.tcp[].threshold",
     "validation.manifests.urls.allow", "validation.manifests.urls.deny",
-    # notifications (configuration.go Endpoint at v2.8.3 and v3.1.1; field-notes §8); headers is a map of any
-    # header names, written here as "headers.*"
+    # notifications (configuration.go Endpoint at v2.8.3 and v3.1.1; docs/upstream.md#dist-notifications); headers is
+    # a map of any header names, written here as "headers.*"
     "notifications.endpoints[].name", "notifications.endpoints[].disabled", "notifications.endpoints[].url",
     "notifications.endpoints[].headers.*", "notifications.endpoints[].timeout", "notifications.endpoints[].threshold",
     "notifications.endpoints[].backoff", "notifications.endpoints[].ignoredmediatypes",

@@ -48,7 +48,7 @@ def prepare(document: dict, tmp_path: Path, major: str, *, paths_args: dict | No
         http["host"] = f"{'https' if http.get('tls') else 'http'}://{http['addr']}"
     if "s3" in mount_args:
         # moto cannot serve presigned redirect URLs while IAM is enforced (it wants an Authorization header,
-        # field-notes §6), so blobs go through the registry.
+        # docs/upstream.md#parts-moto), so blobs go through the registry.
         document["spec"]["config"]["storage"]["redirect"] = {"disabled": True}
     registry = Registry.model_validate(document)
     mounts = write_mounts_for(registry.spec, tmp_path / "mounts", **mount_args)
@@ -184,7 +184,7 @@ def test_tls_and_htpasswd_on_filesystem(tmp_path, dist):
         served = ssl.get_server_certificate(("127.0.0.1", registry.port)).encode()
         assert served.split(b"-----")[2].split() == mounts.tls_cert.split(b"-----")[2].split()
     finally:
-        assert registry.stop() == 0  # draintimeout rendered: SIGTERM drains and exits 0 (field-notes §6)
+        assert registry.stop() == 0  # draintimeout rendered: SIGTERM drains and exits 0 (docs/upstream.md#dist-drain)
 
 
 def test_tls_with_s3(tmp_path, moto_server, dist):

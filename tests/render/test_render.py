@@ -37,7 +37,7 @@ def test_defaults_render_a_complete_minimal_config():
     assert config["version"] == "0.1"  # a string, as the registry requires
     assert config["log"] == {"level": "info"}
     assert config["storage"]["inmemory"] == {}
-    assert config["http"]["draintimeout"] == "30s"  # always set, so a restart drains (field-notes §1)
+    assert config["http"]["draintimeout"] == "30s"  # always set, so a restart drains (docs/upstream.md#dist-drain)
     assert config["storage"]["maintenance"] == {
         "uploadpurging": {"enabled": True, "age": "168h", "interval": "24h", "dryrun": False},
         "readonly": {"enabled": False},

@@ -1,7 +1,7 @@
-"""The COSI BucketAccess created from spec.config.storage.objectStorage.bucketAccessClass (field-notes
-section 2). Its credentials Secret has a deterministic name, so the pod template can mount it at once. The one the
-spec names (bucketAccess) gives its Secret's name as a fact, or the class is looked up (missing); waiting: access
-not granted yet, or its Secret not written yet."""
+"""The COSI BucketAccess created from spec.config.storage.objectStorage.bucketAccessClass
+(docs/upstream.md#cosi-resources). Its credentials Secret has a deterministic name, so the pod template can mount it at
+once. The one the spec names (bucketAccess) gives its Secret's name as a fact, or the class is looked up (missing);
+waiting: access not granted yet, or its Secret not written yet."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The COSI BucketClaim created from spec.config.storage.objectStorage.bucketClass (field-notes section 2); the
-one the spec names (bucketClaim) or the class looked up (missing), and the bucket's readiness (waiting)."""
+"""The COSI BucketClaim created from spec.config.storage.objectStorage.bucketClass (docs/upstream.md#cosi-resources);
+the one the spec names (bucketClaim) or the class looked up (missing), and the bucket's readiness (waiting)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def waiting(reader: Reader, reg: Registry) -> list[Problem]:
     if name is None:
         return []
     claim = reader.get(COSI_API_VERSION, "BucketClaim", names.namespace(reg), name)
-    # v1alpha1 says bucketReady; v1alpha2 readyToUse (field-notes §2)
+    # v1alpha1 says bucketReady; v1alpha2 readyToUse (docs/upstream.md#cosi-resources)
     if claim is not None and not (status(claim).get("bucketReady") or status(claim).get("readyToUse")):
         return [Problem("WaitingForBucket", f"BucketClaim {name} is not ready yet")]
     return []

@@ -1,4 +1,5 @@
-"""The generated HTTP secret (signs upload state; every replica must share it, field-notes section 1)."""
+"""The generated HTTP secret (signs upload state; every replica must share it,
+docs/upstream.md#dist-http-secret)."""
 
 from __future__ import annotations
 

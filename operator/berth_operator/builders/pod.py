@@ -50,7 +50,7 @@ from . import names, service, storage
 from .context import ClusterFacts
 
 # One non-root identity for both containers: the agent signals the registry process (kill(2) needs the same
-# UID, field-notes section 3) and writes config files (mode 0600) that the registry must read.
+# UID, docs/upstream.md#k8s-share-process-namespace) and writes config files (mode 0600) that the registry must read.
 RUN_AS = 65532
 
 # The paths, volumes and keys both programs use are in berth_api.pod; this one the agent only finds by the
@@ -74,7 +74,7 @@ SECRET_MODE = 0o440
 # current registry process's /metrics on this stable port (container port REGISTRY_METRICS_PORT_NAME), proxied to
 # the loopback debug port berth-supervise gave that process, one of DEBUG_PORTS (alternating, so a successor never
 # binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
-# field-notes §8). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
+# docs/upstream.md#dist-debug-server). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
 REGISTRY_METRICS_PORT_NAME = "reg-metrics"  # a port name has at most 15 characters
 AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
@@ -228,7 +228,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "name": "agent",
         "image": facts.agent_image,
         # A native sidecar: starts before the registry container, whose start waits for the startupProbe,
-        # i.e. for the first rendered config (field-notes section 3).
+        # i.e. for the first rendered config (docs/upstream.md#k8s-native-sidecars).
         "restartPolicy": "Always",
         "command": ["berth-agent"],
         "args": [
@@ -242,7 +242,8 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "--state-dir", STATE_DIR,
             "--registry-metrics-addr", f"0.0.0.0:{REGISTRY_METRICS_PORT}",
             # The same Secrets as the volumes (so no other edit reaches the template through here), watched
-            # over the API as well: a rotation applies without the kubelet's 60-90 s (field-notes section 3).
+            # over the API as well: a rotation applies without the kubelet's 60-90 s
+            # (docs/upstream.md#k8s-secret-refresh).
             *(arg for volume, secret in secret_sources(reg, facts).items()
               for arg in ("--api-secret", f"{volume}={secret}")),
             *(arg for volume, config_map in config_map_sources(reg).items()
@@ -333,23 +334,23 @@ def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "env": [
             {"name": "BERTH_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_NAME}"},
             {"name": "BERTH_REGISTRY_BIN", "value": REGISTRY_BIN},
-            # Distribution 3 serves on a socket it is handed (field-notes §8): berth-supervise holds this one for
-            # the container's life, so no reload leaves the port without a listener. It asks the binary its
-            # version (spec.distribution is hot, so the template cannot say): 2.8 binds its own, overlapped.
+            # Distribution 3 serves on a socket it is handed (docs/upstream.md#dist-socket-activation): berth-supervise
+            # holds this one for the container's life, so no reload leaves the port without a listener. It asks the
+            # binary its version (spec.distribution is hot, so the template cannot say): 2.8 binds its own, overlapped.
             {"name": "BERTH_LISTEN_ADDR", "value": f":{reg.spec.http.port}"},
             # The supervisor's pid, last exit and the registry's output, for the agent (the config volume is
             # read-only here; both containers mount the pod's tmp volume).
             {"name": "BERTH_STATE_DIR", "value": STATE_DIR},
             # Metrics on by default, through REGISTRY_HTTP_DEBUG_* overrides per process (config.yml is unchanged).
             {"name": "BERTH_DEBUG_PORTS", "value": " ".join(str(port) for port in debug_ports(reg))},
-            # Distribution 3 otherwise exports traces to localhost:4318 (field-notes section 1).
+            # Distribution 3 otherwise exports traces to localhost:4318 (docs/upstream.md#dist-otel).
             {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
             *s3_ca_env(reg),
             # The user's (an egress proxy...): never REGISTRY_*, BERTH_* or the above (refused at admission).
             *user_env(reg),
         ],
         "ports": [{"name": port_name, "containerPort": reg.spec.http.port, "protocol": "TCP"}],
-        # GET / answers 200 without auth, 503 while a configured health check fails (field-notes section 1):
+        # GET / answers 200 without auth, 503 while a configured health check fails (docs/upstream.md#dist-health):
         # such a replica leaves the Service.
         "readinessProbe": {
             "httpGet": {"path": "/", "port": port_name, "scheme": port_name.upper()},
@@ -439,9 +440,9 @@ def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             "serviceAccountName": names.service_account_name(reg),
             # The token goes to the agent container only, through the agent-token volume.
             "automountServiceAccountToken": False,
-            # The agent restarts the registry process in place (field-notes section 3).
+            # The agent restarts the registry process in place (docs/upstream.md#k8s-share-process-namespace).
             "shareProcessNamespace": True,
-            # Service link variables can collide with REGISTRY_* overrides (field-notes section 1).
+            # Service link variables can collide with REGISTRY_* overrides (docs/upstream.md#dist-env-overrides).
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
             "securityContext": pod_security_context(reg),

@@ -22,8 +22,8 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "kind": "Role",
         "metadata": object_meta(reg, names.role_name(reg), names.AGENT_COMPONENT),
         "rules": [
-            # list and watch with fieldSelector metadata.name=<name> are authorized per name (field-notes
-            # section 3), so resourceNames scopes them too.
+            # list and watch with fieldSelector metadata.name=<name> are authorized per name
+            # (docs/upstream.md#k8s-rbac-resource-names), so resourceNames scopes them too.
             {"apiGroups": [GROUP], "resources": [PLURAL], "resourceNames": own, "verbs": ["get", "list", "watch"]},
             {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": own, "verbs": ["patch"]},
             # patch: repeated events are coalesced by bumping the count of the existing one.

@@ -1,8 +1,8 @@
 """Following watch streams, as the caches, discovery and the watches by name all do (one way, written once).
 
-- `Streams.follow` reads one watch after a resourceVersion until the server ends it (timeoutSeconds: re-opened at
-  least every 5 minutes, idle connections get dropped: field-notes §3), passing each ADDED, MODIFIED or DELETED
-  event on and skipping bookmarks; it returns the resourceVersion to resume from, or None after 410 Gone (list
+- `Streams.follow` reads one watch after a resourceVersion until the server ends it (timeoutSeconds: re-opened at least
+  every 5 minutes, idle connections get dropped: docs/upstream.md#k8s-watch-timeouts), passing each ADDED, MODIFIED or
+  DELETED event on and skipping bookmarks; it returns the resourceVersion to resume from, or None after 410 Gone (list
   again). Any other error event raises.
 - `Streams.start` runs one thread per kind and namespace (the informers, the watches by name: a thread per kind,
   never per Registry); `Streams.stop` unblocks every read in flight (the open responses are kept by slot), so

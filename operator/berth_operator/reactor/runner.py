@@ -58,7 +58,8 @@ def settings(*, peering_standalone: bool = True, scanning: bool = True) -> kopf.
     # Our own events (kopf.event) are always posted; kopf's per-handler log lines only from warnings up.
     s.posting.level = logging.WARNING
     s.peering.standalone = peering_standalone
-    # Watches are re-opened at least every 5 minutes (idle connections get dropped: field-notes §3).
+    # Watches are re-opened at least every 5 minutes (idle connections get dropped:
+    # docs/upstream.md#k8s-watch-timeouts).
     s.watching.server_timeout = 270
     s.watching.client_timeout = 300
     return s

@@ -1,4 +1,4 @@
-// Preloaded into Azurite's blob server by tests/support/azurite.py (node -r THIS main.js ...).
+// Preloaded into Azurite's blob server by tests/support/clouds/azurite.py (node -r THIS main.js ...).
 // Azurite reads its account keys from AZURITE_ACCOUNTS and re-reads that variable every 60 s; a running
 // process's environment cannot be changed from outside, so this sets the variable from the file named by
 // BERTH_AZURITE_ACCOUNTS_FILE and, on SIGHUP, reads the file again and asks Azurite's own account store to

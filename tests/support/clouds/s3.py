@@ -1,4 +1,4 @@
-"""A real S3 for tests: `moto_server` on 127.0.0.1 with IAM enforced (field-notes §6).
+"""A real S3 for tests: `moto_server` on 127.0.0.1 with IAM enforced (docs/upstream.md#parts-moto).
 
     with running_moto(tmp_path) as moto:
         user = moto.create_s3_user("registry", bucket="registry-data")   # IAM user + key + bucket

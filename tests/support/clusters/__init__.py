@@ -13,16 +13,18 @@ the
   deleted namespace is emptied and goes, each namespace gets its `default` ServiceAccount, the scheduler binds pods
   to nodes (with no node, pods stay Pending with PodScheduled=False: what a busy cluster sends watches).
 - `kube`: A Kubernetes API server for tests: kmock's emulator plus our gap fillers, over real HTTP on 127.0.0.1.
-- `kube_emulator`: kmock's KubernetesEmulator with the API-server behaviour our clients rely on (field-notes §6).
-- `kube_selectors`: Label and field selectors as the API server parses them (kmock 0.8 ignores both: field-notes
-  §6).
+- `kube_emulator`: kmock's KubernetesEmulator with the API-server behaviour our clients rely on
+  (docs/upstream.md#parts-kmock).
+- `kube_selectors`: Label and field selectors as the API server parses them (kmock 0.8 ignores both:
+  docs/upstream.md#parts-kmock).
 - `kube_strategic`: Strategic merge patch for built-in kinds, driven by the OpenAPI schemas kubernetes-validate
   ships.
 - `node`: A single-node Kubernetes cluster on this machine for the `node` tier: pods really run.
 - `node_berth`: Berth on the test node (support.clusters.node): installed with `kubectl apply -k deploy` and the image
 set,
   Registries made and watched, their pods' processes seen from the host.
-- `images`: The node tier's images, built offline and cached by the hash of their inputs (../shared/k8s/README.md).
+- `images`: The node tier's images, built offline and cached by the hash of their inputs
+  (docs/upstream.md#parts-real-node).
 - `operator_harness`: The operator for tests and bench, against the test API server (support.clusters.kube): in process
   (OperatorHarness: berth_operator.reactor.runner.run, the same code path as `berth-operator`, in a thread), or as a
   `berth-operator` process (OperatorProcess: leader election, kill -9).

@@ -1,6 +1,6 @@
 """A real Kubernetes API server for tests: kube-apiserver v1.36 on Debian's etcd, as envtest runs it.
 
-No kubelet, scheduler or controller manager (../shared/k8s/README.md): no pods run, nothing is garbage
+No kubelet, scheduler or controller manager (docs/upstream.md#parts-kube-apiserver): no pods run, nothing is garbage
 collected, a deleted namespace stays Terminating. What it does have is what kmock (support.clusters.kube) lacks:
 RBAC with real ServiceAccount tokens, the CRD's structural schema and CEL rules at admission, strict field
 validation, server-side apply, resourceVersion semantics, bookmarks, 410 Gone, the status subresource.
@@ -13,8 +13,8 @@ prometheus-operator installs their CRDs (install_cosi_crds, install_monitoring_c
 keeps them), or starts a server of its own with `KubeApiServer(crds=...)`.
 
 One server (and one etcd) per pytest-xdist worker (`kube_apiserver` is session-scoped), a fresh namespace per
-test. The binary is `$BERTH_KUBE_APISERVER_XZ` (.ci/run exports it), else `../shared/k8s/kube-apiserver-v1.36.1.xz`
-beside the checkout; without it, or without /usr/bin/etcd, the tests skip saying why. The object helpers
+test. The binary is `$BERTH_KUBE_APISERVER_XZ` (.ci/run exports it), else `DEFAULT_XZ` beside
+the checkout; without it, or without /usr/bin/etcd, the tests skip saying why. The object helpers
 (create/get/list/patch/delete by "group/version/plural" paths) are those of support.clusters.kube.KubeApi, so
 support.clusters.operator_harness and support.registries.replicas work on either server.
 """
@@ -53,7 +53,8 @@ DEFAULT_XZ = REPO.parent / "shared" / "k8s" / "kube-apiserver-v1.36.1.xz"
 MONITORING_CRDS = REPO / "tests" / "fixtures" / "prometheus-operator-v0.93.0"
 GATEWAY_API_CRDS = REPO / "tests" / "fixtures" / "gateway-api-v1.6.1"
 CERT_MANAGER_CRDS = REPO / "tests" / "fixtures" / "cert-manager-v1.21.1"
-BINARY_SHA256 = "b8d5488f2d2ed84342dcb891ae9b83863c349e5d342accd33976123631872d5c"  # ../shared/k8s/README.md
+# The decompressed binary's (docs/upstream.md#parts-kube-apiserver).
+BINARY_SHA256 = "b8d5488f2d2ed84342dcb891ae9b83863c349e5d342accd33976123631872d5c"
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -212,7 +213,7 @@ class KubeApiServer:
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={key}",
             f"--service-account-signing-key-file={key}", "--authorization-mode=RBAC",
             f"--token-auth-file={self.root / 'tokens.csv'}",
-            # etcd 3.4 lacks what WatchList needs (../shared/k8s/README.md).
+            # etcd 3.4 lacks what WatchList needs (docs/upstream.md#parts-kube-apiserver).
             "--feature-gates=WatchList=false",
             # blockOwnerDeletion needs update on the owner's finalizers (deploy/clusterrole.yaml says why).
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",

@@ -3,7 +3,7 @@
 A user is a static-token user of the API server (`--token-auth-file`, as a cluster's OIDC or certificate users are:
 a name, no ServiceAccount), given at start; a RoleBinding to one of the built-in user-facing ClusterRoles (`view`,
 `edit`, `admin`) in a namespace is what a cluster admin does for a team. Those roles take Berth's kinds only through
-ClusterRole aggregation (deploy/user-roles.yaml), which the controller manager's clusterrole-aggregation controller
+ClusterRole aggregation (deploy/base/user-roles.yaml), which the controller manager's clusterrole-aggregation controller
 performs: `users_cluster` runs it beside the API server (and nothing else of the controller manager).
 
     with users_cluster(["alice"]) as (api, tokens):
@@ -63,7 +63,7 @@ def kubectl(api: KubeApiServer, *args: str) -> str:
 
 def install(api: KubeApiServer) -> None:
     """The documented install (docs/guide/install.md): `kubectl apply -k crds`, then `kubectl apply -k deploy`; then
-    wait until the built-in roles carry deploy/user-roles.yaml's rules (the aggregation controller's work)."""
+    wait until the built-in roles carry deploy/base/user-roles.yaml's rules (the aggregation controller's work)."""
     kubectl(api, "apply", "-k", str(REPO / "crds"))
     kubectl(api, "apply", "-k", str(REPO / "deploy"))
     for role in BUILT_IN_ROLES:
@@ -71,7 +71,7 @@ def install(api: KubeApiServer) -> None:
 
 
 def aggregated(api: KubeApiServer, role: str) -> bool:
-    """Whether the built-in ClusterRole `role` has the rules deploy/user-roles.yaml aggregates into it."""
+    """Whether the built-in ClusterRole `role` has the rules deploy/base/user-roles.yaml aggregates into it."""
     obj = api.get("rbac.authorization.k8s.io/v1/clusterroles", None, role) or {}
     verbs = {verb for rule in obj.get("rules") or () if "berth.dev" in rule.get("apiGroups", ())
              and "registries" in rule.get("resources", ()) for verb in rule.get("verbs", ())}

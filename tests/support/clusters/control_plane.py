@@ -8,8 +8,8 @@ nodes (with no node, pods stay Pending with PodScheduled=False: what a busy clus
         kube_control_plane.api.create({...})
 
 No kubelet here (a node of its own is a tier above this one). The binaries are the `*.xz` beside the API server's
-(`$BERTH_KUBE_APISERVER_XZ`'s directory, else ../shared/k8s), decompressed once into the same cache and checked
-against that directory's SHA256SUMS; flags and identities as ../shared/k8s/README.md gives them ("A real node").
+(`$BERTH_KUBE_APISERVER_XZ`'s directory, else that of `DEFAULT_XZ`), decompressed once into the same cache and
+checked against that directory's SHA256SUMS; what the node's parts are: docs/upstream.md#parts-real-node.
 Each component runs as its token user of the API server (support.clusters.apiserver.COMPONENT_USERS); the controller
 manager gives each controller its own ServiceAccount credentials and signs their tokens with the API server's
 key. Both bind 127.0.0.1 free ports; their logs are in `root` until close().
@@ -65,8 +65,8 @@ def _expected_sha256(xz: pathlib.Path, name: str) -> str:
 
 
 def cached_component(name: str) -> pathlib.Path:
-    """The decompressed binary (support.clusters.apiserver.unpack_cached), checked against ../shared/k8s's
-    SHA256SUMS."""
+    """The decompressed binary (support.clusters.apiserver.unpack_cached), checked against the SHA256SUMS
+    beside it."""
     xz = component_xz(name)
     assert xz is not None, skip_reason()
     return unpack_cached(xz, name, _expected_sha256(xz, name))

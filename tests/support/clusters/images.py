@@ -1,9 +1,9 @@
-"""The node tier's images, built offline and cached by the hash of their inputs (../shared/k8s/README.md).
+"""The node tier's images, built offline and cached by the hash of their inputs (docs/upstream.md#parts-real-node).
 
     berth      Debian bookworm (debootstrap minbase) + a venv at /opt/berth with deploy/requirements.lock and
                the project, as the Containerfile builds it; runs as 65532, works on a read-only root
     registry2  Debian's docker-registry 2.8 at /bin/registry, busybox at the official image's paths
-    registry3  ../shared/dist/registry-v3.1.1 at /bin/registry, the same busybox
+    registry3  `$BERTH_REGISTRY3_BIN` (else DEFAULT_REGISTRY3) at /bin/registry, the same busybox
     pause      a static C program that sleeps until SIGTERM and reaps children
 
 Each image is a stack of layers; a layer is a directory plus its tar, built once per key under the cache

@@ -12,12 +12,11 @@ or `with KubeApi() as api:` outside pytest (bench/ scripts). The server runs on 
 background thread, so sync tests, asyncio tests (wrap official-client calls in `asyncio.to_thread`), the
 agent and kopf (each on their own loop) all talk to it over HTTP like to a real API server.
 
-What the server does beyond kmock 0.8 and why: see `support.clusters.kube_emulator` (field-notes §6). It knows
-kmock's bundled built-in kinds (namespaces, secrets, services, serviceaccounts, events, PVCs, pods,
-apps/v1, policy/v1, rbac, ...) and our Registry CRD (`crds/berth.dev_registries.yaml`, status and scale
-subresources): bare, as users' clusters are. A test that needs the COSI v1alpha1 kinds (field-notes §2) asks for
-them (the `cosi_crds` fixture, or install_cosi_crds). The CRD objects themselves are stored too, as a cluster
-would have them.
+What the server does beyond kmock 0.8 and why: see `support.clusters.kube_emulator` (docs/upstream.md#parts-kmock). It
+knows kmock's bundled built-in kinds (namespaces, secrets, services, serviceaccounts, events, PVCs, pods, apps/v1,
+policy/v1, rbac, ...) and our Registry CRD (`crds/berth.dev_registries.yaml`, status and scale subresources): bare, as
+users' clusters are. A test that needs the COSI v1alpha1 kinds (docs/upstream.md#cosi-resources) asks for them (the
+`cosi_crds` fixture, or install_cosi_crds). The CRD objects themselves are stored too, as a cluster would have them.
 """
 
 from __future__ import annotations
@@ -49,7 +48,8 @@ T = TypeVar("T")
 
 
 def _cosi_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
-    """COSI objectstorage.k8s.io/v1alpha1 as a CRD (field-notes §2); the schema is not ours to check."""
+    """COSI objectstorage.k8s.io/v1alpha1 as a CRD (docs/upstream.md#cosi-resources); the schema is not ours to
+    check."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

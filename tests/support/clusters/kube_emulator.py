@@ -1,9 +1,9 @@
-"""kmock's KubernetesEmulator with the API-server behaviour our clients rely on (field-notes §6).
+"""kmock's KubernetesEmulator with the API-server behaviour our clients rely on (docs/upstream.md#parts-kmock).
 
 kmock 0.8 gives us the request handler (served by aiohttp's test server, as kmock.Server does), API
 discovery, Status-shaped errors, the request log (iterate the emulator) and the object store with history
 (`emulator.objects`). Its own object handling
-is a plain dict merge, which kopf and the official client cannot run against (field-notes §6). So every
+is a plain dict merge, which kopf and the official client cannot run against (docs/upstream.md#parts-kmock). So every
 request for an object (a path that names a known resource) is served here instead; discovery and any
 other path still goes to kmock. Each gap filler says why:
 

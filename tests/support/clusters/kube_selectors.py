@@ -1,4 +1,5 @@
-"""Label and field selectors as the API server parses them (kmock 0.8 ignores both: field-notes §6).
+"""Label and field selectors as the API server parses them (kmock 0.8 ignores both:
+docs/upstream.md#parts-kmock).
 
 `labelSelector` grammar (k8s.io/apimachinery labels.Parse): comma-separated requirements, each `key`,
 `!key`, `key=v`, `key==v`, `key!=v`, `key in (a,b)`, `key notin (a,b)`. `fieldSelector`: comma-separated

@@ -5,7 +5,7 @@
         namespace = kube_node.namespace()
         kube_node.kubectl("apply", "-f", ...)
 
-Components, each a process with its own data directory and log (../shared/k8s/README.md, "A real node"):
+Components, each a process with its own data directory and log (docs/upstream.md#parts-real-node):
 etcd and kube-apiserver (support.clusters.apiserver), kube-controller-manager and kube-scheduler
 (support.clusters.control_plane),
 containerd (Debian's, with runc and the CNI bridge plugin), the kubelet and kube-proxy (iptables mode). The pods'

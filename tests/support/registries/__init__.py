@@ -14,7 +14,8 @@ collection, the Secret volumes they read.
 - `gc_store`: A registry store with many blobs, about half of them unreferenced: what a garbage collection has to
   walk.
 - `stuck_store`: A filesystem registry store on which the real `registry garbage-collect` blocks until it is killed.
-- `secretdir`: Secret volumes laid out on disk exactly as the kubelet's AtomicWriter writes them (field-notes §3).
+- `secretdir`: Secret volumes laid out on disk exactly as the kubelet's AtomicWriter writes them
+  (docs/upstream.md#k8s-atomic-writer).
 - `sources`: Running an agent source (anything with `async run(emit)`) for the length of a test block.
 - `readyz`: Ask an agent's /readyz every 10 ms in a thread, keeping (wall time the question was sent, status) per
   answer.

@@ -7,7 +7,8 @@
         assert pull_image(reg, "demo/app:1", tmp_path / "back").blobs == image.blobs
 
 The config must listen on 127.0.0.1 (tests rewrite http.addr with `with_addr`). AWS_CA_BUNDLE is removed from
-the registry's environment: the 2.8 s3 driver panics at start when it is set (field-notes §6).
+the registry's environment: the 2.8 s3 driver panics at start when it is set
+(docs/upstream.md#parts-aws-ca-bundle).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from support.common.ports import free_port
 from support.common.processes import stop_process
 
 REGISTRY_BINARY = os.environ.get("BERTH_REGISTRY_BINARY", "/usr/bin/docker-registry")
-# A real Distribution 3.x binary (../shared/dist/registry-v3.1.1; .ci/run sets the variable where it exists).
+# A real Distribution 3.x binary (docs/upstream.md#parts-registry3; .ci/run sets the variable where it exists).
 # A user's fresh clone has none: tests that need it skip with this reason.
 REGISTRY3_BINARY = os.environ.get("BERTH_REGISTRY3_BIN", "")
 NO_REGISTRY3 = "BERTH_REGISTRY3_BIN is unset: no Distribution 3 binary (.ci/run sets it from ../shared/dist)"
@@ -121,7 +122,7 @@ class RegistryProcess:
 
 def registry_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE" and not k.startswith("REGISTRY_")}
-    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise send traces to localhost:4318 (field-notes §1)
+    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise export traces (docs/upstream.md#dist-otel)
     return env
 
 

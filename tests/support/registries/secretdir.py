@@ -1,4 +1,5 @@
-"""Secret volumes laid out on disk exactly as the kubelet's AtomicWriter writes them (field-notes §3).
+"""Secret volumes laid out on disk exactly as the kubelet's AtomicWriter writes them
+(docs/upstream.md#k8s-atomic-writer).
 
     DIR/..2026_11_29_15_20_01.000000001/KEY   the payload
     DIR/..data -> ..2026_11_29_15_20_01.000000001

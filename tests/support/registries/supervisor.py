@@ -31,9 +31,9 @@ SUPERVISE_ARGV = [sys.executable, "-m", "berth_agent.supervisor.supervise"]
 
 def registry_env() -> dict[str, str]:
     env = dict(os.environ)
-    # The 2.8 registry panics at start when AWS_CA_BUNDLE is set (field-notes §6).
+    # The 2.8 registry panics at start when AWS_CA_BUNDLE is set (docs/upstream.md#parts-aws-ca-bundle).
     env.pop("AWS_CA_BUNDLE", None)
-    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise send traces to localhost:4318 (field-notes §1)
+    env["OTEL_TRACES_EXPORTER"] = "none"  # v3 would otherwise export traces (docs/upstream.md#dist-otel)
     return env
 
 

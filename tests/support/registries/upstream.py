@@ -114,7 +114,8 @@ def htpasswd_upstream(root: Path, users: dict[str, str], *, binary: str = REGIST
 
 
 def set_htpasswd(upstream: Upstream, users: dict[str, str]) -> None:
-    """Replace the upstream's users (the registry re-reads htpasswd by mtime, field-notes §1)."""
+    """Replace the upstream's users (the registry re-reads htpasswd by mtime,
+    docs/upstream.md#dist-htpasswd-live)."""
     path = upstream.root / "htpasswd"
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(htpasswd(users))

@@ -10,8 +10,8 @@
 `GET /token?service=S&scope=repository:NAME:pull,push` with HTTP basic auth answers `{"token", "access_token",
 "expires_in", "issued_at"}`; without valid credentials, 401. Every scope asked for is granted. The JWT is
 RS256 or ES256, signed with `cryptography` (base64url and the JWS signing input by hand: no JWT library).
-Its header carries `x5c` (the signing certificate, then the CA's: what rootcertbundle verifies, field-notes
-§8) or, with `header="kid"`, only `kid` (a key of a JWKS, Distribution 3).
+Its header carries `x5c` (the signing certificate, then the CA's: what rootcertbundle verifies,
+docs/upstream.md#dist-token-auth) or, with `header="kid"`, only `kid` (a key of a JWKS, Distribution 3).
 """
 
 from __future__ import annotations

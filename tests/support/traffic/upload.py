@@ -9,7 +9,8 @@
 
 The upload is the registry's own protocol (distribution spec): POST starts it, one chunked PATCH sends the
 bytes over `seconds`, PUT ?digest= completes it. The PUT is a new request: after a reload it reaches the new
-process, which accepts the upload state only when it was signed with the same http.secret (field-notes §7).
+process, which accepts the upload state only when it was signed with the same http.secret
+(docs/upstream.md#dist-http-secret).
 """
 
 from __future__ import annotations
