@@ -17,12 +17,16 @@ one sample a second, from a run without any probe. Then a second run with `bench
 agent's PYTHONPATH: what each imported package costs in resident memory (each module's import less the imports
 inside it), the threads, and with tracemalloc (a third run: it inflates the RSS) the heap's top allocation sites.
 
+`--bytecode` adds two runs with features off: at -OO (docstrings and asserts stripped; the .opt-2.pyc files compiled
+into a cache prefix first), and without bytecode for the standard library (as python:3.11-slim ships it: every start
+compiles the stdlib from source). A minute or two more.
+
 The operator (`--operator-count N`, default 1000; 0 skips it): `bench/operator_reconcile.py`'s run at N Registries
 on the real control plane (kube-apiserver, etcd, controller manager, scheduler): its peak RSS (VmHWM) while
 converging and its RSS idle after. 5 to 20 minutes at 1000.
 
-    python bench/agent_memory.py [--seconds 10] [--proxy] [--operator-count 1000] [--operator-idle 30]
-                                 [--operator-only]
+    python bench/agent_memory.py [--seconds 10] [--proxy] [--bytecode] [--operator-count 1000]
+                                 [--operator-idle 30] [--operator-only]
 """
 
 from __future__ import annotations
@@ -170,8 +174,8 @@ def _push_one(pod: RegistryPod, receiver: Any) -> None:
     wait_for(lambda: receiver.events(), timeout=30, what="the pushed blob's event at the receiver")
 
 
-def measure_rss(features: bool, proxy: bool, seconds: float) -> dict[str, Any]:
-    with _pod(features, proxy, {}) as pod:
+def measure_rss(features: bool, proxy: bool, seconds: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    with _pod(features, proxy, env or {}) as pod:
         time.sleep(2.0)  # past the start's work
         samples = []
         deadline = time.monotonic() + seconds
@@ -182,6 +186,35 @@ def measure_rss(features: bool, proxy: bool, seconds: float) -> dict[str, Any]:
             time.sleep(1.0)
     middle = sorted(samples, key=lambda s: s["VmRSS"])[len(samples) // 2]
     return {**middle, "peak": max(s["VmRSS"] for s in samples), "samples": len(samples)}
+
+
+def bytecode(root: Path, optimize: bool, stdlib: bool) -> dict[str, str]:
+    """The agent's environment to run on bytecode compiled here into a cache prefix of its own (PYTHONPYCACHEPREFIX:
+    nothing beside the sources is read or written): at -OO (docstrings and asserts stripped) and with the .opt-2.pyc
+    files compiled, or at -O0 without the standard library's (python:3.11-slim ships none: its stdlib is compiled from
+    source at every start on the image's read-only root). The venv, the project and, with `stdlib`, the stdlib."""
+    import site
+    import subprocess
+    import sysconfig
+
+    prefix = root / f"pyc-{'opt2' if optimize else 'opt0'}-{'stdlib' if stdlib else 'no-stdlib'}"
+    dirs = [*site.getsitepackages(), str(REPO / "agent"), *([sysconfig.get_path("stdlib")] if stdlib else [])]
+    # A few files there do not compile (test data in other syntaxes): compileall says so and goes on.
+    subprocess.run([sys.executable, *(["-OO"] if optimize else []), "-m", "compileall", "-q", "-j", "0", *dirs],
+                   env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)}, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+    return {"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": "1",
+            **({"PYTHONOPTIMIZE": "2"} if optimize else {})}
+
+
+def bytecode_figures(proxy: bool, seconds: float, base: dict[str, Any]) -> None:
+    """--bytecode: the agent's RSS with features off at -OO, and without the stdlib's bytecode, beside `base`."""
+    with workdir("memory-bytecode") as tmp:
+        for label, optimize, stdlib in (("-OO, every .opt-2.pyc compiled", True, True),
+                                        ("-O0, no bytecode for the standard library", False, False)):
+            rss = measure_rss(False, proxy, seconds, bytecode(Path(tmp), optimize, stdlib))
+            print(f"agent, features off, {label}: RSS {mib(rss['VmRSS'])} ({(rss['VmRSS'] - base['VmRSS']) / MIB:+.1f} "
+                  f"MiB against the plain run; median of {rss['samples']} samples); {rss['Threads']} threads")
 
 
 def probe(features: bool, proxy: bool, trace: bool) -> dict[str, Any]:
@@ -241,6 +274,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="rows of each breakdown")
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc runs")
     parser.add_argument("--operator-only", action="store_true", help="only the operator's figure")
+    parser.add_argument("--bytecode", action="store_true",
+                        help="also features off at -OO (.opt-2.pyc compiled) and without the stdlib's bytecode")
     parser.add_argument("--operator-count", type=int, default=1000)
     parser.add_argument("--operator-idle", type=float, default=30.0)
     parser.add_argument("--operator-timeout", type=float, default=1800.0)
@@ -262,6 +297,8 @@ def main() -> None:
     print(f"agent, features on against off: {(on['VmRSS'] - off['VmRSS']) / MIB:+.1f} MiB RSS, "
           f"{len(on_found['modules']) - len(off_found['modules']):+d} modules (of packages: {', '.join(extra)})")
     print(f"agent RSS summary: off {mib(off['VmRSS'])}, on {mib(on['VmRSS'])}")
+    if args.bytecode:
+        bytecode_figures(args.proxy, args.seconds, off)
     operator_figure(args.operator_count, args.operator_idle, args.operator_timeout)
 
 
