@@ -1,5 +1,6 @@
 """The suite's layout for worksteal (support.common.schedule): every test once, the node tier's exclusive tests at the
-head of the first block, its shared tests at the tails of the others, each module's tests in their order in every block."""
+head of the first block, its shared tests at the tails of the others, each module's tests in their order in every
+block."""
 
 from __future__ import annotations
 
