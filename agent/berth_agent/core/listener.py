@@ -189,6 +189,12 @@ class _Exchange(BaseHTTPRequestHandler):
         while not self.close_connection and not self.listener.closing:
             self.handle_one_request()
 
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue` (curl's larger POSTs): the interim answer leaves now, not with the final one."""
+        ok = super().handle_expect_100()
+        self.wfile.flush()
+        return ok
+
     def _route(self) -> None:
         listener = self.listener
         path = unquote(urlsplit(self.path).path)
