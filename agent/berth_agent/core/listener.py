@@ -95,7 +95,13 @@ class Listener:
         conn.setblocking(True)
         with self._lock:
             self._connections.add(conn)
-        threading.Thread(target=self._serve, args=(conn, address), name=f"{self.name}-http", daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, args=(conn, address), name=f"{self.name}-http", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: the client sees its connection closed and tries again
+            log.error("connection not served", extra={"fields": {"listener": self.name, "error": str(exc)}})
+            with self._lock:
+                self._connections.discard(conn)
+            conn.close()
 
     def _resume(self, sock: socket.socket) -> None:
         if not self._closing:
@@ -130,6 +136,8 @@ class Listener:
             _Exchange(conn, address, self)  # http.server's handler: `server` is this listener
         except OSError:
             pass  # the client went away (a reset, a broken pipe, a timeout while writing)
+        except Exception:  # a bug of ours: said in the agent's log, the connection closed
+            log.exception("connection failed", extra={"fields": {"listener": self.name}})
         finally:
             with self._lock:
                 self._connections.discard(conn)
