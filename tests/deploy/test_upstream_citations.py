@@ -12,9 +12,6 @@ by anchor, and paths that exist.
     `docs/...`, `deploy/...`, `bench/...`, `examples/...`, `crds/...`) exists. A backtick span counts when it is the
     path alone (optionally with `:function`, `:line` or `#anchor`); a path in angle brackets or with a wildcard is a
     file to be added or a pattern, not a name.
-
-NOT_YET holds the files that still cite the outside notes or name a missing path while their owners change them;
-(a) and (c) skip them until then.
 """
 
 from __future__ import annotations
@@ -54,46 +51,6 @@ ALLOWED = {
      'NO_REGISTRY3 = "BERTH_REGISTRY3_BIN is unset: no Distribution 3 binary (.ci/run sets it from ../shared/dist)"'),
 }
 
-# MUST BE EMPTY. Files whose owners are changing them right now: they still cite the outside notes (each is to cite
-# docs/upstream.md#<anchor> instead), or name a path that is gone. Remove a file from here once it is fixed.
-NOT_YET = {
-    "agent/berth_agent/apply/applier.py",
-    "agent/berth_agent/apply/preflight.py",
-    "agent/berth_agent/apply/preflight_tls.py",
-    "agent/berth_agent/apply/preflight_token.py",
-    "agent/berth_agent/core/write.py",
-    "agent/berth_agent/inputs/cosi.py",
-    "agent/berth_agent/inputs/secret_volume.py",
-    "agent/berth_agent/pipeline/debounce.py",
-    "agent/berth_agent/pipeline/render_step.py",
-    "agent/berth_agent/pipeline/report.py",
-    "agent/berth_agent/render/config.py",
-    "agent/berth_agent/render/rendered.py",
-    "agent/berth_agent/render/storage.py",
-    "agent/berth_agent/render/targets.py",
-    "agent/berth_agent/sources/api_secrets.py",
-    "agent/berth_agent/sources/kube_watch.py",
-    "agent/berth_agent/sources/mount_watch.py",
-    "agent/berth_agent/sources/observer.py",
-    "agent/berth_agent/sources/registry_api.py",
-    "agent/berth_agent/sources/registry_file.py",
-    "agent/berth_agent/sources/secret_api.py",
-    "agent/berth_agent/supervisor/overlapped.py",
-    "agent/berth_agent/supervisor/probe.py",
-    "agent/berth_agent/supervisor/procfs.py",
-    "agent/berth_agent/supervisor/supervise/held_socket.py",
-    "agent/berth_agent/supervisor/supervise/notify.py",
-    "agent/berth_agent/supervisor/supervise/ports.py",
-    "docs/benchmarks.md",
-    "tests/agent/core/test_write.py",
-    "tests/agent/e2e/test_e2e_api_secrets.py",
-    "tests/agent/e2e/test_e2e_gc.py",
-    "tests/agent/e2e/test_e2e_rotation.py",
-    "tests/agent/sources/test_mount_watch.py",
-    "tests/agent/supervisor/test_supervise.py",
-    "tests/run",
-}
-
 ROOTS = ("agent", "operator", "tests", "docs", "deploy", "bench", "examples", "crds")
 CITED_ANCHOR = re.compile(r"upstream\.md#([A-Za-z0-9_-]+)")
 SPAN = re.compile(r"`([^`\n]+)`")
@@ -118,7 +75,7 @@ def tracked_texts() -> dict[str, str]:
 
 def outside_citations(texts: dict[str, str]) -> list[str]:
     return [f"{name}:{number}: {line.strip()}"
-            for name, text in texts.items() if name not in NOT_YET and name != SELF
+            for name, text in texts.items() if name != SELF
             for number, line in enumerate(text.splitlines(), start=1)
             if OUTSIDE.search(line) and (name, line.strip()) not in ALLOWED]
 
@@ -126,7 +83,7 @@ def outside_citations(texts: dict[str, str]) -> list[str]:
 def missing_paths(texts: dict[str, str], root: Path = REPO) -> list[str]:
     problems = []
     for name, text in texts.items():
-        if name in NOT_YET or name == SELF:
+        if name == SELF:
             continue
         if name.endswith(".md"):  # a fenced block is a program, not prose: its backticks are the shell's
             text = "\n".join(prose_lines(text, inline_code=True))

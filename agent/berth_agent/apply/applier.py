@@ -44,7 +44,8 @@ from .turns import ReplicaTurn
 
 log = logging.getLogger(__name__)
 
-# Beyond the drain: how long a fresh registry may take to answer (cold start is ~30 ms, field-notes §6).
+# Beyond the drain: how long a fresh registry may take to answer (cold start is ~30 ms,
+# docs/upstream.md#measured-registry-start).
 START_ALLOWANCE_SECONDS = 10.0
 # With no supervisor.pid at all the registry container has not started (an image pull, the startup probe):
 # waiting the whole restart bound for it would hold the pipeline ~40 s with nothing on status. A supervisor that
@@ -162,7 +163,8 @@ class Applier:
             return Outcome("unchanged", True)
         if previous is not None and not rendered.restart_needed(previous):
             # Only the htpasswd file or the outbox's endpoints differ: the registry re-reads htpasswd on its next
-            # request (field-notes §1); the outbox reads its file again before its next delivery (outbox/).
+            # request (docs/upstream.md#dist-htpasswd-live); the outbox reads its file again before its next delivery
+            # (outbox/).
             changed = write_tree(self.config_dir, rendered.files)
             remove_stale(self.config_dir, set(rendered.files), set(previous.files))
             self.current = rendered

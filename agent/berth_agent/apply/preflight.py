@@ -7,7 +7,7 @@ object storage, below.
 
 For object storage: the credentials the new config carries must open the bucket (a rotated key may not be
 live yet, or may be for another bucket). A restart onto keys the bucket refuses would leave the registry
-answering 503 until a person notices (field-notes §6).
+answering 503 until a person notices (docs/upstream.md#parts-moto).
 
 The check is one signed ListObjectsV2 (max-keys=1) request made with the standard library: a minimal AWS
 Signature Version 4 signer instead of botocore, which would add about 20 MB to the agent's resident memory for

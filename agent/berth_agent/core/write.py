@@ -22,8 +22,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = SECRET_MODE) -> bool:
     """Write data to path atomically; False (and no write) when the file already holds exactly that data.
 
     Skipping unchanged files keeps the htpasswd file's mtime still, which is what the registry watches
-    (field-notes §1). An OSError (a full or read-only volume) names `path` and the action `writing`, never the
-    temp file, so the pipeline can report `ENOSPC writing /etc/berth/config.yml`.
+    (docs/upstream.md#dist-htpasswd-live). An OSError (a full or read-only volume) names `path` and the action
+    `writing`, never the temp file, so the pipeline can report `ENOSPC writing /etc/berth/config.yml`.
     """
     path = Path(path)
     try:
@@ -109,8 +109,8 @@ def local_http_secret(config_dir: Path) -> str:
     """The http.secret to render when no http-secret/ is mounted (outside Kubernetes): made once, kept.
 
     Without one each registry process makes up its own, and an upload started before a reload fails after it
-    (`blob upload invalid: invalid secret`, field-notes §7). Kept mode 0600 beside config.yml, so an agent
-    restart renders the same value and leaves the running registry alone.
+    (`blob upload invalid: invalid secret`, docs/upstream.md#dist-http-secret). Kept mode 0600 beside config.yml, so
+    an agent restart renders the same value and leaves the running registry alone.
     """
     path = Path(config_dir) / LOCAL_HTTP_SECRET_NAME
     try:

@@ -1,9 +1,10 @@
-"""COSI bucket credentials, in both Secret formats (field-notes §2, docs/design.md §3).
+"""COSI bucket credentials, in both Secret formats (docs/design.md §3).
 
-v1alpha1: one key `BucketInfo` holding JSON (`spec.bucketName`, `spec.authenticationType` Key/KEY,
-`spec.secretS3.{endpoint, region, accessKeyID, accessSecretKey}`). v1alpha2: one key per field, either the
-`COSI_S3_*` names the COSI code writes or the AWS-style names of the KEP. Only static keys are supported: the
-registry's s3 config takes an access key, so `authenticationType: IAM` is refused with a clear error.
+v1alpha1 (docs/upstream.md#cosi-v1alpha1-secret): one key `BucketInfo` holding JSON (`spec.bucketName`,
+`spec.authenticationType` Key/KEY, `spec.secretS3.{endpoint, region, accessKeyID, accessSecretKey}`). v1alpha2
+(docs/upstream.md#cosi-v1alpha2-secret): one key per field, either the `COSI_S3_*` names the COSI code writes or the
+AWS-style names of the KEP. Only static keys are supported: the registry's s3 config takes an access key, so
+`authenticationType: IAM` is refused with a clear error.
 
 A COSI Secret for Azure Blob or GCS is refused saying why (docs/design.md §3, COSI for Azure and GCS): COSI hands
 Azure out as a SAS token (v1alpha1 `spec.secretAzure.accessToken`, v1alpha2 `COSI_AZURE_ACCESS_TOKEN`) and GCS as

@@ -1,10 +1,10 @@
 """Reading one key of a Secret mounted as a volume, confined to that volume and bounded in size.
 
-The kubelet's AtomicWriter lays a Secret out as `key -> ..data/key`, `..data -> ..TIMESTAMP`, and the payload
-in `..TIMESTAMP/key` (field-notes §3). A key is read only if those links resolve, inside the volume directory,
-to a regular file no larger than the key's limit (docs/design.md §3). A link that leaves the volume, a FIFO, a
-device, a socket or a directory is an InputError naming the volume and key. The links are followed by hand and
-the file is then opened one component at a time relative to the volume's directory, each with O_NOFOLLOW, and
+The kubelet's AtomicWriter lays a Secret out as `key -> ..data/key`, `..data -> ..TIMESTAMP`, and the payload in
+`..TIMESTAMP/key` (docs/upstream.md#k8s-atomic-writer). A key is read only if those links resolve, inside the volume
+directory, to a regular file no larger than the key's limit (docs/design.md §3). A link that leaves the volume, a
+FIFO, a device, a socket or a directory is an InputError naming the volume and key. The links are followed by hand
+and the file is then opened one component at a time relative to the volume's directory, each with O_NOFOLLOW, and
 the last with O_NONBLOCK and checked again with fstat: a swap between the check and the read can neither lead
 outside the volume nor block the reader (a FIFO opened non-blocking returns at once, and is then refused).
 

@@ -1,8 +1,8 @@
 """The pipeline's debounce: a trailing quiet window with a maximum wait (docs/design.md §4.2).
 
-A kubelet Secret swap is ~9 file events within a few milliseconds (field-notes §4); a quiet window of 30 ms
-coalesces it, and the maximum wait (2 s, longer than a burst of a second) keeps a stream of events from postponing
-the apply for ever."""
+A kubelet Secret swap is ~9 file events within a few milliseconds (docs/upstream.md#watchdog-events); a quiet window
+of 30 ms coalesces it, and the maximum wait (2 s, longer than a burst of a second) keeps a stream of events from
+postponing the apply for ever."""
 
 from __future__ import annotations
 

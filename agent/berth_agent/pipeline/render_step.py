@@ -118,7 +118,7 @@ class RenderStep:
         inputs = read_inputs(spec, settings.mount_root, roots, registry=name)  # messages name the objects made for it
         if inputs.http_secret is None and spec.http.secret is None:
             # Nothing mounted (outside Kubernetes): sign upload state with the agent's own kept secret, so an
-            # upload survives a reload (field-notes §7).
+            # upload survives a reload (docs/upstream.md#measured-upload-secret).
             inputs = dataclasses.replace(inputs, http_secret=local_http_secret(settings.config_dir))
         rendered = render(spec, inputs, distribution=settings.distribution,
                           paths=RenderPaths(settings.config_dir, settings.data_dir,

@@ -123,7 +123,8 @@ class ApiReporter:
         refresh_seconds: float = 600.0,
         clock=time.time,
     ) -> None:
-        from kubernetes import client  # the heavy part of the agent (field-notes §6): loaded in API mode only
+        # The heavy part of the agent (docs/upstream.md#parts-python-rss): loaded in API mode only.
+        from kubernetes import client
 
         self._custom = client.CustomObjectsApi(api_client)
         # Events go through ApiClient.call_api, not CoreV1Api: that one class is ~3 MiB of RSS to load

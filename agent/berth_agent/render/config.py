@@ -216,7 +216,7 @@ def _http(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths:
             "key": str(paths.config_dir / TLS_KEY_FILE),
         }
     section["http2"] = {"disabled": http.http2.disabled}
-    if major == "3":  # h2c appeared in Distribution 3; 2.8 has no such key (field-notes §1)
+    if major == "3":  # h2c appeared in Distribution 3; 2.8 has no such key (docs/upstream.md#dist-v3-config)
         section["h2c"] = {"enabled": http.h2c.enabled}
     return section
 

@@ -86,8 +86,9 @@ class Rendered:
 
     def restart_needed(self, previous: Rendered | None) -> bool:
         """True when the registry must restart to apply this render: it reads its config, TLS files and token
-        trust (bundle, JWKS) once at start. The htpasswd file alone is re-read live (field-notes §1), and the
-        outbox's endpoints are the agent's (outbox/), so a change there needs no restart."""
+        trust (bundle, JWKS) once at start. The htpasswd file alone is re-read live
+        (docs/upstream.md#dist-htpasswd-live), and the outbox's endpoints are the agent's (outbox/), so a change there
+        needs no restart."""
         if previous is None:
             return True
         if self.config != previous.config:

@@ -60,12 +60,13 @@ def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2
     section["redirect"] = {"disable": storage.redirect.disabled}
     if storage.cache is not None:
         cache: dict[str, Any] = {"blobdescriptor": storage.cache.blobdescriptor}
-        # blobdescriptorsize is new in Distribution 3 (field-notes §1); 2.8 has a fixed-size cache.
+        # blobdescriptorsize is new in Distribution 3 (docs/upstream.md#dist-v3-config); 2.8 has a fixed-size cache.
         if major == "3" and storage.cache.blobdescriptorsize is not None:
             cache["blobdescriptorsize"] = storage.cache.blobdescriptorsize
         section["cache"] = cache
     purging = storage.maintenance.uploadpurging
-    # Always the whole block: a partial maintenance section (e.g. only readonly) panics v3 (field-notes §1).
+    # Always the whole block: a partial maintenance section (e.g. only readonly) panics v3
+    # (docs/upstream.md#dist-maintenance-block).
     section["maintenance"] = {
         "uploadpurging": {
             "enabled": purging.enabled,
@@ -142,7 +143,8 @@ def _s3(creds: S3Credentials, options: S3Options, major: Literal["2", "3"]) -> d
         secure = urlsplit(creds.endpoint).scheme != "http"
     if major == "3":
         # 2.8 always uses path style when regionendpoint is set and has no forcepathstyle key; 3 defaults to
-        # virtual-hosted style, which S3-compatible stores on a custom endpoint usually lack (field-notes §1).
+        # virtual-hosted style, which S3-compatible stores on a custom endpoint usually lack
+        # (docs/upstream.md#dist-v3-config).
         path_style = creds.addressing_style == "path" or (creds.endpoint is not None and creds.addressing_style is None)
         if path_style or creds.addressing_style == "virtual":
             s3["forcepathstyle"] = path_style

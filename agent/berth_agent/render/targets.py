@@ -74,7 +74,7 @@ def s3_target(config: dict[str, Any], ca: bytes | None = None, credentials: byte
         return None
     endpoint = s3.get("regionendpoint")
     secure = bool(s3.get("secure", True))
-    # 2.8 uses path style whenever regionendpoint is set; 3 only with forcepathstyle (field-notes §1).
+    # 2.8 uses path style whenever regionendpoint is set; 3 only with forcepathstyle (docs/upstream.md#dist-v3-config).
     path_style = bool(endpoint) and s3.get("forcepathstyle", True) is not False
     shared = _shared_credentials(credentials) if credentials else {}
     return S3Target(

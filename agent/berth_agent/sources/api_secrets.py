@@ -1,7 +1,7 @@
 """Which copy of a mounted Secret a render uses: the volume's or the API server's (docs/design.md §4.2).
 
 The API copy (sources/secret_api.py) shows a change at once; the kubelet's volume shows it 60 to 90 s later
-(field-notes §3, §7). The rule, per Secret, never goes back to older content:
+(docs/upstream.md#k8s-secret-refresh). The rule, per Secret, never goes back to older content:
 
 - no API copy (never read, forbidden, API down at start and nothing kept): the mount;
 - the mount shows content the agent knows to be superseded: the API copy. Superseded are every payload the

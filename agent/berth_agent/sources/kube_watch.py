@@ -1,11 +1,11 @@
 """SingleObjectWatcher: list, then watch one named object over the Kubernetes API, in a thread of its own.
 
-Idle watch connections get dropped silently by load balancers (field-notes §3, kiwigrid/k8s-sidecar#85,
-kopf#847), so: a server-side timeoutSeconds ends each watch, after which it is reopened from the last
-resourceVersion; a client read timeout catches a connection that died without a word; 410 Gone or a broken
-connection leads to a fresh list. Errors back off exponentially (Backoff: capped, jittered) and are counted.
-The official client is blocking: the loop runs in one thread of its own. The Registry's watcher
-(registry_api.py) and the mounted Secrets' (secret_api.py) are its subclasses.
+Idle watch connections get dropped silently by load balancers (docs/upstream.md#k8s-watch-timeouts), so: a
+server-side timeoutSeconds ends each watch, after which it is reopened from the last resourceVersion; a client read
+timeout catches a connection that died without a word; 410 Gone or a broken connection leads to a fresh list. Errors
+back off exponentially (Backoff: capped, jittered) and are counted. The official client is blocking: the loop runs
+in one thread of its own. The Registry's watcher (registry_api.py) and the mounted Secrets' (secret_api.py) are its
+subclasses.
 """
 
 from __future__ import annotations

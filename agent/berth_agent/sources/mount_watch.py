@@ -1,10 +1,10 @@
 """MountWatcher: the mounted Secret directories under the mount root (docs/design.md §3).
 
 Each existing source directory is watched non-recursively, so the kubelet's `..data` rename is seen
-(field-notes §3, §4); the mount root is watched too, so a source directory that appears later (outside
-Kubernetes, or a test) gets its own watch at once. A periodic resync re-checks the set of directories and emits
-Change("resync"): the safety net for anything a watch missed. Events are emitted as they come (about 9 per
-Secret swap, field-notes §4); the pipeline debounces.
+(docs/upstream.md#k8s-watch-the-directory); the mount root is watched too, so a source directory that appears later
+(outside Kubernetes, or a test) gets its own watch at once. A periodic resync re-checks the set of directories and
+emits Change("resync"): the safety net for anything a watch missed. Events are emitted as they come (about 9 per
+Secret swap, docs/upstream.md#watchdog-events); the pipeline debounces.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A watchdog observer for a few directories, non-recursive, with the polling observer as fallback.
 
-Directories, not files: the kubelet's AtomicWriter swaps a Secret by renaming `..data_tmp` to `..data`, which
-a watch on the directory sees and a watch on a file symlink or on `..data` does not (field-notes §3, §4).
+Directories, not files: the kubelet's AtomicWriter swaps a Secret by renaming `..data_tmp` to `..data`, which a
+watch on the directory sees and a watch on a file symlink or on `..data` does not
+(docs/upstream.md#k8s-watch-the-directory).
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class DirObserver:
 
     def _fall_back(self, exc: OSError) -> None:
         # inotify limits are per user per node (max_user_instances, max_user_watches): when they are hit,
-        # watchdog raises EMFILE or ENOSPC (field-notes §4). Polling costs a stat per entry per second.
+        # watchdog raises EMFILE or ENOSPC (docs/upstream.md#watchdog-inotify-limits). Polling costs a stat per entry
+        # per second.
         metrics.watch_errors_total.labels(source=self._source).inc()
         log.warning(
             "inotify unavailable, falling back to polling",

@@ -1,9 +1,9 @@
 """RegistryApiWatcher: `--registry NAMESPACE/NAME`, the agent's own Registry over the Kubernetes API.
 
 List, then watch that single object (fieldSelector=metadata.name=NAME, which RBAC can scope to the name,
-field-notes §3) from the list's resourceVersion. Idle watch connections get dropped silently by load balancers
-(field-notes §3, kiwigrid/k8s-sidecar#85, kopf#847), so: a server-side timeoutSeconds ends each watch, after
-which it is reopened from the last resourceVersion; a client read timeout catches a connection that died
+docs/upstream.md#k8s-rbac-resource-names) from the list's resourceVersion. Idle watch connections get dropped
+silently by load balancers (docs/upstream.md#k8s-watch-timeouts), so: a server-side timeoutSeconds ends each watch,
+after which it is reopened from the last resourceVersion; a client read timeout catches a connection that died
 without a word; 410 Gone or a broken connection leads to a fresh list. Errors back off exponentially (capped,
 jittered) and are counted. The official client is blocking: the loop runs in one thread of its own.
 
@@ -40,7 +40,8 @@ class RegistryApiWatcher(SingleObjectWatcher):
     log_key = "registry"
 
     def __init__(self, api_client: Any, namespace: str, name: str, health: Health, **options: Any) -> None:
-        from kubernetes import client  # heavy (field-notes §6): loaded only by agents that talk to the API
+        # Heavy (docs/upstream.md#parts-python-rss): loaded only by agents that talk to the API.
+        from kubernetes import client
 
         super().__init__(namespace, name, health, **options)
         self._api = client.CustomObjectsApi(api_client)

@@ -1,9 +1,9 @@
 """RegistryFileWatcher: `--registry-file FILE`, the Registry as a YAML file (outside Kubernetes).
 
-The file's DIRECTORY is watched, non-recursively, like the Secret mounts (field-notes §3, §4): editors replace
-files by rename and a ConfigMap mount swaps `..data`, neither of which a watch on the file itself sees. Events
-wake a loop that waits for the directory to be quiet for a moment, re-reads the file and emits only when what it
-holds changed; a timer re-reads it too (safety net).
+The file's DIRECTORY is watched, non-recursively, like the Secret mounts (docs/upstream.md#k8s-watch-the-directory):
+editors replace files by rename and a ConfigMap mount swaps `..data`, neither of which a watch on the file itself
+sees. Events wake a loop that waits for the directory to be quiet for a moment, re-reads the file and emits only
+when what it holds changed; a timer re-reads it too (safety net).
 """
 
 from __future__ import annotations

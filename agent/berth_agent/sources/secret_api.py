@@ -1,14 +1,15 @@
 """SecretApiWatcher: one Secret the pod mounts, watched by name over the Kubernetes API (docs/design.md §4.2).
 
-The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the API change (field-notes §3, §7);
-the API server shows it at once. So, in API mode, the agent watches each mounted Secret (`--api-secret
-VOLUME=NAME`) as a single object, with the same list/watch machinery as its Registry (resume from the last
-resourceVersion, relist on 410 Gone, server and client timeouts, backoff: kube_watch.SingleObjectWatcher), and
-hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is decided in berth_agent.sources.api_secrets.
+The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the API change
+(docs/upstream.md#k8s-secret-refresh); the API server shows it at once. So, in API mode, the agent watches each
+mounted Secret (`--api-secret VOLUME=NAME`) as a single object, with the same list/watch machinery as its Registry
+(resume from the last resourceVersion, relist on 410 Gone, server and client timeouts, backoff:
+kube_watch.SingleObjectWatcher), and hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is
+decided in berth_agent.sources.api_secrets.
 
 Requests go through ApiClient.call_api, not CoreV1Api (about 3 MiB of RSS to load for one path, like the
 reporter's Events). The Role names exactly these Secrets (resourceNames), which a single-object watch honours
-(field-notes §3).
+(docs/upstream.md#k8s-rbac-resource-names).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Restart the registry process in place, overlapped: SIGTERM it, hand over to a new one, wait until it answers.
 
-The registry has no reload (field-notes §1). SIGTERM makes the registry close its listener at once and drain
-its in-flight requests for draintimeout (field-notes §7). The agent names the old pid in the handover file
-first (handover.py); as soon as the old process no longer holds its listening socket (the inode from
+The registry has no reload (docs/upstream.md#dist-no-reload). SIGTERM makes the registry close its listener at once
+and drain its in-flight requests for draintimeout (docs/upstream.md#dist-drain). The agent names the old pid in the
+handover file first (handover.py); as soon as the old process no longer holds its listening socket (the inode from
 /proc/net/tcp{,6}, watched among /proc/<pid>/fd: no traffic, no guess; procfs.py) it sends the supervisor (the
-registry's parent) SIGUSR1, and the supervisor starts the new registry while the old one drains; then it waits
-until the new one answers (probe.py).
+registry's parent) SIGUSR1, and the supervisor starts the new registry while the old one drains; then it waits until
+the new one answers (probe.py).
 """
 
 from __future__ import annotations

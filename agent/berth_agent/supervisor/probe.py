@@ -1,7 +1,7 @@
 """Is the new registry serving? GET / on its endpoint, and a /proc look at which process answers.
 
-The new registry answers ~20-30 ms after exec (field-notes §6); one that dies at start repeatedly is a config it
-refuses, told apart without sitting out the whole bound.
+The new registry answers ~20-30 ms after exec (docs/upstream.md#measured-registry-start); one that dies at start
+repeatedly is a config it refuses, told apart without sitting out the whole bound.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from .endpoint import Endpoint
 from .procfs import PROC, RegistryProcess, find_registry_processes
 
-POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (field-notes §6)
+POLL_SECONDS = 0.005  # the new registry answers ~20-30 ms after exec (docs/upstream.md#measured-registry-start)
 LISTENER_POLL_SECONDS = 0.001  # the old process's fd list, or a GET / refused at once: cheap to repeat
 SCAN_SECONDS = 0.1  # a /proc scan costs milliseconds: not on every GET / try after a handover
 NUDGE_SECONDS = 0.05  # SIGUSR1 again if no successor appeared (a signal can land while the script is busy)

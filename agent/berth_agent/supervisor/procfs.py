@@ -1,9 +1,10 @@
 """The registry processes as /proc shows them (docs/design.md §4.2): which run `<bin> serve <config>`, whether
 one still holds its listening socket, which supervisor started it and what that supervisor understands.
 
-With `shareProcessNamespace: true` the agent sees the registry container's processes (field-notes §3); it finds
-the one running `<bin> serve <our config path>` by its /proc cmdline, never PID 1 (the pause process, which exits
-on SIGTERM), never itself, and only processes of its own UID (kill(2) needs that anyway).
+With `shareProcessNamespace: true` the agent sees the registry container's processes
+(docs/upstream.md#k8s-share-process-namespace); it finds the one running `<bin> serve <our config path>` by its
+/proc cmdline, never PID 1 (the pause process, which exits on SIGTERM), never itself, and only processes of its own
+UID (kill(2) needs that anyway).
 """
 
 from __future__ import annotations

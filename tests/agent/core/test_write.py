@@ -20,7 +20,8 @@ def test_writes_with_mode_0600_and_leaves_no_temp_file(tmp_path):
 
 
 def test_an_unchanged_file_is_not_rewritten(tmp_path):
-    # The registry re-reads htpasswd when its mtime changes (field-notes §1): same bytes, same inode, same mtime.
+    # The registry re-reads htpasswd when its mtime changes (docs/upstream.md#dist-htpasswd-live): same bytes, same
+    # inode, same mtime.
     target = tmp_path / "htpasswd"
     write_atomic(target, b"user:$2y$hash\n")
     before = target.stat()

@@ -1,11 +1,10 @@
 """Rotated credentials applied from the API, not at the kubelet's pace (issue 11, acceptance).
 
 `berth-agent run --registry default/reg --api-secret cosi=registry-creds` as a subprocess against the kmock API
-server (support.clusters.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and the
-COSI
-Secret both in the API and mounted as a kubelet AtomicWriter volume (support.registries.secretdir). The Secret is
-updated
-through the API only; the mount follows (or not) later, as the kubelet's 60-90 s sync would (field-notes §3, §7).
+server (support.clusters.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and
+the COSI Secret both in the API and mounted as a kubelet AtomicWriter volume (support.registries.secretdir). The
+Secret is updated through the API only; the mount follows (or not) later, as the kubelet's 60-90 s sync would
+(docs/upstream.md#k8s-secret-refresh).
 """
 
 from __future__ import annotations
@@ -48,7 +47,8 @@ def s3_spec(port: int) -> dict:
         "image": "docker.io/library/registry:2", "distribution": "2",
         "config": {"storage": {
             "objectStorage": {"bucketClaim": "data", "bucketAccess": "data-access"},
-            "redirect": {"disabled": True},  # presigned redirects fail under IAM enforcement (field-notes §6)
+            # Presigned redirects fail under IAM enforcement (docs/upstream.md#parts-moto).
+            "redirect": {"disabled": True},
         }},
         "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"},
     }

@@ -57,7 +57,8 @@ def s3_gc_spec(port: int, major: str) -> dict:
     return on_distribution({
         "config": {"log": {"level": "info"}, "storage": {
             "objectStorage": {"bucketClaim": "data", "bucketAccess": "data-access"},
-            "redirect": {"disabled": True},  # presigned redirects fail under IAM enforcement (field-notes §6)
+            # Presigned redirects fail under IAM enforcement (docs/upstream.md#parts-moto).
+            "redirect": {"disabled": True},
             "delete": {"enabled": True},
         }},
         "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"},

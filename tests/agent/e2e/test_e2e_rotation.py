@@ -49,7 +49,8 @@ def s3_spec(port: int, fmt: str = "v1alpha2", endpoint: str = "") -> dict:
         "distribution": "2",
         "config": {"storage": {
             **backend,
-            # Presigned redirects fail under IAM enforcement (field-notes §6): serve blobs through the registry.
+            # Presigned redirects fail under IAM enforcement (docs/upstream.md#parts-moto): serve blobs through the
+            # registry.
             "redirect": {"disabled": True},
         }},
         "http": {"addr": f"127.0.0.1:{port}", "drainTimeout": "5s"},

@@ -98,7 +98,8 @@ async def test_unknown_directories_are_ignored(tmp_path, health, changes):
 
 
 def _inotify_exhausted():
-    raise OSError(errno.EMFILE, "Too many open files")  # what watchdog raises at an inotify limit (field-notes §4)
+    # What watchdog raises at an inotify limit (docs/upstream.md#watchdog-inotify-limits).
+    raise OSError(errno.EMFILE, "Too many open files")
 
 
 @pytest.mark.asyncio

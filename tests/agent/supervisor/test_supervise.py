@@ -77,7 +77,8 @@ def test_restarts_the_registry_when_it_exits(supervisor_factory, registry_port, 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_a_stop_signal_drains_the_registry_and_exits_after_it(supervisor_factory, registry_port, tmp_path, sig):
     """SIGTERM (the kubelet) and SIGINT (Ctrl-C) both reach the registry as SIGTERM, on which 2.8 drains and exits 0
-    (SIGINT would kill it at once, field-notes §6); the supervisor exits with that status, starting nothing."""
+    (SIGINT would kill it at once, docs/upstream.md#dist-drain); the supervisor exits with that status, starting
+    nothing."""
     supervisor = supervisor_factory()
     write_atomic(supervisor.config_path, minimal_config(tmp_path / "data", registry_port))
     registry = supervisor.registry()

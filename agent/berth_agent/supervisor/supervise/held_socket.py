@@ -194,7 +194,8 @@ class HeldSocketHandover:
             self.host.write_metrics(current)
         note = f" ({queued} connections queued or in their handshake after {waited:.1f}s)" if queued else ""
         if alive and old.debug_port is not None:
-            # Its queued notifications die with it (field-notes §9): it goes once they are delivered (notify.py).
+            # Its queued notifications die with it (docs/upstream.md#dist-notification-queue): it goes once they are
+            # delivered (notify.py).
             waits_for = ("its notification queues are empty (a bounded handover: within its drain timeout)"
                          if old.quick else "its clients have closed theirs and its notification queues are empty")
             self.host.log(f"registry (pid {old.pid}) no longer gets connections{note}; stopping it once {waits_for}")

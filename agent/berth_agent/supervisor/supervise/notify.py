@@ -1,12 +1,12 @@
 """What a steered-away registry still holds (3.x on the held socket, issue 38; docs/design.md §4.2): its clients'
 connections and its notification queues.
 
-Distribution keeps each endpoint's queue in memory and does not flush it at SIGTERM (field-notes §9), and Go's
-Shutdown closes a kept-alive connection under a client about to reuse it. So the supervisor SIGTERMs an old
-registry only once its clients have closed their connections and its queues are empty, read from that process's
-own debug port: `registry_notifications_pending_total{endpoint}` (3.1.1's name for the gauge) and
-`registry_http_in_flight_requests` on /metrics, and each endpoint's timeout, threshold and backoff from /debug/vars
-(read once; its header values are never kept or printed).
+Distribution keeps each endpoint's queue in memory and does not flush it at SIGTERM
+(docs/upstream.md#dist-notification-queue), and Go's Shutdown closes a kept-alive connection under a client about to
+reuse it. So the supervisor SIGTERMs an old registry only once its clients have closed their connections and its
+queues are empty, read from that process's own debug port: `registry_notifications_pending_total{endpoint}` (3.1.1's
+name for the gauge) and `registry_http_in_flight_requests` on /metrics, and each endpoint's timeout, threshold and
+backoff from /debug/vars (read once; its header values are never kept or printed).
 
 The wait, from the moment the old registry was steered away and its accept queue emptied, is one of two:
 
@@ -44,7 +44,7 @@ _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "
 
 def duration_seconds(text: str) -> float:
     """Seconds in a Go duration ("5s", "1m30s"); 0 for anything else. berth_api.types.duration_seconds, copied:
-    the supervisor imports no pydantic (tests/api/test_types.py holds the two to the same answers)."""
+    the supervisor imports no pydantic (`tests/api/test_durations.py` holds the two to the same answers)."""
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return 0.0

@@ -1,5 +1,5 @@
-"""Each registry's debug port: one no other live registry holds (field-notes §8: a failed debug bind is fatal),
-named with its pid in registry-metrics for the agent's stable metrics endpoint."""
+"""Each registry's debug port: one no other live registry holds (a failed debug bind is fatal,
+docs/upstream.md#dist-debug-server), named with its pid in registry-metrics for the agent's stable metrics endpoint."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ class DebugPorts:
             if port in held or port in self.refused:
                 continue
             if not port_is_free(self.host, port):
-                # Another process holds it. Started on it, the registry would die of it (field-notes §8), 2.8
-                # perhaps only after it answered on its own port (its debug listener runs in a goroutine).
+                # Another process holds it. Started on it, the registry would die of it
+                # (docs/upstream.md#dist-debug-server), 2.8 perhaps only after it answered on its own port (its debug
+                # listener runs in a goroutine).
                 self.refused.add(port)
                 self.log(f"could not listen on debug port {port}: another process holds it; not used until the "
                          "next reload")
