@@ -114,7 +114,8 @@ def test_agent_is_a_native_sidecar(builder_case):
         ("registries/demo", "/var/run/berth", "0.0.0.0:8081")
     assert run_command._api_secrets(parsed.api_secret) == mounted
     assert agent["env"] == [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        {"name": "PYTHONOPTIMIZE", "value": "2"},  # the image's .opt-2.pyc (Containerfile)
     ]
     assert agent["ports"] == [{"name": "agent-health", "containerPort": 8081, "protocol": "TCP"},
                               {"name": "reg-metrics", "containerPort": 8082, "protocol": "TCP"}]

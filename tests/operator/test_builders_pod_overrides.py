@@ -113,7 +113,7 @@ def test_env_goes_to_the_registry_after_berths_and_the_proxy_to_the_agents_prefl
     assert registry["env"][-len(PROXY_ENV):] == PROXY_ENV  # values and key references as written
     assert len(set(names)) == len(names)
     # The agent: the proxy variables only, renamed so that its own API client does not take them up.
-    assert agent["env"][1:] == [{**e, "name": f"BERTH_PREFLIGHT_{e['name']}"} for e in PROXY_ENV[:3]]
+    assert agent["env"][2:] == [{**e, "name": f"BERTH_PREFLIGHT_{e['name']}"} for e in PROXY_ENV[:3]]
 
 
 def test_service_account_annotations_and_the_pods_digest_of_them(registry_factory, facts_factory):

@@ -37,7 +37,7 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 CACHE_ENV = "BERTH_IMAGE_CACHE"
 DEFAULT_CACHE = pathlib.Path("/var/cache/berth-test-images")
 # Bumped when the build steps change in a way the inputs below do not show.
-RECIPE = "3"
+RECIPE = "4"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"  # the mirror apt uses here (/etc/apt/sources.list.d)
 # What the Containerfile's python:3.11-slim-bookworm gives that minbase lacks: Python 3.11 with venv.
@@ -47,6 +47,7 @@ REGISTRY2 = pathlib.Path("/usr/bin/docker-registry")
 REGISTRY3_ENV = "BERTH_REGISTRY3_BIN"
 DEFAULT_REGISTRY3 = REPO.parent / "shared" / "dist" / "registry-v3.1.1"
 RUN_AS = "65532:65532"
+SITE_PACKAGES = "/opt/berth/lib/python3.11/site-packages"
 
 # The official image's entry point and default configuration (distribution/distribution, Dockerfile and
 # cmd/registry/config-example.yml), so the images start as registry:2 and registry:3 do.
@@ -285,6 +286,9 @@ class Builder:
                     _chroot(merged, ["/opt/berth/bin/pip", "install", "--quiet", "--no-index", "--find-links",
                                      "/tmp/wheels", "--no-deps", "--requirement", f"/tmp/wheels/{lock.name}"], log)
                 shutil.rmtree(inside)
+                # As the Containerfile: .opt-2.pyc for the agent's PYTHONOPTIMIZE=2 (Debian ships the .pyc of -o 0).
+                _chroot(merged, ["/opt/berth/bin/python", "-m", "compileall", "-q", "-j", "0", "-o", "2", "-x",
+                                 "/(test|tests|idle_test)/", "/usr/lib/python3.11", SITE_PACKAGES], log)
             finally:
                 shutil.rmtree(wheels, ignore_errors=True)
 
@@ -303,6 +307,8 @@ class Builder:
             _chroot(merged, ["/opt/berth/bin/pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                              "--no-index", "/tmp/src"], log)
             shutil.rmtree(source)
+            # Berth's own .opt-2.pyc (what the deps layer compiled is up to date and stays there).
+            _chroot(merged, ["/opt/berth/bin/python", "-m", "compileall", "-q", "-o", "2", SITE_PACKAGES], log)
             _chroot(merged, ["/opt/berth/bin/pip", "check"], log)
             for program in ("berth-operator", "berth-agent"):
                 _chroot(merged, [f"/opt/berth/bin/{program}", "--help"], log)
