@@ -148,8 +148,9 @@ AGENT_EVENTS = _reasons(
      "agent looks (a second): nothing served meanwhile; the wanted config is applied again.",
      "Look at the registry container's last state, `kubectl describe pod`; `OOMKilled`: raise "
      "`spec.resources.limits.memory`."),
-    ("RegistryCrashLooping", "(Warning) The registry process keeps exiting; the message counts the exits and quotes "
-     "what the registry said.", "Fix what the registry says (storage reachable, config values)."),
+    ("RegistryCrashLooping", "(Warning) The registry process keeps exiting; the message quotes what the registry "
+     "said (without what moves between starts, such as a local port: one message per failure).",
+     "Fix what the registry says (storage reachable, the upstream reachable, config values)."),
     ("CertificateExpiresSoon", "(Warning) A TLS certificate or a token-auth trust certificate ends within 7 days.",
      "Renew it and update the Secret or ConfigMap; it is applied hot."),
     ("SillyAuthInUse", "(Warning) `auth.silly` is on: any request with an `Authorization` header is let in.",

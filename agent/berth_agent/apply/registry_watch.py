@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,11 @@ SUPERVISOR_MISSING = "the supervisor (berth-supervise, the registry container's 
 MAX_SILENCE_SECONDS = 15.0
 CRASH_LOOP_EXITS = 3
 CRASH_LOOP_SECONDS = 30.0
+# What changes from one start to the next in a registry's words for the same failure: the local end of a socket
+# (`read udp 127.0.0.1:47718->10.96.0.10:53`, an ephemeral port per try), a timestamp, a pid.
+_LOCAL_END = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.%\w]*\]):\d+->")
+_TIMESTAMP = re.compile(r"\d{4}[-/]\d{2}[-/]\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_PID = re.compile(r"\b(pid[=: ]\s*)\d+", re.I)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,16 @@ class Finding:
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
     dropped: dict[str, int] | None = None  # notification events dropped at the bound, per endpoint (cumulative)
     supervisor_pid: int | None = None  # the running supervisor's pid (None: gone, or not started yet)
+
+
+def stable_words(said: str) -> str:
+    """The registry's words without what moves between starts of the same failure, so a crash loop's message stays
+    the same and status and Events say it once (the operator posts a Warning whenever Degraded's message moves).
+    What was asked, where and why stay: `Get "https://registry-1.docker.io/v2/": ... read udp 10.96.0.10:53:
+    i/o timeout`."""
+    said = _LOCAL_END.sub("", said)  # as Go prints an error without a local end
+    said = _TIMESTAMP.sub("<time>", said)
+    return _PID.sub(r"\1<pid>", said)
 
 
 def exit_reason(status: int, lived_seconds: int) -> str | None:
@@ -196,9 +212,11 @@ class RegistryWatch:
             problem, reason = ("the supervisor (berth-supervise, the registry container's command) is not running: "
                                "nothing restarts the registry; changes wait until it is back"), "SupervisorMissing"
         elif len(recent) >= CRASH_LOOP_EXITS and not finding.serving:
-            problem = f"the registry is crash-looping: it exited {len(recent)} times in {CRASH_LOOP_SECONDS:g}s"
+            # No exit count: it moves with every exit, and each new text is a status write and a Warning Event.
+            problem = (f"the registry is crash-looping: it exited {CRASH_LOOP_EXITS} or more times within "
+                       f"{CRASH_LOOP_SECONDS:g}s")
             if finding.registry_said:
-                problem += f"; the registry said: {finding.registry_said}"
+                problem += f"; the registry said: {stable_words(finding.registry_said)}"
             reason = "RegistryCrashLooping"
         if back or restarted:
             emit(Change("registry-watch"))  # apply the wanted config now
@@ -220,4 +238,4 @@ class RegistryWatch:
                                       "served until its registry answered; see `kubectl describe pod`")
 
 
-__all__ = ["RegistryWatch", "exit_reason"]
+__all__ = ["RegistryWatch", "exit_reason", "stable_words"]

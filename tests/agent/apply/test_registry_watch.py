@@ -12,7 +12,7 @@ import time
 import pytest
 
 from berth_agent.apply.applier import Applier
-from berth_agent.apply.registry_watch import CRASH_LOOP_EXITS, Finding, RegistryWatch, exit_reason
+from berth_agent.apply.registry_watch import CRASH_LOOP_EXITS, Finding, RegistryWatch, exit_reason, stable_words
 from berth_agent.core.health import Health
 from berth_agent.supervisor.files import EXIT_NAME, SUPERVISOR_PID_NAME
 
@@ -50,8 +50,8 @@ def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
 
 
 def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = False,
-             pid: int | None = None) -> Finding:
-    return Finding(serving, "" if serving else "down", supervisor, exit_line, "bind: address already in use",
+             pid: int | None = None, said: str = "bind: address already in use") -> Finding:
+    return Finding(serving, "" if serving else "down", supervisor, exit_line, said,
                    supervisor_pid=pid if supervisor else None)
 
 
@@ -79,9 +79,35 @@ def test_repeated_exits_are_a_crash_loop_reported_once_with_the_registry_s_words
     for n in range(2, 2 + CRASH_LOOP_EXITS):
         _act(watch, _finding(f"{n} 1 0"))
     assert [reason for reason, _ in reports] == ["RegistryCrashLooping"]
-    assert f"exited {CRASH_LOOP_EXITS} times" in reports[0][1] and "address already in use" in reports[0][1]
+    assert f"exited {CRASH_LOOP_EXITS} or more times" in reports[0][1] and "address already in use" in reports[0][1]
     _act(watch, _finding(f"{n} 1 0"))  # nothing new: nothing more reported
+    for more in range(n + 1, n + 5):  # more exits of the same failure: the same message, not reported again
+        _act(watch, _finding(f"{more} 1 0"))
     assert len(reports) == 1
+
+
+# Distribution 3.1.1's panic with its upstream unreachable, two starts apart: only the ephemeral port moves.
+_PANIC = ('panic: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io on 10.96.0.10:53: '
+          'read udp 127.0.0.1:{port}->10.96.0.10:53: i/o timeout')
+
+
+def test_a_crash_loop_whose_words_change_only_in_volatile_parts_is_reported_once(tmp_path):
+    watch, reports = _reporting(_watch(tmp_path))
+    _act(watch, _finding("1 2 0", said=_PANIC.format(port=40000)))
+    for n in range(2, 12):
+        _act(watch, _finding(f"{n} 2 0", said=_PANIC.format(port=40000 + 7 * n)))
+    assert [reason for reason, _ in reports] == ["RegistryCrashLooping"]
+    assert reports[0][1].endswith('the registry said: panic: Get "https://registry-1.docker.io/v2/": dial tcp: '
+                                  "lookup registry-1.docker.io on 10.96.0.10:53: read udp 10.96.0.10:53: i/o timeout")
+
+
+@pytest.mark.parametrize("said, stable", [
+    ("read tcp [::1]:53211->[::1]:5000: connection reset by peer", "read tcp [::1]:5000: connection reset by peer"),
+    ("2026/12/07 01:06:19 pid=4711 failed at 2026-12-07T01:06:19.271456821Z", "<time> pid=<pid> failed at <time>"),
+    ('dial tcp 10.0.0.7:443: connect: connection refused', 'dial tcp 10.0.0.7:443: connect: connection refused'),
+])
+def test_stable_words_drop_what_moves_between_starts_and_keep_where_and_why(said, stable):
+    assert stable_words(said) == stable
 
 
 def test_a_missing_supervisor_is_reported_and_its_return_asks_for_a_round(tmp_path):
