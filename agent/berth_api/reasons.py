@@ -157,8 +157,12 @@ AGENT_EVENTS = _reasons(
      "Use `htpasswd` or `token` outside tests ([auth](auth.md))."),
     ("RedisUnavailable", "(Warning) A pod's first config names a redis that does not answer: it starts without the "
      "cache (lookups fall back to storage).", "Fix `spec.redis` or the redis server."),
-    ("UpstreamUnreachable", "(Warning) A pull-through cache's first config: the upstream does not answer. It starts "
-     "anyway and serves what it has cached.", "Check the upstream URL, the network, `HTTPS_PROXY`."),
+    ("UpstreamUnreachable", "(Warning) A pull-through cache's first config: the upstream does not answer. The agent "
+     "starts the registry anyway, but Distribution (2.8 and 3.x) panics at start while its upstream's `/v2/` does "
+     "not answer: the pod crash-loops (`RegistryCrashLooping`) and serves nothing, its cache included, until the "
+     "upstream answers; then it comes up by itself.",
+     "Check the upstream URL, the network, `HTTPS_PROXY`; scale or roll a cache only with its upstream up "
+     "([pull-through cache](pull-through-cache.md))."),
     ("UpstreamAuthFailed", "(Warning) A pull-through cache's first config: the upstream refuses its credentials.",
      "Fix the Secret `spec.config.proxy.credentials` names ([pull-through cache](pull-through-cache.md))."),
     ("GarbageCollectionStarted", "(Normal) The agent holding the `<registry>-gc` Lease started "

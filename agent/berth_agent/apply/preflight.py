@@ -114,7 +114,9 @@ def _check_token(rendered: Rendered, previous: Rendered | None,
 def _check_proxy(rendered: Rendered, previous: Rendered | None) -> list[PreflightWarning]:
     """A pull-through cache's upstream (apply/preflight_proxy): before any restart its /v2/ must answer (the
     registry panics at start otherwise), and new credentials or a new remoteURL must authenticate. With nothing
-    running yet, a refusal is a warning: starting lets the cache serve what its storage already holds."""
+    running yet, a refusal is a warning and the registry starts: refused credentials still let it serve what its
+    storage holds, while an unreachable upstream makes it panic at start, 2.8 and 3.x alike, so it serves nothing
+    until the upstream answers and the supervisor's next start succeeds (docs/upstream.md#dist-proxy-start)."""
     target = rendered.proxy
     if target is None:
         return []
@@ -126,9 +128,13 @@ def _check_proxy(rendered: Rendered, previous: Rendered | None) -> list[Prefligh
         publish(exc.check)
         if previous is not None:
             raise
-        reason = "UpstreamUnreachable" if not exc.check.reachable else "UpstreamAuthFailed"
-        return [PreflightWarning(reason, f"{exc}; starting anyway (the registry serves what it has cached)"
-                                 .replace("; keeping the running config", ""))]
+        said = str(exc).replace("; keeping the running config", "")
+        if not exc.check.reachable:
+            return [PreflightWarning("UpstreamUnreachable", f"{said}; starting anyway, but the registry cannot start "
+                                     "while its upstream does not answer (it panics, and serves nothing, its cache "
+                                     "included): it comes up once the upstream answers; fix remoteURL or the network")]
+        return [PreflightWarning("UpstreamAuthFailed", f"{said}; starting anyway (the registry serves what it has "
+                                 "cached)")]
     publish(check)
     return []
 

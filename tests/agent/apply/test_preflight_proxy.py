@@ -209,3 +209,25 @@ def test_the_upstream_watch_keeps_the_last_auth_failure_after_a_success(basic_up
     assert record["checkedAt"] >= failure["at"]  # checked after the failure, and no failure since: accepted
     assert not watch.absorb([])  # nothing new: no write
     assert BAD[1] not in str(record)
+
+
+@pytest.mark.parametrize("major", ["2", "3"])
+def test_a_first_start_with_the_upstream_unreachable_warns_that_the_registry_will_not_serve(major):
+    from berth_agent.apply.preflight import check_render
+
+    (warning,) = check_render(rendered_proxy(f"http://127.0.0.1:{free_port()}", None, major), None)
+    assert warning.reason == "UpstreamUnreachable" and "is unreachable" in warning.message
+    assert "panics" in warning.message and "serves nothing" in warning.message
+    assert "serves what it has cached" not in warning.message  # the registry panics: nothing is served
+
+
+def test_the_real_registry_panics_at_start_while_its_upstream_does_not_answer(tmp_path):
+    """The fact the UpstreamUnreachable warning rests on (docs/upstream.md#dist-proxy-start), with the real binary."""
+    import subprocess
+
+    config = tmp_path / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+                      f"http:\n  addr: 127.0.0.1:{free_port()}\n"
+                      f"proxy:\n  remoteurl: http://127.0.0.1:{free_port()}\n")
+    done = subprocess.run([REGISTRY_BINARY, "serve", str(config)], capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "panic: Get" in done.stderr + done.stdout
