@@ -56,7 +56,8 @@ def laid_out(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or config.getoption("dist", "no") != "worksteal":
+    # A worker's own `dist` option is always "no" (xdist sets it so); the controller's command line says the mode.
+    if workerinput is None or not any("worksteal" in arg for arg in workerinput.get("mainargv", ())):
         return
     items[:] = laid_out(items, int(workerinput["workercount"]))
 
