@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import pathlib
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from support.clusters.node import Node
-from support.clusters.node_berth import install_berth
+from support.clusters.node_berth import install_berth, node_turn_lock
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -19,18 +16,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/node/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.node)
             item.add_marker(pytest.mark.timeout(900))
-
-
-@contextlib.contextmanager
-def node_turn_lock(node: Node, *, exclusive: bool) -> Iterator[None]:
-    """The node's turn: shared by every test and by each worker's install of Berth, held alone by a test marked
-    node_exclusive, once the others that run have finished."""
-    with open(pathlib.Path(node.state.root) / "node-turn.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ from support.clusters.node_berth import (
     REGISTRIES,
     condition,
     create_registry,
+    node_turn_lock,
     registry,
     registry_ready,
     service_url,
@@ -149,8 +150,14 @@ def pull_secret(address: str) -> dict:
 def mirror(kube_node: Node, berth_image: str) -> Iterator[Mirror]:
     """A Berth Registry with htpasswd auth behind a NodePort, holding the registry image as private/registry and
     private/other (tag 3.1.1); containerd told to pull from it over HTTP (hosts.toml, as docs/guide/exposure.md's
-    walkthrough)."""
-    node = kube_node
+    walkthrough). It holds the node's turn (shared) for the module's life: an exclusive test that swaps or removes the
+    operator (an upgrade, an install) would roll this in-memory Registry's pod by Recreate, and what it holds with it
+    (a CI run's later cases found the node port refusing, then the pushed tags gone)."""
+    with node_turn_lock(kube_node, exclusive=False):
+        yield from _mirror(kube_node)
+
+
+def _mirror(node: Node) -> Iterator[Mirror]:
     ns = node.namespace("mirror")
     node.api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users", "namespace": ns},
                      "data": {"htpasswd": base64.b64encode(htpasswd(dict([USER]))).decode()}})

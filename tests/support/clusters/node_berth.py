@@ -8,6 +8,8 @@ worker that needs it applies and waits; the first does the work.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
@@ -16,7 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -278,3 +280,15 @@ def base_gets(metrics: str) -> float:
         if line.startswith("registry_http_requests_total{") and 'handler="base"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+@contextlib.contextmanager
+def node_turn_lock(node: Node, *, exclusive: bool) -> Iterator[None]:
+    """The node's turn: shared by every test and by each worker's install of Berth, held alone by a test marked
+    node_exclusive, once the others that run have finished."""
+    with open(pathlib.Path(node.state.root) / "node-turn.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -2,7 +2,12 @@
 
     with ReadyzProbe(port) as probe:
         ...                           # the fault
-    probe.answers_after(t)            # [(sent, status), ...] of the questions sent at or after wall time t
+    probe.answers_after(t, u)         # [(sent, status), ...] of the questions sent at or after wall time t and
+                                      # answered before u
+
+The agent computed an answer between its question's sending and its answer's arrival: a window against a log
+line's time holds only the answers wholly inside it (a 200 sent just before "supervisor is back" and answered after
+it, on a loaded node, was counted as a 200 before it).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ class ReadyzProbe:
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.host, self.port = host, port
         self.answers: list[tuple[float, int | None]] = []
+        self.answered: list[float] = []  # the wall time each answer of `answers` arrived
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="readyz-probe", daemon=True)
 
@@ -42,11 +48,14 @@ class ReadyzProbe:
     def _run(self) -> None:
         while not self._stop.is_set():
             sent = time.time()
-            self.answers.append((sent, self._ask()))
+            status = self._ask()
+            self.answered.append(time.time())
+            self.answers.append((sent, status))
             self._stop.wait(INTERVAL_SECONDS)
 
     def answers_after(self, wall: float, until: float = float("inf")) -> list[tuple[float, int | None]]:
-        return [(sent, status) for sent, status in list(self.answers) if wall <= sent < until]
+        answers = list(zip(self.answers, self.answered, strict=False))
+        return [(sent, status) for (sent, status), answered in answers if wall <= sent and answered < until]
 
 
 __all__ = ["ReadyzProbe"]
