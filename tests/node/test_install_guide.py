@@ -43,9 +43,11 @@ import json
 import os
 import pathlib
 import pty
+import re
 import select
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -408,3 +410,25 @@ def test_install_md_as_written_from_a_private_registry_gets_the_operator_and_a_r
             wait_for(lambda: _namespace_settled(node), f"the namespace {OPERATOR_NAMESPACE} gone", 300, node)
             install_berth(node)  # whatever happened: every other node test needs its operator
     print("install guide, private image: " + "; ".join(f"{what} {seconds:.1f} s" for what, seconds in timings.items()))
+
+
+@pytest.mark.node_exclusive  # beside the test above, on its worker: the image is built once (the module's `built`)
+def test_the_release_install_pins_the_image_built_from_the_containerfile_by_its_digest(
+        built: Built, private: Upstream, tmp_path: pathlib.Path) -> None:
+    """The release workflow's build job as far as it goes here (.github/workflows/release.yml): the image built from
+    the Containerfile and pushed (above), then berth-install.yaml written with the digest the registry serves it by:
+    the CRD first, the operator's image pinned as NAME@DIGEST."""
+    inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"--creds={PUSHER[0]}:{PUSHER[1]}",
+                                "--format", "{{.Digest}}", f"docker://{built.image}"],
+                               capture_output=True, text=True, timeout=120, check=True)
+    digest = inspected.stdout.strip()
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
+    written = tmp_path / "berth-install.yaml"
+    subprocess.run([sys.executable, str(REPO / "deploy" / "release" / "install_manifest.py"), "--image",
+                    f"{private.host}/{REPOSITORY}", "--digest", digest, "-o", str(written)],
+                   capture_output=True, text=True, timeout=300, check=True)
+    documents = [doc for doc in yaml.safe_load_all(written.read_text()) if doc]
+    assert documents[0]["kind"] == "CustomResourceDefinition"
+    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{private.host}/{REPOSITORY}@{digest}", container["image"]
