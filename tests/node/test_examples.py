@@ -42,7 +42,6 @@ import secrets
 import shlex
 import subprocess
 import tarfile
-import tempfile
 import time
 from typing import Any
 
@@ -52,16 +51,18 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from support.clusters.apiserver import ApiError, install_cosi_crds, install_monitoring_crds
+from support.clusters.apiserver import install_cosi_crds, install_monitoring_crds
 from support.clusters.node import Node
 from support.clusters.node_berth import (
     REGISTRIES,
     REPO,
     condition,
+    create_once,
     filesystem_claim,
     registry,
     registry_ready,
     service_url,
+    storage_class_volume,
     wait_for,
 )
 from support.common.doc_commands import commands
@@ -230,28 +231,6 @@ def create_secrets(node: Node, example: Example, workdir: pathlib.Path) -> list[
         assert result.returncode == 0, f"{example.name}: {shlex.join(args)}: {result.stderr}"
         made.append(args[4])
     return made
-
-
-def create_once(node: Node, obj: dict[str, Any]) -> None:
-    try:
-        node.api.create(obj)
-    except ApiError as error:
-        if error.status != 409:  # made already (by an earlier example, or an earlier run on this node)
-            raise
-
-
-def storage_class_volume(node: Node, namespace: str, claim: str, storage_class: str, size: str) -> None:
-    """The StorageClass (no provisioner, as local volumes have) and a hostPath volume of `size`, bound ahead to the
-    claim Berth makes, as a provisioner would make one."""
-    create_once(node, {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
-                       "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"})
-    path = pathlib.Path(tempfile.mkdtemp(prefix=f"berth-pv-{namespace}-", dir=node.state.root))
-    os.chown(path, 65532, 65532)  # hostPath gets no fsGroup: the registry (65532) owns its data
-    node.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-{claim}"},
-                     "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
-                              "persistentVolumeReclaimPolicy": "Retain", "storageClassName": storage_class,
-                              "hostPath": {"path": str(path), "type": "Directory"},
-                              "claimRef": {"namespace": namespace, "name": claim}}})
 
 
 def cosi_objects(node: Node, namespace: str, storage: dict[str, Any]) -> None:

@@ -49,7 +49,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -58,7 +57,6 @@ import pytest
 import yaml
 
 from support.clusters import images
-from support.clusters.apiserver import ApiError
 from support.clusters.node import Node
 from support.clusters.node_berth import (
     OPERATOR_NAMESPACE,
@@ -71,6 +69,7 @@ from support.clusters.node_berth import (
     registry,
     registry_pods,
     registry_ready,
+    storage_class_volume,
     uninstall_berth,
     wait_for,
 )
@@ -315,20 +314,7 @@ def _kubeconfig(node: Node, namespace: str, path: pathlib.Path) -> pathlib.Path:
 def _example_volume(node: Node, namespace: str) -> None:
     """What the reader's cluster has for the example: the StorageClass `standard` (without a provisioner, as
     tests/node/test_examples.py makes it; left for the run, as it does) and a volume for the claim Berth makes."""
-    try:
-        node.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                         "metadata": {"name": EXAMPLE_CLASS}, "provisioner": "kubernetes.io/no-provisioner",
-                         "volumeBindingMode": "Immediate"})
-    except ApiError as error:
-        if error.status != 409:  # made already, by test_examples or an earlier run on this node
-            raise
-    path = pathlib.Path(tempfile.mkdtemp(prefix=f"berth-pv-{namespace}-", dir=node.state.root))
-    os.chown(path, 65532, 65532)  # hostPath gets no fsGroup: the registry (65532) owns its data
-    node.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-example"},
-                     "spec": {"capacity": {"storage": EXAMPLE_SIZE}, "accessModes": ["ReadWriteOnce"],
-                              "persistentVolumeReclaimPolicy": "Retain", "storageClassName": EXAMPLE_CLASS,
-                              "hostPath": {"path": str(path), "type": "Directory"},
-                              "claimRef": {"namespace": namespace, "name": EXAMPLE_CLAIM}}})
+    storage_class_volume(node, namespace, EXAMPLE_CLAIM, EXAMPLE_CLASS, EXAMPLE_SIZE)
 
 
 def _pull_failed(node: Node, namespace: str) -> dict[str, Any] | None:

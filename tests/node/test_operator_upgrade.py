@@ -14,9 +14,12 @@ import pytest
 from support.clusters.node import Node
 from support.clusters.node_berth import (
     OPERATOR_NAMESPACE,
+    OPERATOR_SELECTOR,
     create_registry,
     deployment_available,
     filesystem_claim,
+    operator_pods,
+    pods,
     ready,
     registry_pods,
     service_url,
@@ -35,8 +38,15 @@ def _operator_image(node: Node) -> str:
 
 def _set_operator_image(node: Node, image: str) -> None:
     node.kubectl("-n", OPERATOR_NAMESPACE, "set", "image", "deploy/berth-operator", f"operator={image}")
+    # Every operator pod on it, none of the other left: a pod of the old image still leading after the Deployment
+    # says available made the next test's Registry with the old agent image (an exclusive test after this one found
+    # its pod replaced once the operator was installed again).
     wait_for(lambda: deployment_available(node, OPERATOR_NAMESPACE, "berth-operator", 2)
-             and _operator_image(node) == image, f"the operator on {image}", 240, node)
+             and _operator_image(node) == image
+             and (found := operator_pods(node)) is not None
+             and len(pods(node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)) == 2
+             and all(c["image"] == image for pod in found for c in pod["spec"]["containers"]),
+             f"the operator's pods all on {image}", 240, node)
 
 
 def test_the_operators_upgrade_rolls_a_readwriteonce_registry_with_nothing_refused(

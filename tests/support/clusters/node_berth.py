@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from support.clusters.apiserver import ApiError
 from support.clusters.node import Node
 from support.registries.registry import http_get
 
@@ -282,13 +283,52 @@ def base_gets(metrics: str) -> float:
     return total
 
 
+_shared_turns = 0  # this process's shared turns held now (a module fixture's, then its tests')
+
+
 @contextlib.contextmanager
 def node_turn_lock(node: Node, *, exclusive: bool) -> Iterator[None]:
     """The node's turn: shared by every test and by each worker's install of Berth, held alone by a test marked
-    node_exclusive, once the others that run have finished."""
-    with open(pathlib.Path(node.state.root) / "node-turn.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    node_exclusive, once the others that run have finished.
+
+    Writer first: an exclusive test closes a turnstile while it waits, so no new shared turn starts meanwhile (with
+    flock alone the upgrade waited 6 min of a CI run behind the other workers' stream of shared tests). A process that
+    holds a shared turn already (pod_fit's mirror, for its module) takes another without the turnstile: waiting there
+    would be waiting on itself."""
+    global _shared_turns
+    root = pathlib.Path(node.state.root)
+    with open(root / "node-turn.lock", "a") as lock:
+        if exclusive or _shared_turns == 0:
+            with open(root / "node-turnstile.lock", "a") as turnstile:
+                fcntl.flock(turnstile, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        _shared_turns += 0 if exclusive else 1
         try:
             yield
         finally:
+            _shared_turns -= 0 if exclusive else 1
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def create_once(node: Node, obj: dict[str, Any]) -> None:
+    try:
+        node.api.create(obj)
+    except ApiError as error:
+        if error.status != 409:  # made already (by an earlier test, or an earlier run on this node)
+            raise
+
+
+def storage_class_volume(node: Node, namespace: str, claim: str, storage_class: str, size: str) -> None:
+    """The StorageClass (no provisioner, as local volumes have) and a hostPath volume of `size`, bound ahead to the
+    claim Berth makes, as a provisioner would make one."""
+    create_once(node, {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
+                       "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"})
+    path = pathlib.Path(tempfile.mkdtemp(prefix=f"berth-pv-{namespace}-", dir=node.state.root))
+    os.chown(path, 65532, 65532)  # hostPath gets no fsGroup: the registry (65532) owns its data
+    node.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-{claim}"},
+                     "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                              "persistentVolumeReclaimPolicy": "Retain", "storageClassName": storage_class,
+                              "hostPath": {"path": str(path), "type": "Directory"},
+                              "claimRef": {"namespace": namespace, "name": claim}}})
