@@ -50,9 +50,8 @@ def setup_json_logging(level: int | str = "INFO", stream: TextIO | None = None) 
     handler.setFormatter(JsonFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    # Library chatter is not an agent action, and kubernetes.client.rest logs whole response bodies at DEBUG
-    # (a Secret read would land in the log): these stay at WARNING whatever the agent's level.
-    for noisy in ("urllib3", "kubernetes", "watchdog", "aiohttp.access"):
+    # Library chatter is not an agent action: these stay at WARNING whatever the agent's level.
+    for noisy in ("watchdog", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return handler
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
-from berth_api import GROUP, PLURAL, VERSION
-
-from ..kube.api import MERGE_PATCH
+from ..kube.api import MERGE_PATCH, registry_path
+from ..kube.client import ApiClient
 from ..kube.lease import LeaseError, ReloadLease
 
 log = logging.getLogger(__name__)
@@ -25,22 +23,17 @@ LOST_MARGIN_SECONDS = 3.0  # give up this long before the Lease would expire: a 
 class GcStatusApi:
     """Reads the Registry and merge-patches status.garbageCollection (status subresource). Raises on failure."""
 
-    def __init__(self, api_client: Any, namespace: str, name: str, *, request_timeout: float = 10.0) -> None:
-        from kubernetes import client
-
-        self._custom = client.CustomObjectsApi(api_client)
+    def __init__(self, api_client: ApiClient, namespace: str, name: str, *, request_timeout: float = 10.0) -> None:
+        self._api = api_client
         self.namespace, self.name, self.request_timeout = namespace, name, request_timeout
 
     def read(self) -> dict:
-        return self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                         _request_timeout=self.request_timeout)
+        return self._api.request("GET", registry_path(self.namespace, self.name), timeout=self.request_timeout)
 
     def patch(self, gc: dict) -> None:
-        response = self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": {"garbageCollection": gc}},
-            _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False)
-        response.drain_conn()
-        response.release_conn()
+        self._api.request("PATCH", registry_path(self.namespace, self.name, "status"),
+                          body={"status": {"garbageCollection": gc}}, content_type=MERGE_PATCH,
+                          timeout=self.request_timeout)
 
 
 class LeaseKeeper(threading.Thread):

@@ -12,16 +12,15 @@ Blocking calls: run in a worker thread.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from berth_api.timestamps import format_time
 
 from .api import describe_api_error
+from .client import ApiClient, api_path
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ class LeaseError(Exception):
 
 
 class ReloadLease:
-    def __init__(self, api_client: Any, namespace: str, name: str, holder: str, *, request_timeout: float = 10.0,
+    def __init__(self, api_client: ApiClient, namespace: str, name: str, holder: str, *, request_timeout: float = 10.0,
                  clock: Callable[[], float] = time.monotonic):
         self._api = api_client
         self.namespace, self.name, self.holder = namespace, name, holder
@@ -44,18 +43,10 @@ class ReloadLease:
 
     def _call(self, method: str, body: dict | None = None) -> dict:
         try:
-            response = self._api.call_api(
-                LEASE_PATH, method, path_params={"namespace": self.namespace, "name": self.name},
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                body=body, auth_settings=["BearerToken"], response_types_map={},
-                _preload_content=False, _request_timeout=self.request_timeout,
-            )
-        except Exception as exc:  # noqa: BLE001 - ApiException or a connection error: described, not quoted
+            return self._api.request(method, api_path(LEASE_PATH, namespace=self.namespace, name=self.name),
+                                     body=body, timeout=self.request_timeout)
+        except Exception as exc:  # noqa: BLE001 - ApiError or a connection error: described, not quoted
             raise LeaseError(describe_api_error(exc), getattr(exc, "status", None)) from None
-        try:
-            return json.loads(response.data or b"{}")
-        finally:
-            response.release_conn()
 
     def read(self) -> dict:
         return self._call("GET")

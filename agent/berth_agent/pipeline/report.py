@@ -12,13 +12,14 @@ import logging
 import secrets
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
-from berth_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from berth_api import API_VERSION, KIND
 from berth_api.timestamps import format_time
 
 from ..core import metrics
-from ..kube.api import MERGE_PATCH, describe_api_error
+from ..kube.api import MERGE_PATCH, describe_api_error, registry_path
+from ..kube.client import ApiClient, api_path
 from ..sources.pvc import PvcState
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class ApiReporter:
 
     def __init__(
         self,
-        api_client: Any,
+        api_client: ApiClient,
         namespace: str,
         name: str,
         pod_name: str,
@@ -123,13 +124,7 @@ class ApiReporter:
         refresh_seconds: float = 600.0,
         clock=time.time,
     ) -> None:
-        # The heavy part of the agent (docs/upstream.md#parts-python-rss): loaded in API mode only.
-        from kubernetes import client
-
-        self._custom = client.CustomObjectsApi(api_client)
-        # Events go through ApiClient.call_api, not CoreV1Api: that one class is ~3 MiB of RSS to load
-        # (kube/lazy.py loads client classes on first use) for two calls.
-        self._api_client = api_client
+        self._api = api_client
         self.namespace, self.name, self.pod_name = namespace, name, pod_name
         self.request_timeout = request_timeout
         self.coalesce_seconds = coalesce_seconds
@@ -227,12 +222,8 @@ class ApiReporter:
         """Merge-patch status.agents.<pod> with `record` (this pod's key only); False when the API refused."""
         body = {"status": {"agents": {self.pod_name: record}}}
         try:
-            # The client already picks merge-patch for a dict body here; explicit, so a client change cannot
-            # turn it into a json-patch or a replace of the whole status.
-            _finish(self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, self.name, body,
-                _content_type=MERGE_PATCH, _request_timeout=self.request_timeout, _preload_content=False,
-            ))
+            self._api.request("PATCH", registry_path(self.namespace, self.name, "status"), body=body,
+                              content_type=MERGE_PATCH, timeout=self.request_timeout)
         except Exception as exc:  # noqa: BLE001 - reporting never raises into the pipeline
             if getattr(exc, "status", None) == 404:
                 self._uid = None  # the Registry is gone (or being recreated with a new uid)
@@ -295,19 +286,14 @@ class ApiReporter:
 
     def _bump_event(self, seen: dict, now: float) -> None:
         body = {"count": seen["count"] + 1, "lastTimestamp": format_time(now)}
-        # Merge patch: for a dict body CoreV1Api.patch_namespaced_event would pick application/json-patch+json
-        # (the first type the endpoint lists), which the API server rejects for an object.
+        # Merge patch: only the count and the time move.
         self._events_call("PATCH", "/api/v1/namespaces/{namespace}/events/{name}", body, MERGE_PATCH, name=seen["name"])
         seen["count"] += 1
         seen["last"] = now
 
     def _events_call(self, method: str, path: str, body: dict, content_type: str, **path_params: str) -> None:
-        _finish(self._api_client.call_api(
-            path, method, path_params={"namespace": self.namespace, **path_params},
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body, auth_settings=["BearerToken"], response_types_map={},
-            _preload_content=False, _request_timeout=self.request_timeout,
-        ))
+        self._api.request(method, api_path(path, namespace=self.namespace, **path_params), body=body,
+                          content_type=content_type, timeout=self.request_timeout)
 
     def _forget_old_events(self, now: float) -> None:
         for key in [k for k, v in self._recent_events.items() if now - v["last"] >= self.coalesce_seconds]:
@@ -316,9 +302,8 @@ class ApiReporter:
     def _registry_uid(self) -> str | None:
         if self._uid is None:
             try:
-                obj = self._custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, self.name, _request_timeout=self.request_timeout
-                )
+                obj = self._api.request("GET", registry_path(self.namespace, self.name),
+                                        timeout=self.request_timeout)
                 self._uid = (obj.get("metadata") or {}).get("uid")
             except Exception as exc:  # noqa: BLE001 - the Event is still useful without the uid
                 self._count_failure("lookup", exc)
@@ -331,13 +316,6 @@ class ApiReporter:
             extra={"fields": {"registry": f"{self.namespace}/{self.name}", "kind": kind,
                               "error": describe_api_error(exc)}},
         )
-
-
-def _finish(response: Any) -> None:
-    """Read the rest of an unparsed answer (_preload_content=False: we need none of it) and hand the
-    connection back; a connection released with unread bytes would garble the next request on it."""
-    response.drain_conn()
-    response.release_conn()
 
 
 __all__ = ["ApiReporter", "LogReporter", "Reporter"]

@@ -3,9 +3,9 @@
 Idle watch connections get dropped silently by load balancers (docs/upstream.md#k8s-watch-timeouts), so: a
 server-side timeoutSeconds ends each watch, after which it is reopened from the last resourceVersion; a client read
 timeout catches a connection that died without a word; 410 Gone or a broken connection leads to a fresh list. Errors
-back off exponentially (Backoff: capped, jittered) and are counted. The official client is blocking: the loop runs
-in one thread of its own. The Registry's watcher (registry_api.py) and the mounted Secrets' (secret_api.py) are its
-subclasses.
+back off exponentially (Backoff: capped, jittered) and are counted. The API client (kube/client.py) is blocking: the
+loop runs in one thread of its own. The Registry's watcher (registry_api.py) and the mounted Secrets' (secret_api.py)
+are its subclasses.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import hashlib
 import json
 import logging
 import random
-import socket
 import threading
 from typing import Any
 
 from ..core import metrics
 from ..core.health import Health
 from ..kube.api import WatchErrorEvent, describe_api_error
+from ..kube.client import ApiClient, WatchStream
 from .change import Emit
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,9 @@ class _Gone(Exception):
 class SingleObjectWatcher:
     """List, then watch one named object (resume, 410 relist, timeouts, backoff) in a thread of its own.
 
-    Subclasses say what the object is (`kind`, the log field), how to ask for it (`_request`) and what to emit
-    (`_offer`, `_offer_state`): RegistryApiWatcher in registry_api.py, SecretApiWatcher in secret_api.py.
+    Subclasses say what the object is (`kind`, the log field), where its kind is listed (`_collection_path`) and
+    what to emit (`_offer`, `_offer_state`): RegistryApiWatcher in registry_api.py, SecretApiWatcher in
+    secret_api.py.
     """
 
     name = "object-api"
@@ -68,6 +69,7 @@ class SingleObjectWatcher:
 
     def __init__(
         self,
+        api_client: ApiClient,
         namespace: str,
         name: str,
         health: Health,
@@ -78,6 +80,7 @@ class SingleObjectWatcher:
         backoff_initial: float = 0.5,
         backoff_cap: float = 10.0,
     ) -> None:
+        self._api = api_client
         self.namespace, self.object_name = namespace, name
         self.health = health
         self.timeout_seconds = timeout_seconds
@@ -86,7 +89,7 @@ class SingleObjectWatcher:
         self.connect_timeout = connect_timeout
         self._backoff = Backoff(backoff_initial, backoff_cap)
         self._stop = threading.Event()
-        self._response: Any = None  # the open watch stream, so stop() can break a blocked read
+        self._stream: WatchStream | None = None  # the open watch, so stop() can break a blocked read
         self._last: tuple[str, str] | None = None  # ("ok", content digest) or ("error", message): last emitted
         self.resource_version: str | None = None
 
@@ -132,9 +135,9 @@ class SingleObjectWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            _shutdown_stream(response)
+        stream = self._stream
+        if stream is not None:
+            stream.close()
 
     # ---- thread side ----
 
@@ -166,10 +169,8 @@ class SingleObjectWatcher:
 
     def _list(self, emit: Emit) -> None:
         try:
-            listing = self._request(
-                watch=False, field_selector=f"metadata.name={self.object_name}",
-                _request_timeout=(self.connect_timeout, self.read_timeout),
-            )
+            listing = self._api.request("GET", self._collection_path(), query=self._query(),
+                                        timeout=(self.connect_timeout, self.read_timeout))
         except Exception as exc:
             # Tell the pipeline (it reports it); the watch loop retries with backoff.
             self._offer_state(emit, ("error", f"cannot read {self.kind} {self.ref}: {describe_api_error(exc)}"), None)
@@ -183,31 +184,27 @@ class SingleObjectWatcher:
         else:
             self._offer_state(emit, ("error", f"{self.kind} {self.ref} not found"), None)
 
+    def _query(self, **more: Any) -> dict[str, Any]:
+        # By name: RBAC can scope that to the one object (docs/upstream.md#k8s-rbac-resource-names).
+        return {"fieldSelector": f"metadata.name={self.object_name}", **more}
+
     def _watch_once(self, emit: Emit) -> None:
-        kwargs: dict[str, Any] = {
-            "field_selector": f"metadata.name={self.object_name}",
-            "timeout_seconds": self.timeout_seconds,
-            "allow_watch_bookmarks": True,
-            "_preload_content": False,
-            "_request_timeout": (self.connect_timeout, self.read_timeout),
-        }
-        if self.resource_version:
-            kwargs["resource_version"] = self.resource_version
-        response = self._request(watch=True, **kwargs)
-        self._response = response
+        query = self._query(watch=True, timeoutSeconds=self.timeout_seconds, allowWatchBookmarks=True,
+                            resourceVersion=self.resource_version or None)
+        stream = self._api.stream(self._collection_path(), query,
+                                  timeout=(self.connect_timeout, self.read_timeout))
+        self._stream = stream
         try:
             if self._stop.is_set():  # stop() ran before the stream was published
                 return
             self.health.beat(self.name)  # a (re)opened watch is progress
-            for line in _lines(response):
+            for event in stream:
                 if self._stop.is_set():
                     return
-                if not line:
-                    continue
-                self._handle_event(emit, json.loads(line))
+                self._handle_event(emit, event)
         finally:
-            self._response = None
-            _shutdown_stream(response)
+            self._stream = None
+            stream.close()
 
     def _handle_event(self, emit: Emit, event: dict) -> None:
         self.health.beat(self.name)
@@ -230,8 +227,8 @@ class SingleObjectWatcher:
 
     # ---- what a subclass says -------------------------------------------------------------------------------
 
-    def _request(self, *, watch: bool, **params: Any) -> Any:
-        """The list (parsed JSON) or, with watch=True, the unparsed streaming watch response."""
+    def _collection_path(self) -> str:
+        """Where the object's kind is listed and watched in its namespace."""
         raise NotImplementedError
 
     def _offer(self, emit: Emit, obj: dict) -> None:
@@ -240,35 +237,6 @@ class SingleObjectWatcher:
     def _offer_state(self, emit: Emit, state: tuple[str, str], obj: dict | None) -> None:
         """Emit `state` (("ok", digest) with the object, or ("error", message)) unless it is the last one."""
         raise NotImplementedError
-
-
-def _lines(response: Any):
-    """The watch stream's lines as they arrive (the API server sends one JSON event per line, chunked)."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):  # amt=None: each chunk as it comes
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            yield line.decode("utf-8", errors="replace")
-    if buffer.strip():
-        yield buffer.decode("utf-8", errors="replace")
-
-
-def _shutdown_stream(response: Any) -> None:
-    """Close a streaming response, first shutting its socket down: close() alone does not wake a reader
-    blocked in recv() in another thread."""
-    try:
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        response.close()
-        response.release_conn()
-    except Exception:  # noqa: BLE001 - best effort on a connection that is already broken
-        pass
-
 
 
 __all__ = ["Backoff", "SingleObjectWatcher", "content_digest"]

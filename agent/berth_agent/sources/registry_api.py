@@ -5,7 +5,7 @@ docs/upstream.md#k8s-rbac-resource-names) from the list's resourceVersion. Idle 
 silently by load balancers (docs/upstream.md#k8s-watch-timeouts), so: a server-side timeoutSeconds ends each watch,
 after which it is reopened from the last resourceVersion; a client read timeout catches a connection that died
 without a word; 410 Gone or a broken connection leads to a fresh list. Errors back off exponentially (capped,
-jittered) and are counted. The official client is blocking: the loop runs in one thread of its own.
+jittered) and are counted. The API client is blocking: the loop runs in one thread of its own.
 
 The list/watch loop is kube_watch.SingleObjectWatcher, which secret_api.SecretApiWatcher shares for the
 mounted Secrets.
@@ -24,10 +24,9 @@ import json
 import logging
 from typing import Any
 
-from berth_api import GROUP, PLURAL, VERSION
 from berth_api.gc import gc_status
 
-from ..core.health import Health
+from ..kube.api import registry_path
 from .change import Change, Emit
 from .kube_watch import SingleObjectWatcher, content_digest
 
@@ -39,21 +38,12 @@ class RegistryApiWatcher(SingleObjectWatcher):
     kind = "Registry"
     log_key = "registry"
 
-    def __init__(self, api_client: Any, namespace: str, name: str, health: Health, **options: Any) -> None:
-        # Heavy (docs/upstream.md#parts-python-rss): loaded only by agents that talk to the API.
-        from kubernetes import client
-
-        super().__init__(namespace, name, health, **options)
-        self._api = client.CustomObjectsApi(api_client)
-
     @property
     def registry_name(self) -> str:
         return self.object_name
 
-    def _request(self, *, watch: bool, **params: Any) -> Any:
-        if watch:
-            params["watch"] = True
-        return self._api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **params)
+    def _collection_path(self) -> str:
+        return registry_path(self.namespace)
 
     def _offer(self, emit: Emit, obj: dict) -> None:
         self._offer_state(emit, ("ok", content_digest(obj) + status_digest(obj)), obj)

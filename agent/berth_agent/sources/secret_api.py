@@ -7,8 +7,7 @@ mounted Secret (`--api-secret VOLUME=NAME`) as a single object, with the same li
 kube_watch.SingleObjectWatcher), and hands the pipeline a SecretCopy. Which copy, mount or API, a render uses is
 decided in berth_agent.sources.api_secrets.
 
-Requests go through ApiClient.call_api, not CoreV1Api (about 3 MiB of RSS to load for one path, like the
-reporter's Events). The Role names exactly these Secrets (resourceNames), which a single-object watch honours
+The Role names exactly these Secrets (resourceNames), which a single-object watch honours
 (docs/upstream.md#k8s-rbac-resource-names).
 """
 
@@ -17,12 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.health import Health
+from ..kube.client import ApiClient, api_path
 from .change import Change, Emit
 from .kube_watch import SingleObjectWatcher
 
@@ -81,33 +80,16 @@ class SecretApiWatcher(SingleObjectWatcher):
     kind = "Secret"
     log_key = "secret"
 
-    def __init__(self, api_client: Any, namespace: str, name: str, volume: str, health: Health,
+    def __init__(self, api_client: ApiClient, namespace: str, name: str, volume: str, health: Health,
                  kind: str = "Secret", **options: Any) -> None:
-        super().__init__(namespace, name, health, **options)
+        super().__init__(api_client, namespace, name, health, **options)
         self.volume = volume
         if kind == "ConfigMap":
             self.kind, self.log_key = "ConfigMap", "configmap"
         self.name = f"secret-api-{volume}"  # metrics label and liveness loop: one bounded value per volume
-        self._api_client = api_client
 
-    def _request(self, *, watch: bool, **params: Any) -> Any:
-        names = {"field_selector": "fieldSelector", "timeout_seconds": "timeoutSeconds",
-                 "allow_watch_bookmarks": "allowWatchBookmarks", "resource_version": "resourceVersion"}
-        query = [(names[key], value) for key, value in params.items() if key in names]
-        if watch:
-            query.append(("watch", True))
-        path = CONFIG_MAPS_PATH if self.kind == "ConfigMap" else SECRETS_PATH
-        response = self._api_client.call_api(
-            path, "GET", path_params={"namespace": self.namespace}, query_params=query,
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"], response_types_map={},
-            _preload_content=False, _request_timeout=params.get("_request_timeout"),
-        )
-        if watch:
-            return response
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
+    def _collection_path(self) -> str:
+        return api_path(CONFIG_MAPS_PATH if self.kind == "ConfigMap" else SECRETS_PATH, namespace=self.namespace)
 
     def _offer(self, emit: Emit, obj: dict) -> None:
         try:

@@ -29,7 +29,7 @@ def lease_object(kube_api):
 
 
 def _lease(kube_api, holder: str, clock=None) -> ReloadLease:
-    return ReloadLease(kube_api.client(), "default", lease_name("reg"), holder, **({"clock": clock} if clock else {}))
+    return ReloadLease(kube_api.agent_client(), "default", lease_name("reg"), holder, **({"clock": clock} if clock else {}))
 
 
 def test_one_holder_at_a_time_and_release_hands_it_on(kube_api, lease_object):

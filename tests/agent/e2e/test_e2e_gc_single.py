@@ -74,7 +74,7 @@ def test_one_pod_turns_read_only_runs_gc_records_it_and_turns_writable(dist, tmp
         starts = pod.registry_starts()
 
         # The test holds the gc Lease: the pod turns read-only and acknowledges, but nothing runs yet.
-        holder = ReloadLease(kube_api.client(), "default", gc_lease_name("reg"), "the-test")
+        holder = ReloadLease(kube_api.agent_client(), "default", gc_lease_name("reg"), "the-test")
         assert holder.try_acquire(60)[0]
         request = {"id": "r1", "trigger": "manual", "requestedAt": stamp(0), "dryRun": False,
                    "deleteUntagged": False, "readOnlyTimeout": "10m", "deadline": stamp(720)}

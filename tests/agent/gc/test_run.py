@@ -106,7 +106,7 @@ def ack(kube_api, pod, request_id="r1"):
 def runner(reg, loop, tmp_path):
     """runner(command, reporter, pod=..., clock=..., **options): an agent's GcRunner on the test API server."""
     def make(command, reporter, pod="pod-a", clock=None, config=None, **options):
-        client = reg.client()
+        client = reg.agent_client()
         storage = {"filesystem": {"rootdirectory": str(tmp_path)}, **(config or {})}
         for name in ("repositories", "blobs"):  # something was pushed (nothing at all: see the test below)
             (tmp_path / "docker/registry/v2" / name).mkdir(parents=True, exist_ok=True)
@@ -181,7 +181,7 @@ def test_a_taker_records_a_dead_runs_interruption(reg, runner):
     request(reg)
     reg.patch(REGISTRIES, "default", "reg", {"status": {"garbageCollection": {"active": {
         "id": "r1", "runner": "pod-dead", "startedAt": stamp(-5), "phase": "Collecting"}}}}, subresource="status")
-    ReloadLease(reg.client(), "default", "reg-gc", "pod-dead").try_acquire(15)
+    ReloadLease(reg.agent_client(), "default", "reg-gc", "pod-dead").try_acquire(15)
     clock = Clock()
     command, reporter = Command(reg), Reporter()
     taker = runner(command, reporter, "pod-b", clock=clock)
@@ -225,7 +225,7 @@ def test_a_lost_lease_stops_the_command_and_records_nothing(reg, runner):
 
 
 def test_the_lease_keeper_gives_up_before_the_lease_would_expire_when_renewals_fail(reg):
-    lease = ReloadLease(reg.client(), "default", "reg-gc", "pod-a")
+    lease = ReloadLease(reg.agent_client(), "default", "reg-gc", "pod-a")
     assert lease.try_acquire(15)[0]
     reg.delete(LEASES, "default", "reg-gc")  # every renewal now fails (404)
     stop = threading.Event()

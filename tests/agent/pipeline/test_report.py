@@ -47,7 +47,7 @@ def registry(kube_api):
 
 @pytest.mark.asyncio
 async def test_status_record_under_own_key(kube_api, registry):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.applied("hash-1", 1)
     agents = _agents(kube_api)
     assert agents["reg-other"] == {"configHash": "other-hash"}  # not clobbered
@@ -75,7 +75,7 @@ async def test_status_record_under_own_key(kube_api, registry):
 
 @pytest.mark.asyncio
 async def test_identical_record_is_not_rewritten(kube_api, registry):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.applied("hash-1", 1)
     await reporter.applied("hash-1", 1)
     await reporter.failed("bad", 2)
@@ -86,7 +86,7 @@ async def test_identical_record_is_not_rewritten(kube_api, registry):
 
 @pytest.mark.asyncio
 async def test_events_name_the_registry_and_coalesce(kube_api, registry):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.event("ConfigApplied", "registry restarted on config hash-1")
     await reporter.event("RenderFailed", "cosi: key BucketInfo missing", warning=True)
     await reporter.event("RenderFailed", "cosi: key BucketInfo missing", warning=True)
@@ -109,7 +109,7 @@ async def test_events_name_the_registry_and_coalesce(kube_api, registry):
 
 @pytest.mark.asyncio
 async def test_expired_event_is_written_again(kube_api, registry):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.event("RenderFailed", "bad", warning=True)
     name = _events(kube_api)[0]["metadata"]["name"]
     kube_api.delete("v1/events", "default", name)  # the API server expired it
@@ -120,7 +120,7 @@ async def test_expired_event_is_written_again(kube_api, registry):
 
 @pytest.mark.asyncio
 async def test_failures_are_counted_never_raised(kube_api):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")  # the Registry does not exist
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")  # the Registry does not exist
     status_before, event_before, lookup_before = _errors("status"), _errors("event"), _errors("lookup")
     await reporter.applied("hash-1", 1)  # 404
     assert _errors("status") == status_before + 1
@@ -131,7 +131,7 @@ async def test_failures_are_counted_never_raised(kube_api):
     await reporter.event("ConfigApplied", "x")  # the next one goes through
     assert len(_events(kube_api)) == 1 and "uid" not in _events(kube_api)[0]["involvedObject"]
 
-    dead = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    dead = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     kube_api.close()  # the API server is gone altogether
     await dead.applied("hash-1", 1)
     await dead.event("ConfigApplied", "x")
@@ -148,7 +148,7 @@ async def test_no_planted_secret_in_logs_events_or_status(kube_api):
     stream = io.StringIO()
     handler = setup_json_logging("DEBUG", stream=stream)
     try:
-        reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+        reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
         await reporter.event("ConfigApplied", "registry restarted on config h")
         kube_api.fail_next(1, status=500, verb="patch")
         await reporter.applied("h", 1)  # fails and is logged
@@ -191,7 +191,7 @@ async def test_log_reporter_lines():
 @pytest.mark.asyncio
 async def test_first_record_on_a_registry_without_status(kube_api):
     kube_api.create(REGISTRY)
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.failed("spec.config.storage: exactly one backend", None)  # the very first config failed
     assert _agents(kube_api) == {"reg-abc": {"error": "spec.config.storage: exactly one backend"}}
     await asyncio.gather(reporter.applied("h", 1), reporter.event("ConfigApplied", "x"))  # overlapping calls
@@ -205,7 +205,7 @@ async def test_data_path_record_follows_the_volume_without_churn(kube_api, regis
     from berth_agent.sources.pvc import PvcState
 
     now = [1_000_000.0]
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc", clock=lambda: now[0])
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc", clock=lambda: now[0])
     gib = 1 << 30
 
     def state(free: int, *, mounted: bool = True, capacity: int = 10 * gib) -> PvcState:
@@ -244,7 +244,7 @@ async def test_data_path_record_follows_the_volume_without_churn(kube_api, regis
 
 @pytest.mark.asyncio
 async def test_waiting_for_a_turn_is_on_the_pods_record_until_it_ends(kube_api, registry):
-    reporter = ApiReporter(kube_api.client(), "default", "reg", "reg-abc")
+    reporter = ApiReporter(kube_api.agent_client(), "default", "reg", "reg-abc")
     await reporter.applied("hash-1", 1)
     await reporter.waiting("waiting for its turn to reload: pod reg-other holds Lease reg-reload")
     mine = _agents(kube_api)["reg-abc"]

@@ -1,5 +1,6 @@
 """RegistryApiWatcher against the test API server (kmock plus our gap fillers, real HTTP on 127.0.0.1),
-through the official kubernetes client configured with the server's host; faults are injected server-side."""
+through the agent's own API client (berth_agent.kube.client) for the server's host; faults are injected
+server-side."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ REGISTRY = {
 @contextlib.asynccontextmanager
 async def watching(kube_api, health, changes, name="reg", **options):
     options = {"timeout_seconds": 60, "backoff_initial": 0.05, "backoff_cap": 0.2} | options
-    watcher = RegistryApiWatcher(kube_api.client(), "default", name, health, **options)
+    watcher = RegistryApiWatcher(kube_api.agent_client(), "default", name, health, **options)
     async with running(watcher, changes):
         yield watcher
 
@@ -241,19 +242,19 @@ def test_backoff_grows_to_the_cap_with_jitter():
 
 
 def test_api_errors_are_described_without_bodies():
-    from kubernetes.client.exceptions import ApiException
+    import http.client
 
-    error = ApiException(status=403, reason="Forbidden")
-    error.body = '{"message": "planted-secret-body"}'
+    from berth_agent.kube.client import ApiError
+
+    error = ApiError(403, "Forbidden")
+    error.body = '{"message": "planted-secret-body"}'  # were a body kept, describing must still not show it
     error.headers = {"Authorization": "Bearer planted-token"}
     assert describe_api_error(error) == "API answered 403 Forbidden"
     assert describe_api_error(ConnectionRefusedError()) == "cannot reach the API server (ConnectionRefusedError)"
     import json
 
-    import urllib3.exceptions
-
-    dropped = urllib3.exceptions.ProtocolError("Connection broken", ConnectionResetError())
-    assert describe_api_error(dropped) == "cannot reach the API server (ProtocolError)"
+    dropped = http.client.IncompleteRead(b'{"type": "ADDED", "object": {"secret": "planted')  # cut mid-chunk
+    assert describe_api_error(dropped) == "cannot reach the API server (IncompleteRead)"
     try:
         json.loads('{"type": "ADDED", "object": {"secret": "planted')
     except ValueError as exc:
@@ -262,14 +263,11 @@ def test_api_errors_are_described_without_bodies():
 
 @pytest.mark.asyncio
 async def test_unreachable_api_is_an_error_and_keeps_beating(health, changes):
-    import kubernetes.client
-
+    from berth_agent.kube.client import ApiClient
     from support.common.ports import free_port
 
-    configuration = kubernetes.client.Configuration()
-    configuration.host = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    configuration.retries = 0
-    watcher = RegistryApiWatcher(kubernetes.client.ApiClient(configuration), "default", "reg", health,
+    client = ApiClient.for_host(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    watcher = RegistryApiWatcher(client, "default", "reg", health,
                                  backoff_initial=0.05, backoff_cap=0.2)
     errors_before = _sample(metrics.watch_errors_total, source="registry-api")
     task = asyncio.create_task(watcher.run(changes))

@@ -30,7 +30,7 @@ def _b64(value: str) -> str:
 @contextlib.asynccontextmanager
 async def watching(kube_api, health, changes, name="creds", volume="cosi", **options):
     options = {"timeout_seconds": 60, "backoff_initial": 0.05, "backoff_cap": 0.2} | options
-    watcher = SecretApiWatcher(kube_api.client(), "default", name, volume, health, **options)
+    watcher = SecretApiWatcher(kube_api.agent_client(), "default", name, volume, health, **options)
     async with running(watcher, changes):
         yield watcher
 

@@ -190,6 +190,12 @@ class KubeApi:
         configuration.host = self.url
         return kubernetes.client.ApiClient(configuration)
 
+    def agent_client(self) -> Any:
+        """The agent's own API client (berth_agent.kube.client) for this server, as `--kube-host` makes it."""
+        from berth_agent.kube.client import ApiClient
+
+        return ApiClient.for_host(self.url)
+
     def kubeconfig_dict(self, token: str = "test") -> dict[str, Any]:
         return {
             "apiVersion": "v1",
