@@ -13,15 +13,9 @@ from ..core.errors import InputError
 from ..inputs.mounts import MountedInputs, S3Credentials
 from .paths import GCS_KEY_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, RenderPaths
 
-# S3Options attribute -> the s3-aws driver's parameter (docs/design.md, "The S3 options").
-S3_PARAMETERS = {
-    "encrypt": "encrypt", "key_id": "keyid", "secure": "secure", "skip_verify": "skipverify", "v4auth": "v4auth",
-    "chunk_size": "chunksize", "multipart_copy_chunk_size": "multipartcopychunksize",
-    "multipart_copy_max_concurrency": "multipartcopymaxconcurrency",
-    "multipart_copy_threshold_size": "multipartcopythresholdsize", "root_directory": "rootdirectory",
-    "storage_class": "storageclass", "object_acl": "objectacl", "use_dual_stack": "usedualstack",
-    "accelerate": "accelerate", "log_level": "loglevel",
-}
+# S3Options attribute -> the s3-aws driver's parameter: the option's API name lowercased, as the driver spells
+# every parameter (docs/design.md, "The S3 options"), so a new option needs no second entry here.
+S3_PARAMETERS = {attribute: (field.alias or attribute).lower() for attribute, field in S3Options.model_fields.items()}
 
 
 def storage_section(spec: RegistrySpec, inputs: MountedInputs, major: Literal["2", "3"],
