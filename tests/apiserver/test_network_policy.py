@@ -21,7 +21,8 @@ import pytest
 
 from berth_api import Registry
 from berth_api.network_policy import PEER_MESSAGE
-from berth_operator.builders import ClusterFacts, names, network_policy
+from berth_operator.builders import ClusterFacts, network_policy
+from berth_operator.builders.meta import selector_labels
 from support.clusters.apiserver import ApiError, KubeApiServer
 from support.clusters.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
 from support.clusters.operator_harness import wait_for
@@ -96,7 +97,7 @@ def test_the_operator_builds_updates_and_prunes_the_network_policy(kube_apiserve
         api.patch(REGISTRIES, ns, "fenced", {"spec": {"networkPolicy": {}}})
         made = wait_for(lambda: api.get(POLICIES, ns, "fenced"), "the NetworkPolicy", 60)
         reg = model(ns)
-        assert made["spec"]["podSelector"] == {"matchLabels": names.selector_labels(reg)}
+        assert made["spec"]["podSelector"] == {"matchLabels": selector_labels(reg)}
         assert made["spec"]["policyTypes"] == ["Ingress"]
         assert made["spec"]["ingress"] == [{"from": [{"podSelector": {}}],
                                             "ports": [{"protocol": "TCP", "port": 5000}]}]

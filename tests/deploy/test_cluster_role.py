@@ -1,6 +1,7 @@
 """deploy/clusterrole.yaml is what the table of kinds says (issue 40): the file stays plain YAML that users read and
-review, and this test derives its rules from builders/kinds.py (each kind's verbs, the get of each optional kind's
-CRD by name, the grants beside the kinds) and fails on any difference, naming the rule missing or extra."""
+review, and this test derives its rules from the data table of kinds, core/kinds.py (each kind's verbs, the get of
+each optional kind's CRD by name, the grants beside the kinds) and fails on any difference, naming the rule missing
+or extra."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pathlib
 
 import yaml
 
-from berth_operator.builders import kinds
+from berth_operator.core import kinds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")

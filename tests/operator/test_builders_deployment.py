@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from berth_agent.commands import run as run_command
-from berth_operator.builders import build_all, deployment, names
+from berth_operator.builders import build_all, deployment, http_secret
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SECRET_VOLUMES = {"cosi", "htpasswd", "http-secret", "redis", "tls"}
@@ -57,8 +57,8 @@ def test_mount_contract_holds(builder_case):
     expected_secrets |= {"redis"} if reg.spec.redis else set()
     expected_secrets |= {"tls"} if reg.spec.http.tls else set()
     assert SECRET_VOLUMES & set(volumes) == expected_secrets
-    http_secret = reg.spec.http.secret.name if reg.spec.http.secret else names.http_secret_name(reg)
-    assert volumes["http-secret"]["secret"]["secretName"] == http_secret
+    secret_name = reg.spec.http.secret.name if reg.spec.http.secret else http_secret.name(reg)
+    assert volumes["http-secret"]["secret"]["secretName"] == secret_name
 
     if storage.filesystem is not None:
         claim = storage.filesystem.persistent_volume_claim or "demo-data"

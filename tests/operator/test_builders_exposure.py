@@ -6,7 +6,7 @@ from __future__ import annotations
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all, certificate, http_route, ingress, service
 from berth_operator.builders.exposure import external_address
-from berth_operator.builders.kinds import CERT_MANAGER, GATEWAY
+from berth_operator.core.kinds import CERT_MANAGER, GATEWAY
 
 FACTS = ClusterFacts("img")  # every optional API served
 NOT_SERVED = ClusterFacts("img", unserved=frozenset({(GATEWAY, "HTTPRoute"), (CERT_MANAGER, "Certificate")}))

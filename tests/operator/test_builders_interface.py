@@ -9,7 +9,9 @@ import pytest
 
 from berth_api import Registry
 from berth_api.pod import HTTP_SECRET_KEY
-from berth_operator.builders import build_all, names
+from berth_operator.builders import bucket_access, build_all
+from berth_operator.builders import lease as lease_builder
+from berth_operator.builders.meta import selector_labels, selector_string
 
 
 def kinds(objects: list[dict]) -> list[tuple[str, str]]:
@@ -109,7 +111,7 @@ def test_service_port_from_http_addr(registry_factory, facts_factory):
     service = by_kind(build_all(plain, facts_factory(), http_secret_value=None))["Service"]
     assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP",
                                          "appProtocol": "http"}]
-    assert service["spec"]["selector"] == names.selector_labels(plain)
+    assert service["spec"]["selector"] == selector_labels(plain)
     tls = registry_factory({"http": {"tls": {"secretName": "t"}}, "config": {"storage": {"inmemory": {}}}})
     service = by_kind(build_all(tls, facts_factory(), http_secret_value=None))["Service"]
     assert service["spec"]["ports"][0]["name"] == service["spec"]["ports"][0]["targetPort"] == "https"
@@ -170,8 +172,8 @@ def test_names_are_deterministic(registry_factory, facts_factory):
         ("Deployment", "team-a"), ("PodDisruptionBudget", "team-a"), ("Lease", "team-a-reload"),
         ("Lease", "team-a-gc"),
     ]
-    assert names.selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"
-    assert names.cosi_secret_name(reg) == "team-a-cosi-credentials"
+    assert selector_string(reg) == "app.kubernetes.io/instance=team-a,app.kubernetes.io/name=registry"
+    assert bucket_access.secret_name(reg) == "team-a-cosi-credentials"
 
 
 def test_missing_uid_is_a_clear_error(facts_factory):
@@ -187,7 +189,7 @@ def test_the_reload_lease_is_created_empty_under_the_name_the_agent_uses(registr
     reg = registry_factory({"replicas": 3, "config": {"storage": {"inmemory": {}}}})
     lease = leases(reg, facts_factory())["demo-reload"]
     assert lease["apiVersion"] == "coordination.k8s.io/v1"
-    assert lease["metadata"]["name"] == names.lease_name(reg) == reload_lease_name("demo")
+    assert lease["metadata"]["name"] == lease_builder.name(reg) == reload_lease_name("demo")
     assert lease["spec"] == {}  # the agents own holderIdentity and the rest; the apply layer never patches it
     assert lease_rule(reg, facts_factory(), lease["metadata"]["name"]) == {
         "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
@@ -211,7 +213,7 @@ def test_the_gc_lease_is_created_empty_at_any_replica_count(registry_factory, fa
     and update that one Lease by name, nothing more (no create, delete, list: the operator creates it)."""
     reg = registry_factory({"replicas": replicas, "config": {"storage": {"inmemory": {}}}})
     lease = leases(reg, facts_factory())["demo-gc"]
-    assert lease["metadata"]["name"] == names.gc_lease_name(reg) == "demo-gc"
+    assert lease["metadata"]["name"] == lease_builder.gc_name(reg) == "demo-gc"
     assert lease["spec"] == {}
     assert lease["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
     assert lease_rule(reg, facts_factory(), "demo-gc") == {
@@ -223,4 +225,4 @@ def test_the_gc_lease_has_the_name_the_agent_uses(registry_factory):
     from berth_api.leases import gc_lease_name
 
     reg = registry_factory({"config": {"storage": {"inmemory": {}}}})
-    assert names.gc_lease_name(reg) == gc_lease_name("demo")
+    assert lease_builder.gc_name(reg) == gc_lease_name("demo")

@@ -3,7 +3,8 @@ ports by the names the pod template gives them."""
 
 from __future__ import annotations
 
-from berth_operator.builders import build_all, metrics_service, names
+from berth_operator.builders import build_all, metrics_service
+from berth_operator.builders.meta import selector_labels
 
 
 def test_the_metrics_service_selects_the_pods_and_names_their_metrics_ports(registry_factory, facts_factory):
@@ -15,7 +16,7 @@ def test_the_metrics_service_selects_the_pods_and_names_their_metrics_ports(regi
     assert svc["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
     spec = svc["spec"]
     assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
-    assert spec["selector"] == names.selector_labels(reg)
+    assert spec["selector"] == selector_labels(reg)
     [deployment] = [o for o in objects if o["kind"] == "Deployment"]
     agent = deployment["spec"]["template"]["spec"]["initContainers"][0]
     container_ports = {p["name"]: p["containerPort"] for p in agent["ports"]}

@@ -9,8 +9,10 @@ import pydantic
 import pytest
 
 from berth_api.network_policy import PEER_MESSAGE
-from berth_operator.builders import build_all, names, network_policy
-from berth_operator.builders.kinds import KINDS, PRUNABLE_KINDS
+from berth_operator.builders import build_all, metrics_service, network_policy
+from berth_operator.builders.kinds import BEHAVIOURS, PRUNABLE_KINDS
+from berth_operator.builders.meta import selector_labels
+from berth_operator.core.kinds import KINDS
 
 INMEMORY = {"config": {"storage": {"inmemory": {}}}}
 MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
@@ -37,12 +39,12 @@ def test_empty_admits_the_registry_port_from_its_own_namespace_only(registry_fac
     [policy] = [o for o in objects if o["kind"] == "NetworkPolicy"]
     assert policy == network_policy.build(reg, facts_factory())
     assert policy["apiVersion"] == "networking.k8s.io/v1"
-    assert policy["metadata"]["name"] == names.network_policy_name(reg) == "demo"
+    assert policy["metadata"]["name"] == network_policy.name(reg) == "demo"
     assert policy["metadata"]["namespace"] == "registries"
     assert policy["metadata"]["ownerReferences"][0]["uid"] == reg.metadata["uid"]
     assert policy["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth"
     spec = policy["spec"]
-    assert spec["podSelector"] == {"matchLabels": names.selector_labels(reg)}
+    assert spec["podSelector"] == {"matchLabels": selector_labels(reg)}
     assert spec["policyTypes"] == ["Ingress"]  # no egress isolation
     assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 5000}]}]
     assert _container_ports(objects)["http"] == 5000
@@ -69,7 +71,7 @@ def test_peers_and_metrics_peers_are_passed_on_as_written(registry_factory, fact
     assert metrics_rule["ports"] == [{"protocol": "TCP", "port": ports["agent-health"]},
                                      {"protocol": "TCP", "port": ports["reg-metrics"]}]
     # The metrics Service's ports are those the policy admits.
-    [metrics] = [o for o in objects if o["metadata"]["name"] == names.metrics_service_name(reg)]
+    [metrics] = [o for o in objects if o["metadata"]["name"] == metrics_service.name(reg)]
     assert sorted(p["port"] for p in metrics["spec"]["ports"]) == sorted(p["port"] for p in metrics_rule["ports"])
 
 
@@ -102,7 +104,8 @@ def test_the_model_refuses_a_peer_that_is_not_one_kind_or_a_bad_cidr(registry_fa
 
 def test_the_kind_is_cached_applied_pruned_and_granted(registry_factory):
     kind = KINDS[("networking.k8s.io/v1", "NetworkPolicy")]
+    behaviour = BEHAVIOURS[kind.key]
     assert kind.cached and kind.applied == "apply" and kind.optional is None
-    assert kind in PRUNABLE_KINDS and kind.prune is names.network_policy_name
+    assert behaviour in PRUNABLE_KINDS and behaviour.prune is network_policy.name
     assert set(kind.verbs) == {"get", "list", "watch", "create", "patch", "delete"}
-    assert network_policy.build in kind.builders
+    assert network_policy.build in behaviour.builders

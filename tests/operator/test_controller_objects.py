@@ -247,14 +247,16 @@ def test_a_terminating_pods_record_is_kept_but_not_counted(kube_api):
     """Scale-down: the pod being deleted still has an older record; it is not a wanted pod, so Ready does not
     wait for it, and its record stays until the pod is gone (then it is pruned)."""
     from berth_api import Registry
-    from berth_operator.builders import names
+    from berth_operator.builders import deployment as deployment_builder
+    from berth_operator.builders.meta import REGISTRY_COMPONENT
+    from berth_operator.builders.meta import labels as labels_of
     from support.clusters.operator_harness import REGISTRIES_PATH
 
     body = kube_api.create({"apiVersion": "berth.dev/v1alpha1", "kind": "Registry",
                             "metadata": {"name": "tidy", "namespace": "default"},
                             "spec": {"config": {"storage": {"inmemory": {}}}}})
     reg = Registry.model_validate(body)
-    labels = names.labels(reg, names.REGISTRY_COMPONENT)  # the pod template's, as its ReplicaSet makes them
+    labels = labels_of(reg, REGISTRY_COMPONENT)  # the pod template's, as its ReplicaSet makes them
     for pod, terminating in (("tidy-a", False), ("tidy-b", True)):
         meta = {"name": pod, "namespace": "default", "labels": labels}
         if terminating:
@@ -265,7 +267,8 @@ def test_a_terminating_pods_record_is_kept_but_not_counted(kube_api):
     try:
         reg = harness.wait_reconciled("default", "tidy")
         gen = reg["metadata"]["generation"]
-        deployment = kube_api.get("apps/v1/deployments", "default", names.deployment_name(Registry.model_validate(reg)))
+        deployment = kube_api.get("apps/v1/deployments", "default",
+                                  deployment_builder.name(Registry.model_validate(reg)))
         kube_api.patch("apps/v1/deployments", "default", deployment["metadata"]["name"],
                        {"status": {"observedGeneration": deployment["metadata"]["generation"], "replicas": 1,
                                    "readyReplicas": 1, "updatedReplicas": 1}}, subresource="status")

@@ -20,8 +20,8 @@ ROOT = Path(berth_operator.__file__).parent
 
 # Lowest first. A module may import from its own package or from a package of a lower rank.
 RANKS = {
-    "builders": 0,
-    "core": 1,
+    "core": 0,
+    "builders": 1,
     "kube": 2,
     "cluster": 3,
     "engine": 4,

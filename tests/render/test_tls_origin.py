@@ -20,7 +20,7 @@ from berth_agent.pipeline.report import LogReporter
 from berth_agent.render.config import TLS_CERT_FILE, TLS_KEY_FILE, render
 from berth_api import Registry
 from berth_api.server import certificate_name
-from berth_operator.builders import ClusterFacts, certificate, names
+from berth_operator.builders import ClusterFacts, certificate
 from support.registries.secretdir import write_secret_dir
 from support.services.certs import self_signed
 
@@ -48,7 +48,7 @@ def test_the_certificate_the_operator_makes_is_the_one_the_agent_names():
     reg = registry(ISSUED)
     made = certificate.build(reg, ClusterFacts("img"))
     assert made["metadata"]["name"] == made["spec"]["secretName"] == certificate_name("edge")
-    assert names.tls_secret_name(reg) == certificate_name("edge")
+    assert certificate.tls_secret_name(reg) == certificate_name("edge")
 
 
 @pytest.mark.parametrize(("spec", "origin"), [(OWN, "spec.http.tls.secretName, Secret edge-tls"),

@@ -14,34 +14,61 @@ from __future__ import annotations
 
 from typing import Any
 
-from berth_api import Registry
+from berth_api import Registry, server
 from berth_api.exposure import IssuerRef
 
-from . import names
-from .checks import Reader
+from . import service
+from .behaviour import Behaviour
+from .checks import Checks, Problem, Reader
 from .context import ClusterFacts
-from .meta import object_meta
-from .problems import Problem
+from .meta import CERTIFICATE_COMPONENT, labels, namespace, object_meta, registry_name
+
+API_VERSION = "cert-manager.io/v1"
+KIND = "Certificate"
+
+
+def name(reg: Registry) -> str:
+    """The Certificate of spec.http.tls.issuerRef; cert-manager writes its Secret under the same name (the
+    agent's messages name it too: berth_api.server.certificate_name)."""
+    return server.certificate_name(registry_name(reg))
+
+
+def ingress_name(reg: Registry) -> str:
+    """The Certificate of spec.ingress.tls.issuerRef, and its Secret (the Ingress's tls secretName)."""
+    return f"{registry_name(reg)}-ingress-tls"
+
+
+def names(reg: Registry) -> tuple[str, ...]:
+    """Both Certificates a Registry may have (prune)."""
+    return name(reg), ingress_name(reg)
+
+
+def tls_secret_name(reg: Registry) -> str | None:
+    """The Secret the registry serves HTTPS with: spec.http.tls.secretName, or its Certificate's; None: HTTP."""
+    tls = reg.spec.http.tls
+    if tls is None:
+        return None
+    return tls.secret_name if tls.secret_name is not None else name(reg)
 
 
 def service_dns_names(reg: Registry) -> list[str]:
     """The names a client in the cluster reaches the registry's Service by."""
-    service, namespace = names.service_name(reg), names.namespace(reg)
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    host, ns = service.name(reg), namespace(reg)
+    return [host, f"{host}.{ns}", f"{host}.{ns}.svc", f"{host}.{ns}.svc.cluster.local"]
 
 
-def _certificate(reg: Registry, name: str, issuer: IssuerRef, dns_names: list[str]) -> dict[str, Any]:
+def _certificate(reg: Registry, named: str, issuer: IssuerRef, dns_names: list[str]) -> dict[str, Any]:
     return {
-        "apiVersion": "cert-manager.io/v1",
-        "kind": "Certificate",
-        "metadata": object_meta(reg, name, names.CERTIFICATE_COMPONENT),
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": object_meta(reg, named, CERTIFICATE_COMPONENT),
         "spec": {
-            "secretName": name,
+            "secretName": named,
             "dnsNames": dns_names,
             "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
             # Berth's labels on the Secret too: the operator's caches hold Berth's Secrets, so its watch sees a
             # renewal and the Secret's arrival (key names only).
-            "secretTemplate": {"labels": names.labels(reg, names.CERTIFICATE_COMPONENT)},
+            "secretTemplate": {"labels": labels(reg, CERTIFICATE_COMPONENT)},
         },
     }
 
@@ -58,26 +85,30 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     tls = reg.spec.http.tls
     if tls is None or tls.issuer_ref is None:
         return None
-    return _certificate(reg, names.certificate_name(reg), tls.issuer_ref, list(tls.dns_names) or service_dns_names(reg))
+    return _certificate(reg, name(reg), tls.issuer_ref, list(tls.dns_names) or service_dns_names(reg))
 
 
 def build_ingress(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     ingress = reg.spec.ingress
     if ingress is None or ingress.tls is None or ingress.tls.issuer_ref is None:
         return None
-    return _certificate(reg, names.ingress_certificate_name(reg), ingress.tls.issuer_ref, list(ingress.hosts))
+    return _certificate(reg, ingress_name(reg), ingress.tls.issuer_ref, list(ingress.hosts))
 
 
 def waiting(reader: Reader, reg: Registry) -> list[Problem]:
     """A Certificate Berth made whose Secret cert-manager has not written yet (the pod cannot mount it before)."""
-    namespace = names.namespace(reg)
     found = []
     tls, ingress = reg.spec.http.tls, reg.spec.ingress
-    for where, wanted, name in (
-            ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, names.certificate_name(reg)),
+    for where, wanted, named in (
+            ("spec.http.tls.issuerRef", tls is not None and tls.issuer_ref is not None, name(reg)),
             ("spec.ingress.tls.issuerRef", ingress is not None and ingress.tls is not None
-             and ingress.tls.issuer_ref is not None, names.ingress_certificate_name(reg))):
-        if wanted and reader.get("v1", "Secret", namespace, name) is None:
+             and ingress.tls.issuer_ref is not None, ingress_name(reg))):
+        if wanted and reader.get("v1", "Secret", namespace(reg), named) is None:
             found.append(Problem("WaitingForCertificate",
-                                 f"Certificate {name} ({where}): cert-manager has not written Secret {name} yet"))
+                                 f"Certificate {named} ({where}): cert-manager has not written Secret {named} yet"))
     return found
+
+
+# prune names both Certificates a Registry may have.
+BEHAVIOURS = (Behaviour(API_VERSION, KIND, builders=(build, build_ingress), prune=names, needed_by=needed_by,
+                        checks=Checks(waiting=waiting)),)

@@ -1,5 +1,5 @@
-"""What a kind's entry in the table (kinds.py) says about its objects in the cluster: what the spec references and
-is missing, what exists but is not ready yet, and how a live object grows in place (issue 40). The checks live
+"""What a kind's behaviour (behaviour.py) says about its objects in the cluster: what the spec references and
+is missing, what exists but is not ready yet, and how a live object grows in place. The checks live
 beside each kind's builder and only read, through a Reader the engine hands them (engine/facts.py), so the builders
 stay free of side effects: the engine writes what they return (engine/expansion.py patches a Growth).
 """
@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from berth_api import Registry
 
-from .problems import Problem
+
+class Problem(NamedTuple):
+    """A condition reason (engine/status.py lists them) and a message that starts with the field: what a check
+    found, or what problems.problems() finds in a spec that cannot be carried out as written."""
+
+    reason: str
+    message: str
 
 
 class Reader(Protocol):

@@ -12,9 +12,17 @@ from typing import Any
 
 from berth_api import Registry
 
-from . import names
+from . import service
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import EXPOSURE_COMPONENT, object_meta, registry_name
+
+API_VERSION = "gateway.networking.k8s.io/v1"
+KIND = "HTTPRoute"
+
+
+def name(reg: Registry) -> str:
+    return registry_name(reg)
 
 
 def _parent_ref(ref: Any) -> dict[str, Any]:
@@ -37,11 +45,14 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
         "parentRefs": [_parent_ref(ref) for ref in wanted.parent_refs],
         "rules": [{
             "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-            "backendRefs": [{"group": "", "kind": "Service", "name": names.service_name(reg),
+            "backendRefs": [{"group": "", "kind": "Service", "name": service.name(reg),
                              "port": reg.spec.http.port}],
         }],
     }
     if wanted.hostnames:
         spec["hostnames"] = list(wanted.hostnames)
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": object_meta(reg, names.http_route_name(reg), names.EXPOSURE_COMPONENT), "spec": spec}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": object_meta(reg, name(reg), EXPOSURE_COMPONENT),
+            "spec": spec}
+
+
+BEHAVIOURS = (Behaviour(API_VERSION, KIND, builders=(build,), prune=name, needed_by=needed_by),)

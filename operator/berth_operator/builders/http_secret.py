@@ -9,9 +9,14 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import HTTP_SECRET_KEY
 
-from . import names
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import HTTP_SECRET_COMPONENT, object_meta, registry_name
+
+
+def name(reg: Registry) -> str:
+    """The Secret the operator generates when spec.http.secret is absent (key berth_api.pod.HTTP_SECRET_KEY)."""
+    return f"{registry_name(reg)}-http-secret"
 
 
 def needed(reg: Registry) -> bool:
@@ -28,9 +33,12 @@ def build(reg: Registry, facts: ClusterFacts, value: str) -> dict[str, Any] | No
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": object_meta(reg, names.http_secret_name(reg), names.HTTP_SECRET_COMPONENT),
+        "metadata": object_meta(reg, name(reg), HTTP_SECRET_COMPONENT),
         "type": "Opaque",
         # data, not stringData: what is read back equals what was written, also on API servers (kmock) that do
         # not convert stringData.
         "data": {HTTP_SECRET_KEY: base64.b64encode(value.encode()).decode("ascii")},
     }
+
+
+BEHAVIOURS = (Behaviour("v1", "Secret", builders=(build,)),)

@@ -15,27 +15,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from berth_api import Registry
+from berth_api import Registry, leases
 
-from . import names
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import AGENT_COMPONENT, object_meta, registry_name
+
+
+def name(reg: Registry) -> str:
+    """The reload Lease the agents take in turn (berth_api.leases, which the agent uses too)."""
+    return leases.reload_lease_name(registry_name(reg))
+
+
+def gc_name(reg: Registry) -> str:
+    """The garbage collection Lease: its holder runs the Registry's GC (docs/design.md §4.5, A3)."""
+    return leases.gc_lease_name(registry_name(reg))
 
 
 def _empty_lease(reg: Registry, name_of: Callable[[Registry], str]) -> dict[str, Any]:
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": object_meta(reg, name_of(reg), names.AGENT_COMPONENT),
+        "metadata": object_meta(reg, name_of(reg), AGENT_COMPONENT),
         "spec": {},
     }
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     """The reload Lease."""
-    return _empty_lease(reg, names.lease_name)
+    return _empty_lease(reg, name)
 
 
 def build_gc(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     """The garbage collection Lease."""
-    return _empty_lease(reg, names.gc_lease_name)
+    return _empty_lease(reg, gc_name)
+
+
+BEHAVIOURS = (Behaviour("coordination.k8s.io/v1", "Lease", builders=(build, build_gc)),)

@@ -14,21 +14,24 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import AGENT_HEALTH_PORT, REGISTRY_METRICS_PORT
 
-from . import names
 from .context import ClusterFacts
-from .meta import object_meta
-from .pod import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
+from .meta import METRICS_COMPONENT, object_meta, registry_name, selector_labels
+from .ports import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
+
+
+def name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-metrics"
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": object_meta(reg, names.metrics_service_name(reg), names.METRICS_COMPONENT),
+        "metadata": object_meta(reg, name(reg), METRICS_COMPONENT),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": names.selector_labels(reg),
+            "selector": selector_labels(reg),
             "ports": [
                 {"name": AGENT_METRICS_PORT_NAME, "port": AGENT_HEALTH_PORT, "targetPort": AGENT_METRICS_PORT_NAME,
                  "protocol": "TCP"},

@@ -1,4 +1,5 @@
-"""The NetworkPolicy (networking.k8s.io/v1) of a Registry that asks for one (spec.networkPolicy; issue 50).
+"""The NetworkPolicy (networking.k8s.io/v1) of a Registry that asks for one (spec.networkPolicy; pruned when the
+field goes).
 
 It selects the Registry's pods and isolates them for ingress only (policyTypes [Ingress]): the registry's port
 (spec.http.addr's, as the container serves it) is admitted from spec.networkPolicy.from, or, when that is empty,
@@ -20,14 +21,18 @@ from berth_api.kube_types import kube_dump
 from berth_api.network_policy import NetworkPolicyPeer
 from berth_api.pod import AGENT_HEALTH_PORT, REGISTRY_METRICS_PORT
 
-from . import names
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import REGISTRY_COMPONENT, object_meta, registry_name, selector_labels
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
 # Every pod of the Registry's namespace: what an empty spec.networkPolicy.from admits.
 OWN_NAMESPACE: list[dict[str, Any]] = [{"podSelector": {}}]
+
+
+def name(reg: Registry) -> str:
+    return registry_name(reg)
 
 
 def _peer(peer: NetworkPolicyPeer) -> dict[str, Any]:
@@ -58,10 +63,13 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": object_meta(reg, names.network_policy_name(reg), names.REGISTRY_COMPONENT),
+        "metadata": object_meta(reg, name(reg), REGISTRY_COMPONENT),
         "spec": {
-            "podSelector": {"matchLabels": names.selector_labels(reg)},
+            "podSelector": {"matchLabels": selector_labels(reg)},
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },
     }
+
+
+BEHAVIOURS = (Behaviour(API_VERSION, KIND, builders=(build,), prune=name),)

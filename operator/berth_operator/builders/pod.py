@@ -46,8 +46,10 @@ from berth_api.pod import (
 )
 from berth_api.pod_template import PROXY_ENV
 
-from . import names, service, storage
+from . import certificate, http_secret, ports, pvc, service_account, storage
 from .context import ClusterFacts
+from .meta import REGISTRY_COMPONENT, labels, namespace, registry_name, selector_labels
+from .ports import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
 
 # One non-root identity for both containers: the agent signals the registry process (kill(2) needs the same
 # UID, docs/upstream.md#k8s-share-process-namespace) and writes config files (mode 0600) that the registry must read.
@@ -71,12 +73,10 @@ TOKEN_EXPIRATION_SECONDS = 3607
 # Secret files readable by the pod's group (fsGroup) and nobody else.
 SECRET_MODE = 0o440
 # The registry's own metrics (docs/design.md §4.2, "The registry's metrics across reloads"): the agent serves the
-# current registry process's /metrics on this stable port (container port REGISTRY_METRICS_PORT_NAME), proxied to
-# the loopback debug port berth-supervise gave that process, one of DEBUG_PORTS (alternating, so a successor never
-# binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
+# current registry process's /metrics on this stable port (container port ports.REGISTRY_METRICS_PORT_NAME), proxied
+# to the loopback debug port berth-supervise gave that process, one of DEBUG_PORTS (alternating, so a successor
+# never binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
 # docs/upstream.md#dist-debug-server). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
-REGISTRY_METRICS_PORT_NAME = "reg-metrics"  # a port name has at most 15 characters
-AGENT_METRICS_PORT_NAME = "agent-health"  # the agent's own /metrics sit beside its probes
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
 # The registry container runs the Berth image (berth-supervise holds the registry's listening socket, which a shell
 # cannot, docs/design.md §4.2); the registry binary still comes from spec.image: an init container copies it into
@@ -136,10 +136,10 @@ def secret_sources(reg: Registry, facts: ClusterFacts) -> dict[str, str]:
     htpasswd = spec.config.auth_in_use.auth.htpasswd
     if htpasswd is not None:
         sources[HTPASSWD_VOLUME] = htpasswd.secret.name
-    sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else names.http_secret_name(reg)
+    sources[HTTP_SECRET_VOLUME] = spec.http.secret.name if spec.http.secret is not None else http_secret.name(reg)
     if spec.redis is not None:
         sources[REDIS_VOLUME] = spec.redis.secret.name
-    tls_secret = names.tls_secret_name(reg)
+    tls_secret = certificate.tls_secret_name(reg)
     if tls_secret is not None:
         sources[TLS_VOLUME] = tls_secret
     sources.update({volume: name for volume, (kind, name) in trust_sources(reg).items() if kind == "Secret"})
@@ -204,7 +204,7 @@ def volumes(reg: Registry, facts: ClusterFacts) -> list[dict[str, Any]]:
         result.append({"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}})
     for volume, config_map in config_map_sources(reg).items():  # swapped by the kubelet like a Secret
         result.append({"name": volume, "configMap": {"name": config_map, "defaultMode": SECRET_MODE}})
-    claim = storage.claim_name(reg)
+    claim = pvc.claim_name(reg)
     if claim is not None:
         result.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     return result
@@ -218,7 +218,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     ]
     for volume in [*secret_sources(reg, facts), *config_map_sources(reg)]:
         mounts.append({"name": volume, "mountPath": f"{MOUNT_ROOT}/{volume}", "readOnly": True})
-    if storage.claim_name(reg) is not None:
+    if pvc.claim_name(reg) is not None:
         mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
 
     def probe(path: str, **timing: int) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "command": ["berth-agent"],
         "args": [
             "run",
-            "--registry", f"{names.namespace(reg)}/{names.registry_name(reg)}",
+            "--registry", f"{namespace(reg)}/{registry_name(reg)}",
             "--mounts", MOUNT_ROOT,
             "--config-dir", CONFIG_DIR,
             "--data-dir", DATA_DIR,
@@ -321,13 +321,13 @@ def registry_binary_container(reg: Registry) -> dict[str, Any]:
 
 
 def registry_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
-    port_name = service.port_name(reg)
+    port_name = ports.port_name(reg)
     mounts = [
         {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": TMP_VOLUME, "mountPath": TMP_DIR},
         {"name": REGISTRY_BIN_VOLUME, "mountPath": REGISTRY_BIN_DIR, "readOnly": True},
     ]
-    if storage.claim_name(reg) is not None:
+    if pvc.claim_name(reg) is not None:
         mounts.append({"name": DATA_VOLUME, "mountPath": DATA_DIR})
     resources = reg.spec.resources.kube()
     return {
@@ -383,7 +383,7 @@ def topology_spread(reg: Registry) -> list[dict[str, Any]]:
     """Berth's hostname spread (ScheduleAnyway), then the user's constraints. A user's constraint on the hostname
     replaces Berth's (the API server refuses two with the same topologyKey and whenUnsatisfiable, and the user's
     says what they want); one without labelSelector counts this Registry's pods (without it, it would count none)."""
-    selector = {"matchLabels": names.selector_labels(reg)}
+    selector = {"matchLabels": selector_labels(reg)}
     users = [{"labelSelector": selector, **kube_dump(constraint)}
              for constraint in reg.spec.pod.topology_spread_constraints]
     berths = [{"maxSkew": 1, "topologyKey": HOSTNAME_KEY, "whenUnsatisfiable": "ScheduleAnyway",
@@ -402,7 +402,7 @@ def affinity(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     if storage.surges_on_one_node(reg, facts):
         pod_affinity = merged.setdefault("podAffinity", {})
         terms = pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
-        terms.append({"labelSelector": {"matchLabels": names.selector_labels(reg)}, "topologyKey": HOSTNAME_KEY})
+        terms.append({"labelSelector": {"matchLabels": selector_labels(reg)}, "topologyKey": HOSTNAME_KEY})
     return merged or None
 
 
@@ -425,7 +425,7 @@ def template_metadata(reg: Registry) -> dict[str, Any]:
     Berth's would win), and the digest of the ServiceAccount's annotations: the EKS and AKS webhooks inject the
     identity into a pod when it is created, so a pod made before an edit of them would keep the old identity."""
     pod = reg.spec.pod
-    metadata: dict[str, Any] = {"labels": {**pod.labels, **names.labels(reg, names.REGISTRY_COMPONENT)}}
+    metadata: dict[str, Any] = {"labels": {**pod.labels, **labels(reg, REGISTRY_COMPONENT)}}
     annotations = dict(pod.annotations)
     identity = reg.spec.service_account.annotations
     if identity:
@@ -440,7 +440,7 @@ def pod_template(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     return {
         "metadata": template_metadata(reg),
         "spec": {
-            "serviceAccountName": names.service_account_name(reg),
+            "serviceAccountName": service_account.name(reg),
             # The token goes to the agent container only, through the agent-token volume.
             "automountServiceAccountToken": False,
             # The agent restarts the registry process in place (docs/upstream.md#k8s-share-process-namespace).

@@ -6,9 +6,14 @@ from typing import Any
 
 from berth_api import Registry
 
-from . import names, storage
+from . import storage
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import REGISTRY_COMPONENT, object_meta, registry_name, selector_labels
+
+
+def name(reg: Registry) -> str:
+    return registry_name(reg)
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
@@ -18,6 +23,9 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": object_meta(reg, names.pdb_name(reg), names.REGISTRY_COMPONENT),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.selector_labels(reg)}},
+        "metadata": object_meta(reg, name(reg), REGISTRY_COMPONENT),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(reg)}},
     }
+
+
+BEHAVIOURS = (Behaviour("policy/v1", "PodDisruptionBudget", builders=(build,), prune=name),)

@@ -4,13 +4,14 @@ builders still build, capped to what can run."""
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from berth_api import Registry
 from berth_api.types import duration_seconds
 
-from . import names, storage
+from . import storage
+from .checks import Problem
 from .context import ClusterFacts
+from .meta import registry_name
 from .pod import LEAVE_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS
 
 # A Service name (and the instance label value) must be an RFC 1035 label.
@@ -22,16 +23,9 @@ _STOP_MARGIN_SECONDS = 10
 _WILDCARD_HOSTS = {"", "0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]"}
 
 
-class Problem(NamedTuple):
-    """A condition reason (engine/status.py lists them) and a message that starts with the field."""
-
-    reason: str
-    message: str
-
-
 def problems(reg: Registry, facts: ClusterFacts) -> list[Problem]:
     found: list[Problem] = []
-    name = names.registry_name(reg)
+    name = registry_name(reg)
     if len(name) > _MAX_LABEL_LENGTH or not _DNS_1035_LABEL.match(name):
         found.append(Problem(
             "Unsatisfiable",

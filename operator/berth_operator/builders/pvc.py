@@ -1,5 +1,6 @@
 """The PersistentVolumeClaim created from spec.config.storage.filesystem.storageClass; the one the spec names
-(persistentVolumeClaim) or the class looked up (missing), and the claim's binding (waiting)."""
+(persistentVolumeClaim) or the class looked up (missing), the claim's binding (waiting), and its growth
+(pvc_growth.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,25 @@ from typing import Any
 
 from berth_api import Registry
 
-from . import names
-from .checks import Found, Reader, status
+from . import pvc_growth
+from .behaviour import Behaviour
+from .checks import Checks, Found, Grow, Problem, Reader, status
 from .context import ClusterFacts
-from .meta import data_meta
-from .problems import Problem
+from .meta import STORAGE_COMPONENT, data_meta, namespace, registry_name
+
+
+def name(reg: Registry) -> str:
+    """The claim Berth makes from spec.config.storage.filesystem.storageClass."""
+    return f"{registry_name(reg)}-data"
+
+
+def claim_name(reg: Registry) -> str | None:
+    """The claim mounted at /var/lib/registry: the one the spec names, or the one Berth makes; None unless the
+    backend is filesystem."""
+    filesystem = reg.spec.config.storage.filesystem
+    if filesystem is None:
+        return None
+    return filesystem.persistent_volume_claim or name(reg)
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
@@ -21,7 +36,7 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": data_meta(reg, names.pvc_name(reg), names.STORAGE_COMPONENT, filesystem.deletion_policy),
+        "metadata": data_meta(reg, name(reg), STORAGE_COMPONENT, filesystem.deletion_policy),
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": filesystem.storage_class,
@@ -33,14 +48,14 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
 
 def missing(reader: Reader, reg: Registry) -> Found:
     """The claim the spec names (its accessModes are a fact for the rollout strategy), or the class to make one."""
-    fs, namespace = reg.spec.config.storage.filesystem, names.namespace(reg)
+    fs, ns = reg.spec.config.storage.filesystem, namespace(reg)
     if fs is not None and fs.persistent_volume_claim:
-        claim = reader.get("v1", "PersistentVolumeClaim", namespace, fs.persistent_volume_claim)
+        claim = reader.get("v1", "PersistentVolumeClaim", ns, fs.persistent_volume_claim)
         if claim is None:
             return Found([Problem(
                 "MissingPVC",
                 f"PersistentVolumeClaim {fs.persistent_volume_claim} "
-                f"(spec.config.storage.filesystem.persistentVolumeClaim) not found in namespace {namespace}",
+                f"(spec.config.storage.filesystem.persistentVolumeClaim) not found in namespace {ns}",
             )])
         modes = (claim.get("spec") or {}).get("accessModes")
         return Found(facts={"pvc_access_modes": tuple(modes) if modes else None})
@@ -54,12 +69,16 @@ def missing(reader: Reader, reg: Registry) -> Found:
 
 
 def waiting(reader: Reader, reg: Registry) -> list[Problem]:
-    fs = reg.spec.config.storage.filesystem
-    if fs is None:
+    mounted = claim_name(reg)
+    if mounted is None:
         return []
-    claim_name = fs.persistent_volume_claim or names.pvc_name(reg)
-    claim = reader.get("v1", "PersistentVolumeClaim", names.namespace(reg), claim_name)
+    claim = reader.get("v1", "PersistentVolumeClaim", namespace(reg), mounted)
     phase = status(claim).get("phase")
     if claim is not None and phase != "Bound":
-        return [Problem("WaitingForPVC", f"PersistentVolumeClaim {claim_name} is {phase or 'Pending'}")]
+        return [Problem("WaitingForPVC", f"PersistentVolumeClaim {mounted} is {phase or 'Pending'}")]
     return []
+
+
+# The claim is created, never applied; the one Berth made grows in place (its one patch).
+BEHAVIOURS = (Behaviour("v1", "PersistentVolumeClaim", builders=(build,),
+                        checks=Checks(missing, waiting, Grow(claim_name, pvc_growth.plan))),)

@@ -1,4 +1,4 @@
-"""Volume expansion, the PersistentVolumeClaim's grow hook (checks.Grow): a larger
+"""Volume expansion, the PersistentVolumeClaim's grow hook (checks.Grow, in pvc.py's behaviour): a larger
 spec.config.storage.filesystem.size grows the claim Berth created.
 
 Claims are otherwise create-only (engine/apply.py): this is the one field of a live PersistentVolumeClaim the
@@ -25,10 +25,8 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from . import names
-from .checks import Grow, Growth, Reader
+from .checks import Growth, Problem, Reader
 from .meta import made_for
-from .problems import Problem
 
 SIZE_FIELD = "spec.config.storage.filesystem.size"
 # PersistentVolumeClaim condition -> (Progressing reason, what it means).
@@ -106,16 +104,9 @@ def decide(claim: Mapping[str, Any], wanted: str, storage_class: Mapping[str, An
     return Decision(grow_to=wanted)
 
 
-def target(reg: Registry) -> str | None:
-    """The claim the Registry's file system storage mounts: the user's, or the one Berth made."""
-    fs = reg.spec.config.storage.filesystem
-    if fs is None:
-        return None
-    return fs.persistent_volume_claim or names.pvc_name(reg)
-
-
 def plan(reader: Reader, reg: Registry, claim: Mapping[str, Any]) -> Growth:
-    """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress."""
+    """Grow the claim Berth created when spec.config.storage.filesystem.size grew; report resize progress. claim:
+    the live claim the Registry's file system storage mounts (pvc.claim_name)."""
     fs = reg.spec.config.storage.filesystem
     if fs.persistent_volume_claim or not made_for(claim, reg):
         return Growth(problems=tuple(resize_progress(claim)))  # the user's claim: watched, never patched
@@ -126,7 +117,7 @@ def plan(reader: Reader, reg: Registry, claim: Mapping[str, Any]) -> Growth:
         decision = decide(claim, fs.size, *_storage_class(reader, class_name))
     if decision.grow_to is None:
         return Growth(problems=(*decision.findings, *resize_progress(claim)))
-    name = target(reg)
+    name = (claim.get("metadata") or {}).get("name")
     return Growth(
         patch=({"op": "replace", "path": "/spec/resources/requests/storage", "value": decision.grow_to},),
         grown=Problem("ResizingPVC", f"PersistentVolumeClaim {name}: requested {decision.grow_to} "
@@ -142,6 +133,3 @@ def _storage_class(reader: Reader, name: str | None) -> tuple[Mapping[str, Any] 
     if not name:
         return None, True
     return reader.get_class("storage.k8s.io/v1", "StorageClass", name)
-
-
-GROW = Grow(target, plan)

@@ -9,18 +9,23 @@ from typing import Any
 
 from berth_api import GROUP, PLURAL, Registry
 
-from . import names
+from . import lease
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import AGENT_COMPONENT, object_meta, registry_name
 from .pod import config_map_sources, secret_sources
 
 
+def name(reg: Registry) -> str:
+    return f"{registry_name(reg)}-agent"
+
+
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
-    own = [names.registry_name(reg)]
+    own = [registry_name(reg)]
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": object_meta(reg, names.role_name(reg), names.AGENT_COMPONENT),
+        "metadata": object_meta(reg, name(reg), AGENT_COMPONENT),
         "rules": [
             # list and watch with fieldSelector metadata.name=<name> are authorized per name
             # (docs/upstream.md#k8s-rbac-resource-names), so resourceNames scopes them too.
@@ -31,11 +36,11 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             # Replicas restart one at a time: the agents take the reload Lease in turn (read, then an update
             # guarded by resourceVersion). The operator creates it; no agent may create, delete or list Leases.
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-             "resourceNames": [names.lease_name(reg)], "verbs": ["get", "update"]},
+             "resourceNames": [lease.name(reg)], "verbs": ["get", "update"]},
             # One agent runs a garbage collection: the holder of the GC Lease (same read-then-guarded-update,
             # renewed for the whole run; docs/design.md §4.5, A3). Created by the operator too.
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-             "resourceNames": [names.gc_lease_name(reg)], "verbs": ["get", "update"]},
+             "resourceNames": [lease.gc_name(reg)], "verbs": ["get", "update"]},
             secrets_rule(reg, facts),
             *config_maps_rule(reg),
         ],
@@ -59,3 +64,6 @@ def secrets_rule(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     if not mounted:
         raise AssertionError("the registry pod mounts no Secret")  # unreachable: the http secret always is
     return {"apiGroups": [""], "resources": ["secrets"], "resourceNames": mounted, "verbs": ["get", "list", "watch"]}
+
+
+BEHAVIOURS = (Behaviour("rbac.authorization.k8s.io/v1", "Role", builders=(build,)),)

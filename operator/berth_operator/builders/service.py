@@ -14,27 +14,29 @@ from typing import Any
 
 from berth_api import Registry
 
-from . import names
+from . import metrics_service
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
+from .meta import REGISTRY_COMPONENT, object_meta, registry_name, selector_labels
+from .ports import port_name
 
 
-def port_name(reg: Registry) -> str:
-    return "https" if reg.spec.http.tls is not None else "http"
+def name(reg: Registry) -> str:
+    return registry_name(reg)
 
 
 def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
     wanted = reg.spec.service
-    name = port_name(reg)
-    meta = object_meta(reg, names.service_name(reg), names.REGISTRY_COMPONENT)
+    port_named = port_name(reg)
+    meta = object_meta(reg, name(reg), REGISTRY_COMPONENT)
     meta["labels"] = {**wanted.labels, **meta["labels"]}  # Berth's own labels win: the caches and prune use them
     if wanted.annotations:
         meta["annotations"] = dict(wanted.annotations)
-    port: dict[str, Any] = {"name": name, "port": reg.spec.http.port, "targetPort": name, "protocol": "TCP",
-                            "appProtocol": name}
+    port: dict[str, Any] = {"name": port_named, "port": reg.spec.http.port, "targetPort": port_named,
+                            "protocol": "TCP", "appProtocol": port_named}
     if wanted.node_port is not None:
         port["nodePort"] = wanted.node_port
-    spec: dict[str, Any] = {"type": wanted.type, "selector": names.selector_labels(reg), "ports": [port]}
+    spec: dict[str, Any] = {"type": wanted.type, "selector": selector_labels(reg), "ports": [port]}
     if wanted.load_balancer_class is not None:
         spec["loadBalancerClass"] = wanted.load_balancer_class
     if wanted.external_traffic_policy is not None:
@@ -48,3 +50,7 @@ def must_replace(live: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     live_spec, wanted_spec = live.get("spec") or {}, wanted.get("spec") or {}
     return (live_spec.get("type") == "LoadBalancer" and wanted_spec.get("type") == "LoadBalancer"
             and live_spec.get("loadBalancerClass") != wanted_spec.get("loadBalancerClass"))
+
+
+# The metrics Service (metrics_service.py) is a Service too: built after the registry's, never replaced.
+BEHAVIOURS = (Behaviour("v1", "Service", builders=(build, metrics_service.build), must_replace=must_replace),)

@@ -15,15 +15,20 @@ from __future__ import annotations
 from typing import Any
 
 from berth_api import Registry
+from berth_api.pod_template import COMPONENT_LABEL
 
-from . import names
+from .behaviour import Behaviour
 from .context import ClusterFacts
-from .meta import object_meta
-from .pod import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
+from .meta import METRICS_COMPONENT, namespace, object_meta, registry_name, selector_labels
+from .ports import AGENT_METRICS_PORT_NAME, REGISTRY_METRICS_PORT_NAME
 
 API_VERSION = "monitoring.coreos.com/v1"
 KIND = "ServiceMonitor"
 CRD_NAME = "servicemonitors.monitoring.coreos.com"
+
+
+def name(reg: Registry) -> str:
+    return registry_name(reg)
 
 
 def needed_by(reg: Registry) -> tuple[str, ...]:
@@ -34,7 +39,7 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
     wanted = reg.spec.monitoring.service_monitor
     if wanted is None:
         return None
-    meta = object_meta(reg, names.service_monitor_name(reg), names.METRICS_COMPONENT)
+    meta = object_meta(reg, name(reg), METRICS_COMPONENT)
     meta["labels"] = {**wanted.labels, **meta["labels"]}  # Berth's own labels win: the caches and prune use them
     # Every series gets `registry` (the metrics Service's instance label), which the alerts and the dashboard of
     # deploy/monitoring group by; `namespace` and `pod` come from the prometheus-operator's own target labels.
@@ -46,10 +51,12 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any] | None:
         "kind": KIND,
         "metadata": meta,
         "spec": {
-            "selector": {"matchLabels": {**names.selector_labels(reg),
-                                         names.COMPONENT_LABEL: names.METRICS_COMPONENT}},
-            "namespaceSelector": {"matchNames": [names.namespace(reg)]},
+            "selector": {"matchLabels": {**selector_labels(reg), COMPONENT_LABEL: METRICS_COMPONENT}},
+            "namespaceSelector": {"matchNames": [namespace(reg)]},
             "endpoints": [{"port": AGENT_METRICS_PORT_NAME, **endpoint},
                           {"port": REGISTRY_METRICS_PORT_NAME, **endpoint}],
         },
     }
+
+
+BEHAVIOURS = (Behaviour(API_VERSION, KIND, builders=(build,), prune=name, needed_by=needed_by),)

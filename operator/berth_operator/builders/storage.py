@@ -8,8 +8,9 @@ from typing import Any, Literal
 from berth_api import Registry
 from berth_api.kube_types import kube_dump
 
-from . import names
+from . import bucket_access
 from .context import ClusterFacts
+from .meta import REGISTRY_COMPONENT, labels
 
 READ_WRITE_MANY = "ReadWriteMany"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
@@ -21,14 +22,6 @@ HOSTNAME_KEY = "kubernetes.io/hostname"
 ClaimMode = Literal["none", "shared", "node", "pod", "unknown"]
 SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 RECREATE = {"type": "Recreate"}
-
-
-def claim_name(reg: Registry) -> str | None:
-    """The PersistentVolumeClaim mounted at /var/lib/registry; None unless the backend is filesystem."""
-    filesystem = reg.spec.config.storage.filesystem
-    if filesystem is None:
-        return None
-    return filesystem.persistent_volume_claim or names.pvc_name(reg)
 
 
 def claim_mode(reg: Registry, facts: ClusterFacts) -> ClaimMode:
@@ -72,8 +65,8 @@ def _may_select(selector: dict[str, Any] | None, reg: Registry) -> bool:
     selector with expressions is taken to match: the safe reading)."""
     if not selector:
         return False
-    labels = {**reg.spec.pod.labels, **names.labels(reg, names.REGISTRY_COMPONENT)}
-    return all(labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items())
+    pod_labels = {**reg.spec.pod.labels, **labels(reg, REGISTRY_COMPONENT)}
+    return all(pod_labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items())
 
 
 def surges_on_one_node(reg: Registry, facts: ClusterFacts) -> bool:
@@ -113,28 +106,10 @@ def cosi_secret(reg: Registry, facts: ClusterFacts) -> str | None:
     if object_storage is None:
         return None
     if object_storage.bucket_access is None:
-        return names.cosi_secret_name(reg)
+        return bucket_access.secret_name(reg)
     return facts.bucket_access_secret
 
 
 def waiting_for_credentials(reg: Registry, facts: ClusterFacts) -> bool:
     """objectStorage with an existing BucketAccess whose credentials Secret the apply layer has not found."""
     return reg.spec.config.storage.object_storage is not None and cosi_secret(reg, facts) is None
-
-
-OBJECT_STORAGE = "spec.config.storage.objectStorage"
-
-
-def object_storage_fields(reg: Registry) -> tuple[str, ...]:
-    """The field that needs COSI's claims and accesses (a Registry on object storage names or makes both)."""
-    return (OBJECT_STORAGE,) if reg.spec.config.storage.object_storage is not None else ()
-
-
-def bucket_class_fields(reg: Registry) -> tuple[str, ...]:
-    obj = reg.spec.config.storage.object_storage
-    return (f"{OBJECT_STORAGE}.bucketClass",) if obj is not None and obj.bucket_class else ()
-
-
-def bucket_access_class_fields(reg: Registry) -> tuple[str, ...]:
-    obj = reg.spec.config.storage.object_storage
-    return (f"{OBJECT_STORAGE}.bucketAccessClass",) if obj is not None and obj.bucket_access_class else ()

@@ -36,8 +36,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from berth_api import KIND as REGISTRY_KIND
+from berth_api.pod_template import INSTANCE_LABEL, MANAGED_BY_LABEL
 
-from ..builders.names import INSTANCE_LABEL, MANAGED_BY_LABEL
 from ..core.kinds import CACHED_KINDS, CLASS_KINDS, OPTIONAL_KINDS
 from ..kube.client import Kube, KubeError
 from .discovery import Discovery

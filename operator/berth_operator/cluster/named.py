@@ -18,7 +18,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..builders.names import MANAGED_BY_LABEL
+from berth_api.pod_template import MANAGED_BY_LABEL
+
 from ..core.kinds import NAMED_KINDS, OPTIONAL_KINDS
 from ..kube.client import METADATA_LIST, METADATA_WATCH, Kube, KubeError
 from .caches import Key

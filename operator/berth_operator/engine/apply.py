@@ -15,15 +15,15 @@
 - An object missing from the caches is not read first: it is applied without force (a create-only kind:
   POSTed), and read only when the server refuses that (409, 422: it exists and is someone else's, or differs).
 - An existing object controlled by another owner is never applied (NotOurs): force would take it over.
-- A change the API server refuses in place (the table of kinds' must_replace: a LoadBalancer Service's class,
-  builders.service.must_replace) is made by deleting the object (by uid) and creating it again at once.
+- A change the API server refuses in place (a kind's must_replace, builders/behaviour.py: a LoadBalancer
+  Service's class, builders.service.must_replace) is made by deleting the object (by uid) and creating it again at once.
 - The objects that hold data (the claims: builders/meta.data_meta) are owned by their Registry only under the
   Delete deletion policy. A change of policy, or a Registry adopting the claims a namesake left under Retain, is
   the one other change made to them in place: the owner reference (and the policy annotation) added or removed by
   a JSON patch guarded by the resourceVersion (settle_ownership). Nothing is deleted by it.
 - Prune: objects a Registry no longer needs are deleted by name when this Registry controls them: those of the
-  kinds whose entry in the table of kinds names a prune (builders/kinds.py). The kinds that hold data (the claims)
-  name none: they go only with the Registry, through owner references.
+  kinds whose behaviour names a prune (builders/kinds.py gathers them). The kinds that hold data (the claims) name
+  none: they go only with the Registry, through owner references.
 """
 
 from __future__ import annotations
@@ -39,16 +39,20 @@ from kubernetes.utils import parse_quantity
 
 from berth_api import Registry
 
-from ..builders import kinds, names
+from ..builders import http_secret
+from ..builders.behaviour import Names
+from ..builders.kinds import PRUNABLE_KINDS, behaviour
 from ..builders.meta import DELETION_POLICY_ANNOTATION, made_for
+from ..builders.meta import namespace as namespace_of
 from ..cluster.view import Cluster
+from ..core.kinds import CREATE_ONLY_KINDS
 from ..kube.client import FIELD_MANAGER, KubeError
 
 DESIRED_HASH_ANNOTATION = "berth.dev/desired-hash"
-# How each kind is written (builders/kinds.py): the create-only kinds are POSTed once and never patched.
-CREATE_ONLY_KINDS = kinds.CREATE_ONLY_KINDS
-PRUNABLE: tuple[tuple[str, str, kinds.Names], ...] = tuple(
-    (kind.api_version, kind.kind, kind.prune) for kind in kinds.PRUNABLE_KINDS if kind.prune is not None)
+# How each kind is written (core/kinds.py): the create-only kinds are POSTed once and never patched. What is
+# pruned, and how its objects are named, is each kind's behaviour (builders/kinds.py).
+PRUNABLE: tuple[tuple[str, str, Names], ...] = tuple(
+    (kind.api_version, kind.kind, kind.prune) for kind in PRUNABLE_KINDS if kind.prune is not None)
 CONFLICT_RETRIES = 3
 
 
@@ -201,8 +205,8 @@ def apply_object(cluster: Cluster, wanted: Mapping[str, Any], registry_uid: str 
             return settle_ownership(cluster, live, wanted, registry_uid)
         if kind in CREATE_ONLY_KINDS or not needs_write(live, wanted, digest):
             return None
-        refused = kinds.lookup(api_version, kind).must_replace
-        if refused is not None and refused(live, wanted):
+        known = behaviour(api_version, kind)
+        if known is not None and known.must_replace is not None and known.must_replace(live, wanted):
             return _replace(cluster, live, _annotated(wanted, digest))
     for _attempt in range(CONFLICT_RETRIES):
         try:
@@ -312,7 +316,7 @@ def http_secret_value(cluster: Cluster, reg: Registry) -> str | None:
     """
     if reg.spec.http.secret is not None:
         return None
-    if cluster.get_owned("v1", "Secret", names.namespace(reg), names.http_secret_name(reg)) is not None:
+    if cluster.get_owned("v1", "Secret", namespace_of(reg), http_secret.name(reg)) is not None:
         return None  # (one made by hand without Berth's label: the create below is refused 409 and not retried)
     return secrets.token_urlsafe(32)
 
@@ -331,9 +335,9 @@ def prune(cluster: Cluster, reg: Registry, built: list[Mapping[str, Any]],
         for name in (named,) if isinstance(named, str) else named:
             if (kind, name) in wanted:
                 continue
-            live = cluster.get_owned(api_version, kind, names.namespace(reg), name)  # this Registry's is Berth's
+            live = cluster.get_owned(api_version, kind, namespace_of(reg), name)  # this Registry's is Berth's
             if live is None or not made_for(live, reg):
                 continue
-            if cluster.delete(api_version, kind, names.namespace(reg), name, uid=live["metadata"].get("uid")):
+            if cluster.delete(api_version, kind, namespace_of(reg), name, uid=live["metadata"].get("uid")):
                 actions.append(Action("Deleted", kind, name))
     return actions

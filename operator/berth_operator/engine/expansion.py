@@ -1,7 +1,7 @@
 """Growing in place: the one change the operator makes to a live object of a create-only kind (apply.py creates
-them and never patches). Which kinds grow, which object, and what to patch are the table's (builders/kinds.py:
-checks.grow, a Grow beside the kind's builder); this step reads the object, writes the JSON patch guarded by its
-resourceVersion, and reads again on a conflict. It names no managed kind.
+them and never patches). Which kinds grow, which object, and what to patch are their behaviours' (checks.grow, a
+Grow beside the kind's builder; builders/kinds.py gathers them); this step reads the object, writes the JSON patch
+guarded by its resourceVersion, and reads again on a conflict. It names no managed kind.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from collections.abc import Iterable
 
 from berth_api import Registry
 
-from ..builders import names
-from ..builders.kinds import GROWN, Kind
-from ..builders.problems import Problem
+from ..builders import meta
+from ..builders.behaviour import Behaviour
+from ..builders.checks import Problem
+from ..builders.kinds import GROWN
 from ..cluster.view import Cluster
 from ..kube.client import KubeError
 from .apply import CONFLICT_RETRIES, Action
@@ -35,14 +36,14 @@ def _findings(problems: Iterable[Problem]) -> list[Finding]:
     return [Finding(problem.reason, problem.message) for problem in problems]
 
 
-def _grow(cluster: Cluster, reg: Registry, kind: Kind) -> tuple[list[Action], list[Finding]]:
+def _grow(cluster: Cluster, reg: Registry, kind: Behaviour) -> tuple[list[Action], list[Finding]]:
     name = kind.checks.grow.target(reg)
     if name is None:
         return [], []
-    namespace, reader = names.namespace(reg), ClusterReader(cluster)
+    ns, reader = meta.namespace(reg), ClusterReader(cluster)
     for attempt in range(CONFLICT_RETRIES):
         # After a conflict the cached object is older than the server's: read the server's.
-        live = cluster.get(kind.api_version, kind.kind, namespace, name, cached=attempt == 0)
+        live = cluster.get(kind.api_version, kind.kind, ns, name, cached=attempt == 0)
         if live is None:
             return [], []
         growth = kind.checks.grow.plan(reader, reg, live)
@@ -51,7 +52,7 @@ def _grow(cluster: Cluster, reg: Registry, kind: Kind) -> tuple[list[Action], li
         version = live["metadata"].get("resourceVersion")
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}, *growth.patch]
         try:
-            cluster.patch(kind.api_version, kind.kind, namespace, name, ops, json_patch=True)
+            cluster.patch(kind.api_version, kind.kind, ns, name, ops, json_patch=True)
         except KubeError as exc:
             last, refused = exc, growth.refused
             if exc.status in (409, 422):  # changed under us: read again and plan again

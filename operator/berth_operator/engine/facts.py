@@ -1,6 +1,6 @@
 """What the operator looks up in the cluster before and after building: ClusterFacts for the builders, and
-findings (Missing*/Waiting*) for the conditions. The managed kinds' own checks are their table entries'
-(builders/kinds.py, checks): this module runs them and names no managed kind.
+findings (Missing*/Waiting*) for the conditions. The managed kinds' own checks are their behaviours' (checks,
+beside each kind's builder; builders/kinds.py gathers them): this module runs them and names no managed kind.
 
 Referenced Secrets are checked for existence and for the key the spec names; their values are never
 read into anything that is logged or reported (only key names are compared).
@@ -16,12 +16,14 @@ from typing import Any
 from berth_api import Registry
 from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
 
-from ..builders import names, storage
+from ..builders import deployment, meta, storage
+from ..builders.behaviour import Behaviour
+from ..builders.checks import Problem
 from ..builders.context import ClusterFacts
-from ..builders.kinds import KINDS, MISSING_CHECKED, TABLE, WAITING_CHECKED, Kind, crd_name
-from ..builders.problems import Problem
+from ..builders.kinds import MISSING_CHECKED, NEEDED_BY, WAITING_CHECKED
 from ..cluster.discovery import describe
 from ..cluster.view import Cluster
+from ..core.kinds import KINDS, TABLE, crd_name
 from ..kube.client import Kube, KubeError
 from .status import DEGRADED_REASONS, Finding
 
@@ -36,7 +38,7 @@ class Lookup:
 
 
 def unserved(cluster: Cluster) -> frozenset[tuple[str, str]]:
-    """The optional kinds (builders/kinds.py) the cluster does not serve: the one place a reconcile asks, once.
+    """The optional kinds (core/kinds.py) the cluster does not serve: the one place a reconcile asks, once.
     What is built, pruned, looked up and reported missing follows the answer (ClusterFacts.unserved)."""
     return frozenset(kind.key for kind in TABLE if kind.optional is not None and not cluster.serves(*kind.key))
 
@@ -142,9 +144,9 @@ def _config_map_findings(cluster: Cluster, namespace: str, name: str, where: str
 
 
 def needed_kinds(reg: Registry) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, the field that needs it) of every optional kind this spec uses (the table's needed_by)."""
-    return [(kind.api_version, kind.kind, where) for kind in TABLE if kind.needed_by is not None
-            for where in kind.needed_by(reg)]
+    """(apiVersion, kind, the field that needs it) of every optional kind this spec uses (its behaviour's
+    needed_by)."""
+    return [(kind.api_version, kind.kind, where) for kind in NEEDED_BY for where in kind.needed_by(reg)]
 
 
 def missing_apis(cluster: Cluster, reg: Registry) -> list[Finding]:
@@ -208,7 +210,7 @@ def _findings(problems: list[Problem]) -> list[Finding]:
     return [Finding(problem.reason, problem.message) for problem in problems]
 
 
-def _missing(kind: Kind, reader: ClusterReader, reg: Registry, found_facts: dict[str, Any]) -> list[Finding]:
+def _missing(kind: Behaviour, reader: ClusterReader, reg: Registry, found_facts: dict[str, Any]) -> list[Finding]:
     """The kind's missing check: its findings; what it found out goes into found_facts (ClusterFacts fields)."""
     found = kind.checks.missing(reader, reg)
     found_facts.update(found.facts)
@@ -217,26 +219,26 @@ def _missing(kind: Kind, reader: ClusterReader, reg: Registry, found_facts: dict
 
 def look_up(cluster: Cluster, reg: Registry, image: str) -> Lookup:
     """Facts the builders need and the references that are missing, before anything is applied: the Secrets and
-    ConfigMaps the spec names, then each kind's missing check (the table's): those every cluster serves, the APIs
-    not served, and the served optional kinds."""
-    namespace = names.namespace(reg)
+    ConfigMaps the spec names, then each kind's missing check (its behaviour's): those every cluster serves, the
+    APIs not served, and the served optional kinds."""
+    ns = meta.namespace(reg)
     findings: list[Finding] = []
     gone = unserved(cluster)
     for name, where, keys in _secret_refs(reg):
-        findings += _secret_findings(cluster, namespace, name, where, keys)
+        findings += _secret_findings(cluster, ns, name, where, keys)
     for name, where, key in _config_map_refs(reg):
-        findings += _config_map_findings(cluster, namespace, name, where, key)
+        findings += _config_map_findings(cluster, ns, name, where, key)
 
     # Every cluster serves the kinds without an optional API: their checks first, then the APIs not served, then
     # the checks of the served optional kinds (what a served API lacks).
     reader = ClusterReader(cluster)
     found_facts: dict[str, Any] = {}
     for kind in MISSING_CHECKED:
-        if kind.optional is None:
+        if kind.data.optional is None:
             findings += _missing(kind, reader, reg, found_facts)
     findings += _missing_apis(gone, reg)
     for kind in MISSING_CHECKED:
-        if kind.optional is not None and kind.key not in gone:
+        if kind.data.optional is not None and kind.key not in gone:
             findings += _missing(kind, reader, reg, found_facts)
 
     # Only where a roll surges on one node (a ReadWriteOnce claim): elsewhere a stalled roll changes nothing here.
@@ -265,18 +267,18 @@ def stalled_surge(cluster: Cluster, reg: Registry) -> bool:
     is done (the Deployment's annotation carries the decision across reconciles). Only a pod that cannot be placed
     or is still being created counts: an image that cannot be pulled, or a crash loop, would fail after Recreate
     too, with the old pod gone; the Registry says why instead (pod_problems), and the old pod keeps serving."""
-    namespace = names.namespace(reg)
-    deployment = cluster.get("apps/v1", "Deployment", namespace, names.deployment_name(reg))
-    if deployment is None:
+    ns = meta.namespace(reg)
+    live = cluster.get("apps/v1", "Deployment", ns, deployment.name(reg))
+    if live is None:
         return False
-    progressing = next((c for c in _status(deployment).get("conditions") or () if c.get("type") == "Progressing"), {})
+    progressing = next((c for c in _status(live).get("conditions") or () if c.get("type") == "Progressing"), {})
     reason = progressing.get("reason")
-    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(names.ROLLOUT_FALLBACK_ANNOTATION) == "true":
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(deployment.ROLLOUT_FALLBACK_ANNOTATION) == "true":
         return reason != "NewReplicaSetAvailable"
     if reason != "ProgressDeadlineExceeded":
         return False
-    pods = cluster.list("v1", "Pod", namespace, names.selector_labels(reg))
+    pods = cluster.list("v1", "Pod", ns, meta.selector_labels(reg))
     return any(_cannot_start_beside(pod) for pod in pods)
 
 
@@ -293,7 +295,7 @@ def _cannot_start_beside(pod: Mapping[str, Any]) -> bool:
 
 def waiting(cluster: Cluster, reg: Registry, gone: frozenset[tuple[str, str]]) -> list[Finding]:
     """After applying: what exists but is not usable yet (claim not Bound, access not granted, certificate not
-    issued): each served kind's waiting check (the table's). gone: the kinds not served (unserved; missing_apis
+    issued): each served kind's waiting check (its behaviour's). gone: the kinds not served (unserved; missing_apis
     said so)."""
     reader = ClusterReader(cluster)
     return [finding for kind in WAITING_CHECKED if kind.key not in gone

@@ -13,12 +13,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from berth_api import API_VERSION, GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, KIND, Registry, describe_validation_error
+from berth_api.pod_template import MANAGED_BY_LABEL
 from berth_api.timestamps import format_time
 
-from ..builders import build_all, exposure, names, problems
-from ..builders.kinds import CLASS_KINDS, MISSING_API_REASONS, NAMED_KINDS
+from ..builders import build_all, deployment, exposure, problems, service
+from ..builders.meta import namespace as namespace_of
+from ..builders.meta import selector_labels, selector_string
 from ..cluster.view import Cluster
 from ..core.clock import UtcClock, WallClock
+from ..core.kinds import CLASS_KINDS, MISSING_API_REASONS, NAMED_KINDS
 from ..kube.client import KubeError
 from . import apply, expansion, facts, gc_schedule, pod_problems, status
 from .status import DeploymentState, Finding, Observation
@@ -111,7 +114,7 @@ def _usable_status(status: Any) -> dict[str, Any]:
 
 
 def _live_pods(cluster: Cluster, reg: Registry) -> list[dict[str, Any]]:
-    return cluster.list("v1", "Pod", names.namespace(reg), names.selector_labels(reg))
+    return cluster.list("v1", "Pod", namespace_of(reg), selector_labels(reg))
 
 
 def _confirm_pods(cluster: Cluster, reg: Registry, cached: list[dict[str, Any]],
@@ -125,8 +128,8 @@ def _confirm_pods(cluster: Cluster, reg: Registry, cached: list[dict[str, Any]],
         return cached
     try:
         # The cache's own filter (Berth's label as well as the selector's): the same pods, only up to date.
-        return cluster.list("v1", "Pod", names.namespace(reg),
-                         {**names.selector_labels(reg), names.MANAGED_BY_LABEL: "berth"}, fresh=True)
+        return cluster.list("v1", "Pod", namespace_of(reg), {**selector_labels(reg), MANAGED_BY_LABEL: "berth"},
+                            fresh=True)
     except KubeError:
         return None
 
@@ -160,8 +163,8 @@ def _apply(
     actions += grown
     findings += resize_findings
     findings += facts.waiting(cluster, reg, gone)
-    deployment = cluster.get("apps/v1", "Deployment", names.namespace(reg), names.deployment_name(reg))
-    return deployment, _live_pods(cluster, reg)
+    live = cluster.get("apps/v1", "Deployment", namespace_of(reg), deployment.name(reg))
+    return live, _live_pods(cluster, reg)
 
 
 def needs_polling(findings: list[Finding]) -> bool:
@@ -200,13 +203,13 @@ def _reconcile(cluster: Cluster, body: Mapping[str, Any], *, agent_image: str, c
 
     if reg is not None:
         observed.storage = reg.spec.config.storage.backend
-        observed.selector = names.selector_string(reg)
+        observed.selector = selector_string(reg)
         observed.url = status.url(name, namespace, reg.spec.http.port, tls=reg.spec.http.tls is not None)
         try:
             observed.deployment, observed.live_pods = _apply(cluster, reg, agent_image, findings, outcome.actions,
                                                                 observed.unchecked)
             observed.external = exposure.external_address(
-                reg, cluster.get("v1", "Service", names.namespace(reg), names.service_name(reg)))
+                reg, cluster.get("v1", "Service", namespace_of(reg), service.name(reg)))
         except (KubeError, apply.NotOurs, apply.Conflict) as exc:
             findings.append(Finding("ApplyFailed", str(exc)))
         findings += status.binary_findings(observed.live_pods or [], reg.spec.image)

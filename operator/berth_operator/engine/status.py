@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..builders.kinds import MISSING_API_REASONS
+from ..core.kinds import MISSING_API_REASONS
 
 # Reasons, grouped by the condition they make True. The order inside each tuple is precedence:
 # the first reason found names the condition, the messages of all of them are joined.

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from berth_api import Registry
-from berth_operator.builders import ClusterFacts, lease, names, role, role_binding, service_account
+from berth_operator.builders import ClusterFacts, lease, role, role_binding, service_account
+from berth_operator.builders.meta import namespace as namespace_of
 from support.clusters.apiserver import (
     REPO,
     ApiError,
@@ -50,7 +51,7 @@ def agent_token(server: KubeApiServer, registry: Mapping[str, Any], facts: Clust
     for obj in agent_objects(registry, facts):
         server.create(obj)
     reg = Registry.model_validate(dict(registry))
-    return server.service_account_token(names.namespace(reg), names.service_account_name(reg))
+    return server.service_account_token(namespace_of(reg), service_account.name(reg))
 
 
 def install_operator_rbac(server: KubeApiServer) -> None:
