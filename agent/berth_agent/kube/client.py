@@ -169,17 +169,25 @@ class ApiClient:
 
 
 class WatchStream:
-    """A streaming answer, one JSON document per line (the API server's watch events), decoded as they come."""
+    """A streaming answer, one JSON document per line (the API server's watch events), decoded as they come.
+
+    Iterated once, by one thread; close() may come from any thread."""
 
     def __init__(self, client: ApiClient, conn: http.client.HTTPConnection,
                  response: http.client.HTTPResponse) -> None:
         self._client, self._conn, self._response = client, conn, response
         self._lock = threading.Lock()
         self._closed = False
+        self._reading = False
 
     def __iter__(self) -> Iterator[dict]:
-        buffer = b""
+        with self._lock:
+            if self._closed:
+                return
+            self._reading = True
+        ended = False
         try:
+            buffer = b""
             while chunk := self._response.read1(65536):  # what has arrived, up to the chunk's end; b"" at the end
                 buffer += chunk
                 *complete, buffer = buffer.split(b"\n")
@@ -188,32 +196,32 @@ class WatchStream:
                         yield json.loads(line)
             if buffer.strip():
                 yield json.loads(buffer)
-            self._finish()
+            ended = True
         finally:
-            self.close()  # an error, or a reader that stopped early: the connection's state is unknown
-
-    def _finish(self) -> None:
-        """The server ended the answer (its timeoutSeconds): the connection can serve the next call."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._client._keep_or_close(self._conn, self._response)
+            with self._lock:
+                keep = ended and not self._closed
+                self._closed, self._reading = True, False
+            if keep:  # the server ended the answer (its timeoutSeconds): the connection can serve the next call
+                self._client._keep_or_close(self._conn, self._response)
+            else:  # an error, close(), or a reader that stopped early: the connection's state is unknown
+                self._conn.close()
 
     def close(self) -> None:
-        """End the stream. Safe from another thread: shutting the socket down wakes a reader blocked in recv()
-        there, which close() alone does not."""
+        """End the stream. From another thread, shutting the socket down wakes the reader blocked in recv(), which
+        then closes the connection itself (closing it under a reader would break http.client's state instead)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            reading = self._reading
         sock = self._conn.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self._conn.close()
+        if not reading:
+            self._conn.close()
 
 
 def _target(prefix: str, path: str, query: Query) -> str:
