@@ -20,9 +20,9 @@ from pathlib import Path
 import yaml
 
 from agent_common import shm_dir, workdir
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, registry_object
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 SETTLE_SECONDS = 3.0  # longer than the debounce's maximum wait (2 s)
 

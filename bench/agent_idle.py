@@ -19,9 +19,9 @@ from pathlib import Path
 
 from agent_common import shm_dir, workdir
 from support.clusters.kube import KubeApi
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, registry_object
 from support.registries.secretdir import write_secret_dir
-from support.registries.supervisor import wait_for
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec, registry_object
 from support.registries.registry import make_oci_image, push_image
-from support.registries.supervisor import minimal_config, wait_for
+from support.registries.supervisor import minimal_config
 from support.traffic.balancer import Balancer
 from support.traffic.pull_loop import PullLoop
 from support.traffic.upload import ConnectProbe, SlowUpload

@@ -43,11 +43,11 @@ from typing import Any
 
 from agent_common import REPO, shm_dir, workdir
 from support.clusters.kube import KubeApi
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import REGISTRY3_BINARY, REGISTRY_BINARY
 from support.registries.secretdir import write_secret_dir
-from support.registries.supervisor import wait_for
 
 PROBE_DIR = REPO / "bench" / "agent_memory_probe"
 MIB = 2**20

@@ -191,9 +191,9 @@ def log_time(line: dict) -> float:
 
 def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replicas: int) -> dict:
     from support.clusters.kube import KubeApi
+    from support.common.polling import wait_for
     from support.registries.pod import filesystem_spec
     from support.registries.replicas import backends, running_replicas
-    from support.registries.supervisor import wait_for
     from support.traffic.balancer import Balancer
     from support.traffic.pull_loop import PullLoop
 

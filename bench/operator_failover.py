@@ -23,17 +23,14 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support.clusters.kube import KubeApi  # noqa: E402
 from support.clusters.operator_harness import REGISTRIES_PATH, OperatorProcess  # noqa: E402
+from support.common.polling import wait_for  # noqa: E402
 
 NS = "bench"
 
 
 def wait(predicate, what: str, timeout: float = 120) -> float:
-    """Poll every 20 ms; the monotonic time at which predicate() first held."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out: {what}")
-        time.sleep(0.02)
+    """The monotonic time at which predicate() first held, polled every 20 ms."""
+    wait_for(predicate, what, timeout, 0.02)
     return time.monotonic()
 
 

@@ -54,6 +54,7 @@ from support.clusters.apiserver_identities import OPERATOR_USER, start_operator 
 from support.clusters.control_plane import ControlPlane, running_cluster, skip_reason  # noqa: E402
 from support.clusters.kube import COSI_CRDS  # noqa: E402
 from support.clusters.operator_harness import REGISTRIES_PATH  # noqa: E402
+from support.common.polling import wait_for  # noqa: E402
 
 NS = "bench"
 COSI = "objectstorage.k8s.io/v1alpha1"
@@ -95,11 +96,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wait(predicate: Any, what: str, timeout: float, every: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise BenchFailed(f"timed out after {timeout:.0f} s: {what}")
-        time.sleep(every)
+    """support.common.polling.wait_for, failing as the benchmark fails (BenchFailed: the run says its Lease story)."""
+    try:
+        wait_for(predicate, what, timeout, every)
+    except AssertionError as timed_out:
+        raise BenchFailed(str(timed_out)) from None
 
 
 # ------------------------------------------------------------------------------------------ the cluster

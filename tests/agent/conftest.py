@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from support.common.polling import until
 from support.common.ports import free_port
 from support.registries.supervisor import Supervisor
 
@@ -69,16 +70,10 @@ class ChangeCollector:
 
     async def wait_for(self, predicate, timeout: float = 20.0):
         """The first recorded Change matching `predicate`, polling; generous timeout, never a timing claim."""
-        import asyncio
+        def first():
+            return next((change for change in self.snapshot() if predicate(change)), None)
 
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            for change in self.snapshot():
-                if predicate(change):
-                    return change
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"no matching change within {timeout}s; saw {self.snapshot()!r}")
-            await asyncio.sleep(0.05)
+        return await until(first, lambda: f"a matching change; saw {self.snapshot()!r}", timeout)
 
 
 @pytest.fixture

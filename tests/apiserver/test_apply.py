@@ -14,8 +14,9 @@ import pytest
 from berth_operator.kube.client import FIELD_MANAGER
 from support.clusters.apiserver import JSON_PATCH, MERGE_PATCH, api_path
 from support.clusters.apiserver_identities import OPERATOR_USER, start_operator
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH
 from support.clusters.operator_harness import reconciled as reconciled_registry
+from support.common.polling import wait_for
 
 WRITES = ("create", "update", "patch", "delete")
 OWNED = ("deployments", "services", "serviceaccounts", "roles", "rolebindings", "poddisruptionbudgets",

@@ -26,7 +26,8 @@ import yaml
 from berth_operator.core.kinds import COSI
 from support.clusters.apiserver import KubeApiServer, install_cosi_crds, install_monitoring_crds
 from support.clusters.apiserver_identities import operator_on_own_server, refused_requests
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRIES = "berth.dev/v1alpha1/registries"

@@ -21,7 +21,8 @@ import pytest
 from berth_operator.core.kinds import COSI
 from support.clusters.apiserver import KubeApiServer, install_cosi_crds
 from support.clusters.apiserver_identities import OPERATOR_USER, operator_on_own_server, refused_requests
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 NS = "classes"

@@ -4,18 +4,10 @@ garbage collector removes them with their owner, a namespace gets its default Se
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from support.clusters.apiserver import service_account_user
-
-
-def wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return found
+from support.common.polling import wait_for
 
 
 def deployment(namespace: str, replicas: int) -> dict[str, Any]:
@@ -39,12 +31,12 @@ def test_a_deployment_makes_pods_the_scheduler_sees_and_the_collector_removes(ku
     api.create(deployment(ns, 2))
 
     pods = wait_for(lambda: [p for p in api.list("v1/pods", ns) if unschedulable(p)] if len(
-        api.list("v1/pods", ns)) == 2 else None, "2 pods marked Unschedulable by the scheduler")
+        api.list("v1/pods", ns)) == 2 else None, "2 pods marked Unschedulable by the scheduler", 60, 0.2)
     assert {p["status"]["phase"] for p in pods} == {"Pending"}
     [replica_set] = api.list("apps/v1/replicasets", ns)
     assert all(p["metadata"]["ownerReferences"][0]["uid"] == replica_set["metadata"]["uid"] for p in pods)
     wait_for(lambda: (api.get("apps/v1/deployments", ns, "probe").get("status") or {}).get("replicas") == 2,
-             "the Deployment's status written by its controller")
+             "the Deployment's status written by its controller", 60, 0.2)
 
     # Each controller as its own ServiceAccount (--use-service-account-credentials), the scheduler as its user.
     writers = {(e["user"]["username"], e["objectRef"]["resource"], e["objectRef"].get("subresource"))
@@ -56,4 +48,4 @@ def test_a_deployment_makes_pods_the_scheduler_sees_and_the_collector_removes(ku
 
     api.delete("apps/v1/deployments", ns, "probe")  # background propagation: the collector does the rest
     wait_for(lambda: not api.list("v1/pods", ns) and not api.list("apps/v1/replicasets", ns),
-             "the ReplicaSet and pods garbage-collected")
+             "the ReplicaSet and pods garbage-collected", 60, 0.2)

@@ -17,8 +17,9 @@ import pytest
 
 from support.clusters.apiserver import ApiError, install_cosi_crds
 from support.clusters.apiserver_identities import refused_requests, start_operator
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH
 from support.clusters.operator_harness import reconciled as reconciled_registry
+from support.common.polling import wait_for
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 POLICY = "berth.dev/deletion-policy"

@@ -21,8 +21,9 @@ from berth_api import GC_REQUEST_ANNOTATION
 from support.clusters.apiserver import KubeApiServer, forbidden, service_account_user, token_id
 from support.clusters.apiserver_identities import OPERATOR_USER, start_operator
 from support.clusters.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.common.polling import wait_for
 from support.common.ports import free_port
-from support.registries.gc import GatedRegistry, gc_status, wait_last_run, wait_until
+from support.registries.gc import GatedRegistry, gc_status, wait_last_run
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.registry import make_oci_image, push_image
 from support.registries.supervisor import REGISTRY_BIN
@@ -132,17 +133,19 @@ def test_a_gc_request_is_acknowledged_run_and_recorded(kube_apiserver, apiserver
             gated.hold()
             api.patch(REGISTRIES, ns, "reg", {"metadata": {"annotations": {
                 GC_REQUEST_ANNOTATION: "2026-12-01T00:00:00Z"}}})
-            request = wait_until(lambda: gc_status(api, "reg", ns).get("request"), 60, "the operator's request")
-            wait_until(gated.invocations, 60, lambda: f"the command to start (after every acknowledgement); "
-                       f"status {gc_status(api, 'reg', ns)}\n{pod.agent_log_text()[-4000:]}")
+            request = wait_for(lambda: gc_status(api, "reg", ns).get("request"),
+                               "the operator's request", 60, interval=0.1)
+            wait_for(gated.invocations, lambda: f"the command to start (after every acknowledgement); "
+                     f"status {gc_status(api, 'reg', ns)}\n{pod.agent_log_text()[-4000:]}", 60, interval=0.1)
             assert "--dry-run" in gated.invocations()[0][2]
             assert records(api, ns)[name].get("readOnlyFor") == request["id"], records(api, ns)
             assert gc_status(api, "reg", ns).get("active"), gc_status(api, "reg", ns)
             gated.release()
             last = wait_last_run(api, request["id"], "reg", ns, context=pod.agent_log_text)
             assert last.get("runner") == name and last.get("result") == "Succeeded", last
-            wait_until(lambda: not gc_status(api, "reg", ns).get("request"), 60, "the request cleared")
-            wait_until(lambda: "readOnlyFor" not in records(api, ns)[name], 60, "the acknowledgement cleared")
+            wait_for(lambda: not gc_status(api, "reg", ns).get("request"), "the request cleared", 60, interval=0.1)
+            wait_for(lambda: "readOnlyFor" not in records(api, ns)[name],
+                     "the acknowledgement cleared", 60, interval=0.1)
     finally:
         gated.release()
     reasons = {e["reason"] for e in api.list("v1/events", ns)}

@@ -26,7 +26,7 @@ from support.clusters.apiserver import (
     install_gateway_api_crds,
 )
 from support.clusters.apiserver_identities import refused_requests, start_operator
-from support.clusters.operator_harness import wait_for
+from support.common.polling import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 ISSUER = {"name": "ca", "kind": "ClusterIssuer"}

@@ -22,7 +22,8 @@ from support.clusters.apiserver import (
     install_gateway_api_crds,
 )
 from support.clusters.apiserver_identities import OPERATOR_USER, refused_requests, start_operator
-from support.clusters.operator_harness import REGISTRIES_PATH, reconciled, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, reconciled
+from support.common.polling import wait_for
 
 WRITES = ("create", "update", "patch", "delete")
 NAME = "edited"

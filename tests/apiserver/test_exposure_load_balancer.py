@@ -15,7 +15,8 @@ import urllib3
 
 from support.clusters.apiserver import KubeApiServer, api_path
 from support.clusters.apiserver_identities import start_operator
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH
+from support.common.polling import wait_for
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # what kubectl get asks for
 

@@ -20,7 +20,7 @@ from support.clusters.apiserver import (
     install_gateway_api_crds,
 )
 from support.clusters.apiserver_identities import operator_on_own_server, refused_requests
-from support.clusters.operator_harness import wait_for
+from support.common.polling import wait_for
 from support.services.certs import self_signed
 
 REGISTRIES = "berth.dev/v1alpha1/registries"

@@ -20,8 +20,9 @@ import pytest
 
 from support.clusters.apiserver import token_id
 from support.clusters.apiserver_identities import OPERATOR_USER, install_operator_rbac, start_operator
-from support.clusters.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess, wait_for
+from support.clusters.operator_harness import LEASES_PATH, REGISTRIES_PATH, TEST_LEASE, OperatorProcess
 from support.clusters.operator_harness import reconciled as reconciled_registry
+from support.common.polling import wait_for
 
 WRITES = ("create", "update", "patch", "delete")
 

@@ -19,7 +19,8 @@ from berth_api import Registry
 from berth_operator.builders import ClusterFacts, service_monitor
 from support.clusters.apiserver import REPO, ApiError, KubeApiServer, install_monitoring_crds
 from support.clusters.apiserver_identities import refused_requests, start_operator
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 SERVICE_MONITORS = "monitoring.coreos.com/v1/servicemonitors"

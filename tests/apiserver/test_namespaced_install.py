@@ -32,8 +32,9 @@ from support.clusters.apiserver import (
     token_id,
 )
 from support.clusters.apiserver_identities import OPERATOR_NAMESPACE, OPERATOR_SA, OPERATOR_USER
-from support.clusters.operator_harness import REGISTRIES_PATH, OperatorProcess, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, OperatorProcess
 from support.common.doc_commands import commands
+from support.common.polling import wait_for
 
 WATCHED = ("team-a", "team-b")
 COSI = "objectstorage.k8s.io/v1alpha1"

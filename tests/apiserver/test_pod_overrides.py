@@ -24,7 +24,8 @@ from apiserver.test_pod_security import create_pod, restricted  # noqa: F401 (th
 from berth_api import Registry
 from berth_operator.builders import ClusterFacts, build_all
 from support.clusters.apiserver import REPO, KubeApiServer, skip_reason
-from support.clusters.operator_harness import AGENT_IMAGE, reconciled, wait_for
+from support.clusters.operator_harness import AGENT_IMAGE, reconciled
+from support.common.polling import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 # What each cloud keys on (the examples' comments cite the documentation).

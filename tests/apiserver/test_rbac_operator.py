@@ -33,7 +33,8 @@ from support.clusters.apiserver_identities import (
     operator_token,
     start_operator,
 )
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 REGISTRIES = "berth.dev/v1alpha1/registries"

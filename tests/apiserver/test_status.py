@@ -13,7 +13,8 @@ docs/upstream.md#parts-kmock).
 from __future__ import annotations
 
 from support.clusters.apiserver_identities import start_operator
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 

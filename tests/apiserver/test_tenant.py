@@ -56,7 +56,8 @@ from support.clusters.apiserver import (
 from support.clusters.apiserver_identities import OPERATOR_USER, start_operator
 from support.clusters.apiserver_users import REGISTRIES, bind, install, namespace, users_cluster
 from support.clusters.kube import COSI_CRDS
-from support.clusters.operator_harness import reconciled, wait_for
+from support.clusters.operator_harness import reconciled
+from support.common.polling import wait_for
 
 COSI = "objectstorage.k8s.io/v1alpha1"
 TENANT = "tenant"

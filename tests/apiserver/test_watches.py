@@ -15,7 +15,6 @@ instead of an event) stay in tests/agent on kmock.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import logging
@@ -28,6 +27,7 @@ from berth_agent.sources.registry_api import RegistryApiWatcher
 from berth_agent.sources.secret_api import SecretApiWatcher
 from support.clusters.apiserver import KubeApiServer, etcd_compact
 from support.clusters.apiserver_identities import agent_token
+from support.common.polling import until
 from support.registries.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -64,13 +64,6 @@ def value(change) -> bytes | None:
 
 def set_level(api: KubeApiServer, namespace: str, value: str) -> None:
     api.patch(REGISTRIES, namespace, "reg", {"spec": {"config": {"log": {"level": value}}}})
-
-
-async def until(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager

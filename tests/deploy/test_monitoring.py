@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import http_get, registry_binaries
-from support.registries.supervisor import wait_for
 from support.services.prometheus import promtool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ import time
 import types
 
 from support.clusters.node_berth import node_turn_lock
+from support.common.polling import wait_for
 
 
 def _hold(root: str, exclusive: bool, seconds: float, record: str) -> None:
@@ -29,19 +30,12 @@ def _nested(root: str, outer: str, inner: str) -> None:
             pathlib.Path(inner).write_text(f"{time.monotonic()}")
 
 
-def _wait_for(path: pathlib.Path) -> None:
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never held its turn"
-        time.sleep(0.01)
-
-
 def test_an_exclusive_waiter_goes_before_a_shared_turn_asked_after_it(tmp_path: pathlib.Path) -> None:
     context = multiprocessing.get_context("fork")
     first, exclusive, later = (tmp_path / name for name in ("first", "exclusive", "later"))
     processes = [context.Process(target=_hold, args=(str(tmp_path), False, 1.5, str(first)))]
     processes[0].start()
-    _wait_for(first)
+    wait_for(first.exists, "the first to hold its turn", 30, 0.01)
     processes.append(context.Process(target=_hold, args=(str(tmp_path), True, 0.5, str(exclusive))))
     processes[1].start()
     time.sleep(0.5)  # the exclusive one is waiting for the first
@@ -59,7 +53,7 @@ def test_a_process_holding_a_shared_turn_takes_another_while_an_exclusive_one_wa
     outer, inner, exclusive = (tmp_path / name for name in ("outer", "inner", "exclusive"))
     holder = context.Process(target=_nested, args=(str(tmp_path), str(outer), str(inner)))
     holder.start()
-    _wait_for(outer)
+    wait_for(outer.exists, "the outer to hold its turn", 30, 0.01)
     waiting = context.Process(target=_hold, args=(str(tmp_path), True, 0.0, str(exclusive)))
     waiting.start()
     for process in (holder, waiting):

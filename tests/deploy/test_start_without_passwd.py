@@ -24,7 +24,8 @@ import pytest
 from support.clusters.kube import (
     KubeApi,
 )
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import stop_process
 

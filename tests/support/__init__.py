@@ -10,8 +10,8 @@ by what they stand up.
   token issuer, and the certificates they serve.
 - `traffic/`: Clients that bring users' traffic and count what a user would see: pulls, uploads, new connections, a
   balancer in front of pods.
-- `common/`: What every fixture uses: free ports, stopping processes, signal dispositions, a test clock, the
-  import-graph reader of the layer tests, the docs' command blocks.
+- `common/`: What every fixture uses: free ports, stopping processes, signal dispositions, a test clock, waiting for
+  a condition, the import-graph reader of the layer tests, the docs' command blocks.
 
 Each subpackage's `__init__` is the map of its modules. Shared fixtures are registered once, in tests/conftest.py.
 """

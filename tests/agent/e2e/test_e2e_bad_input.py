@@ -17,10 +17,10 @@ import stat
 import pytest
 
 from support.clouds.s3 import REGION, running_moto
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, on_distribution, registry_object
 from support.registries.registry import make_oci_image, push_image, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.services.certs import self_signed
 from support.traffic.pull_loop import PullLoop
 

@@ -26,6 +26,7 @@ import pytest
 
 from support.clouds.azurite import new_account_key, requires_azurite, running_azurite
 from support.clouds.gcs import running_gcs
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, registry_object
 from support.registries.registry import (
     REGISTRY3_BINARY,
@@ -36,7 +37,7 @@ from support.registries.registry import (
     requires_registry3,
 )
 from support.registries.secretdir import current_data, swap_secret_dir, write_secret_dir
-from support.registries.supervisor import registry_env, wait_for
+from support.registries.supervisor import registry_env
 from support.traffic.pull_loop import PullLoop
 from support.traffic.request_loop import RequestLoop
 
@@ -52,7 +53,7 @@ SLOW = 120.0
 
 
 def wait(predicate, *, what: str):
-    return wait_for(predicate, SLOW, what=what)
+    return wait_for(predicate, what, SLOW)
 
 
 class Azure:

@@ -11,10 +11,10 @@ from base64 import b64encode
 import bcrypt
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.registry import http_get, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("dist", registry_binaries())]

@@ -20,6 +20,7 @@ import signal
 import pytest
 
 from support.clouds.s3 import REGION, running_moto
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.gc import (
     GatedRegistry,
@@ -35,7 +36,6 @@ from support.registries.gc import (
     running_gc_pods,
     start_agent_again,
     wait_last_run,
-    wait_until,
     writable,
 )
 from support.registries.pod import filesystem_spec, on_distribution
@@ -122,13 +122,14 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert stored() == before
         (_pid, _started, dry_args), = gated.invocations()
         assert "--dry-run" in dry_args and "--delete-untagged" not in dry_args, dry_args
-        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the dry run\n{logs()}")
+        wait_for(lambda: writable(pod.url), lambda: f"writable after the dry run\n{logs()}", 60, interval=0.1)
 
         # The real run, its command held at its start: the registry serves read-only, status says Collecting.
         gated.hold()
         request = request_gc(kube_api)
         assert request["id"] != dry_request["id"] and request["dryRun"] is False
-        wait_until(lambda: len(gated.invocations()) == 2, 60, lambda: f"the garbage-collect command\n{logs()}")
+        wait_for(lambda: len(gated.invocations()) == 2,
+                 lambda: f"the garbage-collect command\n{logs()}", 60, interval=0.1)
         gc_pid, _started, args = gated.invocations()[1]
         assert "--dry-run" not in args and "--delete-untagged" not in args, args
         assert blob_upload_status(pod.url) == 405  # read-only while it runs
@@ -153,9 +154,10 @@ def test_dry_run_then_gc_removes_only_the_deleted_images_blobs(storage, dist, tm
         assert not gc_processes(pod.config_dir / "config.yml")
 
         # Writable again; A pulls back byte-identical, B's manifest is gone, a push works.
-        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the run\n{logs()}")
-        wait_until(lambda: agent_records(kube_api)[POD].get("readOnlyFor") is None, 30,
-                   lambda: f"readOnlyFor cleared\n{agent_records(kube_api)}")  # written just after the reload
+        wait_for(lambda: writable(pod.url), lambda: f"writable after the run\n{logs()}", 60, interval=0.1)
+        wait_for(lambda: agent_records(kube_api)[POD].get("readOnlyFor") is None,
+                 lambda: f"readOnlyFor cleared\n{agent_records(kube_api)}",
+                 30, interval=0.1)  # written just after the reload
         assert gc_status(kube_api).get("active") is None
         assert pull_image(pod.host, "demo/app:a", tmp_path / "pulled").blobs == a.blobs
         assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 404
@@ -191,7 +193,8 @@ def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_p
             before = blobs_on_disk(tmp_path / "pods" / "data")
             gated.hold()
             request = request_gc(kube_api)
-            wait_until(gated.invocations, 60, lambda: f"the garbage-collect command\n{pod.agent_log_text()[-4000:]}")
+            wait_for(gated.invocations,
+                     lambda: f"the garbage-collect command\n{pod.agent_log_text()[-4000:]}", 60, interval=0.1)
             pod.agent.send_signal(signal.SIGKILL)
             pod.agent.wait(10)
             assert gc_processes(pod.config_dir / "config.yml"), "the command outlives its agent for now"
@@ -201,7 +204,8 @@ def test_an_agent_restarted_mid_run_records_its_dead_run_and_goes_writable(tmp_p
             assert (run["result"], run["runner"]) == ("Interrupted", POD), run
             # A7: the orphan is stopped first, then the run recorded (not left to the supervisor's watchdog).
             assert not gc_processes(pod.config_dir / "config.yml")
-            wait_until(lambda: writable(pod.url), 60, lambda: f"writable again\n{pod.agent_log_text()[-4000:]}")
+            wait_for(lambda: writable(pod.url),
+                     lambda: f"writable again\n{pod.agent_log_text()[-4000:]}", 60, interval=0.1)
             assert len(gated.invocations()) == 1, gated.invocations()  # no second run
             assert blobs_on_disk(tmp_path / "pods" / "data") == before  # it never got past its start
             assert gc_status(kube_api).get("active") is None
@@ -237,7 +241,7 @@ def test_delete_untagged_removes_a_manifest_whose_tag_moved_only_when_asked(dist
         assert (kept["result"], kept["deleteUntagged"]) == ("Succeeded", False), kept
         assert (kept["blobsDeleted"], kept["manifestsDeleted"]) == (0, 0), kept
         assert stored() == before
-        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the first run\n{logs()}")
+        wait_for(lambda: writable(pod.url), lambda: f"writable after the first run\n{logs()}", 60, interval=0.1)
         assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 200
 
         run = wait_last_run(kube_api, request_gc(kube_api, delete_untagged=True)["id"], context=logs)
@@ -245,7 +249,7 @@ def test_delete_untagged_removes_a_manifest_whose_tag_moved_only_when_asked(dist
         assert (run["blobsDeleted"], run["manifestsDeleted"]) == (3, 1), run
         assert stored() == before - b_unique, (sorted(before - stored()), sorted(b_unique))
         assert run["bytesFreed"] == sum(len(b.blobs[digest]) for digest in b_unique), run
-        wait_until(lambda: writable(pod.url), 60, lambda: f"writable after the second run\n{logs()}")
+        wait_for(lambda: writable(pod.url), lambda: f"writable after the second run\n{logs()}", 60, interval=0.1)
         assert manifest_status(pod.url, "demo/app", b.manifest_digest) == 404
         for tag in ("a", "latest"):
             assert pull_image(pod.host, f"demo/app:{tag}", tmp_path / f"pulled-{tag}").blobs == a.blobs

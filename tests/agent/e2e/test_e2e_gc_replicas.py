@@ -30,6 +30,7 @@ import time
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.gc import (
     GatedRegistry,
@@ -46,7 +47,6 @@ from support.registries.gc import (
     running_gc_pods,
     start_agent_again,
     wait_last_run,
-    wait_until,
     writable,
 )
 from support.registries.pod import filesystem_spec
@@ -102,12 +102,13 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
                  for _ in range(2)]
         for loop in loops:
             loop.start()
-        wait_until(lambda: all(loop.stats.successes >= 5 for loop in loops), 30, "the pull loops to get going")
+        wait_for(lambda: all(loop.stats.successes >= 5 for loop in loops),
+                 "the pull loops to get going", 30, interval=0.1)
 
         gated.hold()
         request = request_gc(kube_api)
         run_id = request["id"]
-        wait_until(gated.invocations, 120, lambda: f"the garbage-collect command to start\n{logs_of(pods)}")
+        wait_for(gated.invocations, lambda: f"the garbage-collect command to start\n{logs_of(pods)}", 120, interval=0.1)
         # The command has started: both registries serve read-only now, and both said so on status.
         assert {name: blob_upload_status(pod.url) for name, pod in pods.items()} == {"pod-a": 405, "pod-b": 405}
         assert {name: record.get("readOnlyFor") for name, record in agent_records(kube_api).items()} == {
@@ -126,15 +127,15 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
         assert run["result"] == "Succeeded" and run["runner"] == runner, run
         assert (run["blobsDeleted"], run["manifestsDeleted"]) == (3, 0), run
         for name, pod in pods.items():
-            wait_until(lambda pod=pod: writable(pod.url), 60,
-                       lambda name=name: f"{name} writable again\n{logs_of(pods)}")
+            wait_for(lambda pod=pod: writable(pod.url), lambda name=name: f"{name} writable again\n{logs_of(pods)}",
+                     60, interval=0.1)
         # ... and the same push now goes through, and reads back.
         push_image(late, balancer.host, "demo/late:1")
         assert pull_image(balancer.host, "demo/late:1", tmp_path / "late-back").blobs == late.blobs
         # Keep pulling a little on the writable pair (the last reloads are behind us).
         marks = [loop.stats.successes for loop in loops]
-        wait_until(lambda: all(loop.stats.successes >= mark + 5 for loop, mark in zip(loops, marks)), 30,
-                   "pulls after the run")
+        wait_for(lambda: all(loop.stats.successes >= mark + 5 for loop, mark in zip(loops, marks)),
+                 "pulls after the run", 30, interval=0.1)
         stats = [loop.stop() for loop in loops]
     finally:
         for loop in loops:
@@ -164,8 +165,8 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
     for name in pods:
         # The registry answers writable a moment before its agent logs it: the agent's round still ends its
         # reload turn (ready again, then leave_seconds before the Lease goes on) first.
-        wait_until(lambda name=name: agent_line_times(pods[name].agent_lines(), "gc writable", run_id), 30,
-                   f"{name}'s gc writable line")
+        wait_for(lambda name=name: agent_line_times(pods[name].agent_lines(), "gc writable", run_id),
+                 f"{name}'s gc writable line", 30, interval=0.1)
         went_writable = agent_line_times(pods[name].agent_lines(), "gc writable", run_id)
         assert len(went_writable) == 1 and went_writable[0] >= recorded, (name, went_writable, run["finishedAt"])
     assert [agent_line_times(lines[name], "gc started", run_id) for name in pods if name != runner] == [[]]
@@ -190,7 +191,7 @@ def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):
     gated.hold()
     request = request_gc(kube_api)
     run_id = request["id"]
-    wait_until(gated.invocations, 120, lambda: f"the garbage-collect command to start\n{logs_of(pods)}")
+    wait_for(gated.invocations, lambda: f"the garbage-collect command to start\n{logs_of(pods)}", 120, interval=0.1)
     active = gc_status(kube_api).get("active") or {}
     assert active.get("id") == run_id and active.get("phase") == "Collecting", active
     runner_name = active["runner"]
@@ -204,8 +205,9 @@ def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):
     killed_at = time.monotonic()
 
     # The survivor takes the expired Lease, records the run Interrupted and serves writable again.
-    wait_until(lambda: writable(survivor.url), LEASE_BOUND_WAIT,
-               lambda: f"{survivor_name} writable after the runner's agent died\n{logs_of(pods)}")
+    wait_for(lambda: writable(survivor.url),
+             lambda: f"{survivor_name} writable after the runner's agent died\n{logs_of(pods)}",
+             LEASE_BOUND_WAIT, interval=0.1)
     writable_after = time.monotonic() - killed_at
     run = gc_status(kube_api).get("lastRun") or {}
     assert (run.get("id"), run.get("result"), run.get("runner")) == (run_id, "Interrupted", runner_name), run
@@ -213,14 +215,16 @@ def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):
     interrupted = [line for line in survivor.actions("gc interrupted") if line.get("request_id") == run_id]
     assert [line.get("runner") for line in interrupted] == [runner_name], interrupted
     assert gc_status(kube_api).get("active") is None
-    wait_until(lambda: agent_records(kube_api)[survivor_name].get("readOnlyFor") is None, 30,
-               lambda: f"{survivor_name}'s readOnlyFor cleared\n{agent_records(kube_api)}")
+    wait_for(lambda: agent_records(kube_api)[survivor_name].get("readOnlyFor") is None,
+             lambda: f"{survivor_name}'s readOnlyFor cleared\n{agent_records(kube_api)}",
+             30, interval=0.1)
     events = kube_api.list("v1/events", "default")
     assert any(event.get("reason") == "GarbageCollectionInterrupted" for event in events), events
     # The registry of the dead agent's pod: its orphaned command is stopped by the supervisor's watchdog (no
     # heartbeat), and it still serves (read-only: nobody is left in the pod to change its config).
-    wait_until(lambda: not gc_processes(config_path), 30,
-               lambda: f"the orphaned garbage-collect to be stopped\n{runner.supervisor.log()[-3000:]}")
+    wait_for(lambda: not gc_processes(config_path),
+             lambda: f"the orphaned garbage-collect to be stopped\n{runner.supervisor.log()[-3000:]}",
+             30, interval=0.1)
     assert runner.supervisor.alive() and runner.serving()
     assert blob_upload_status(runner.url) == 405
     assert blobs_on_disk(data) == before  # the held command never deleted anything
@@ -228,10 +232,11 @@ def test_kill_9_of_the_runners_agent_mid_run(gc_replicas, kube_api, tmp_path):
     # The kubelet restarts the agent container: the run is over (lastRun has its id), so it goes writable and
     # starts nothing.
     start_agent_again(runner, runner_name, kube_api, leave_seconds=LEAVE_SECONDS)
-    wait_until(lambda: writable(runner.url), LEASE_BOUND_WAIT,
-               lambda: f"{runner_name} writable after its agent restarted\n{logs_of(pods)}")
-    wait_until(lambda: agent_records(kube_api).get(runner_name, {}).get("readOnlyFor") is None, 30,
-               lambda: f"{runner_name}'s record to drop readOnlyFor\n{agent_records(kube_api)}")
+    wait_for(lambda: writable(runner.url), lambda: f"{runner_name} writable after its agent restarted\n{logs_of(pods)}",
+             LEASE_BOUND_WAIT, interval=0.1)
+    wait_for(lambda: agent_records(kube_api).get(runner_name, {}).get("readOnlyFor") is None,
+             lambda: f"{runner_name}'s record to drop readOnlyFor\n{agent_records(kube_api)}",
+             30, interval=0.1)
     assert not gc_processes(config_path) and not gc_processes(survivor.config_dir / "config.yml")
     assert len(gated.invocations()) == 1, gated.invocations()
     assert (gc_status(kube_api).get("lastRun") or {}).get("result") == "Interrupted"

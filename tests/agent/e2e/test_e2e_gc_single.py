@@ -19,10 +19,10 @@ import yaml
 from berth_agent.gc import report as gc_report
 from berth_agent.kube.lease import ReloadLease
 from berth_api.leases import gc_lease_name
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec
 from support.registries.registry import OciImage, http_get, oci_image_example, pull_image, push_image, registry_binaries
 from support.registries.replicas import create_registry
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import REGISTRY3_BINARY, requires_registry3
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.traffic.new_connections import NewConnectionLoop
 from support.traffic.upload import SlowUpload
 

@@ -15,11 +15,11 @@ import urllib.request
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec, on_distribution
 from support.registries.registry import REGISTRY3_BINARY, requires_registry3
 from support.registries.replicas import running_replicas
-from support.registries.supervisor import wait_for
 
 pytestmark = [pytest.mark.e2e, requires_registry3]
 

@@ -13,9 +13,9 @@ import stat
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, registry_object
 from support.registries.registry import registry_binaries
-from support.registries.supervisor import wait_for
 from support.traffic.upload import ConnectProbe, SlowUpload
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run

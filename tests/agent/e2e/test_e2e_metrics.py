@@ -15,11 +15,11 @@ import urllib.request
 
 import pytest
 
-from berth_agent.supervisor.metrics import read_target
+from berth_agent.restart.metrics_proxy import read_target
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import http_get, make_oci_image, push_image, registry_binaries
-from support.registries.supervisor import wait_for
 from support.services.prometheus import running_prometheus
 from support.traffic.pull_loop import PullLoop
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import make_oci_image, pull_image, push_image, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.services.notifications import running_receiver
 
 pytestmark = pytest.mark.e2e

@@ -12,11 +12,11 @@ from collections import Counter
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import REGISTRY3_BINARY, make_oci_image, push_image, requires_registry3
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.services.notifications import running_receiver
 
 pytestmark = [pytest.mark.e2e, requires_registry3]

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod, filesystem_spec, on_distribution, registry_object
 from support.registries.registry import make_oci_image, push_image, registry_binaries
-from support.registries.supervisor import wait_for
 from support.services.notifications import running_receiver
 
 pytestmark = pytest.mark.e2e

@@ -18,10 +18,10 @@ import threading
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import LOOPBACK_HOSTS, NODE_PORTS_LOW, first_free, free_port, wait_listening, worker_slice
 from support.registries.pod import filesystem_spec, on_distribution
 from support.registries.registry import make_oci_image, pull_image, push_image, registry_binaries
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -18,10 +18,10 @@ import socket
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.traffic.request_loop import RequestLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec
 from support.registries.registry import (
@@ -31,7 +32,6 @@ from support.registries.registry import (
     requires_registry3,
 )
 from support.registries.replicas import backends, running_replicas
-from support.registries.supervisor import wait_for
 from support.registries.upstream import Upstream, htpasswd_upstream, set_htpasswd, token_upstream
 from support.traffic.balancer import Balancer
 from support.traffic.pull_loop import KeptAlivePullLoop, PullLoop

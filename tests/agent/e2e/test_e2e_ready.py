@@ -17,8 +17,9 @@ import pytest
 
 from berth_agent.kube.lease import ReloadLease
 from berth_api.leases import reload_lease_name
-from support.clusters.operator_harness import REGISTRIES_PATH, OperatorHarness, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH, OperatorHarness
 from support.clusters.workload import RegistryWorkload, create_shared_claim, ready_at_generation
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec, on_distribution, registry_object
 from support.registries.secretdir import swap_secret_dir
@@ -149,7 +150,8 @@ def test_an_edit_back_while_a_replica_waits_for_its_turn_ends_ready_at_the_last_
     workload = cluster(spec, replicas=2, leave_seconds=1.5, binary=REGISTRY3 if major == "3" else None)
     # On 3.x a sibling's turn lasts a held-socket restart (no pod leaves the Service), too short to edit twice in:
     # the test holds the reload Lease itself, so the wait is a state it releases, not a race it must win.
-    holder = ReloadLease(kube_api.agent_client(), "default", reload_lease_name("reg"), "the-test") if major == "3" else None
+    holder = (ReloadLease(kube_api.agent_client(), "default", reload_lease_name("reg"), "the-test")
+              if major == "3" else None)
     if holder is not None:
         assert holder.try_acquire(60)[0]
     for pod in workload.running().values():

@@ -18,11 +18,11 @@ import threading
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import RegistryPod, filesystem_spec
 from support.registries.registry import make_oci_image, push_image
 from support.registries.replicas import backends, running_replicas
-from support.registries.supervisor import wait_for
 from support.traffic.balancer import Balancer
 from support.traffic.pull_loop import PullLoop
 from support.traffic.upload import SlowUpload

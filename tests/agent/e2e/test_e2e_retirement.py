@@ -17,10 +17,10 @@ import time
 import pytest
 
 from support.clouds.s3 import running_moto
+from support.common.polling import wait_for
 from support.registries.pod import on_distribution, registry_object
 from support.registries.registry import make_oci_image, push_image, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.traffic.pull_loop import KeptAlivePullLoop, PullLoop
 
 from .test_e2e_rotation import BUCKET, cosi_secret, s3_spec, volume

@@ -15,10 +15,10 @@ import json
 import pytest
 
 from support.clouds.s3 import REGION, running_moto
+from support.common.polling import wait_for
 from support.registries.pod import on_distribution, registry_object
 from support.registries.registry import make_oci_image, pull_image, push_image, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run

@@ -14,6 +14,7 @@ from berth_agent.apply.preflight import check_bucket
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.targets import S3Target
 from support.clouds.s3 import REGION, running_moto
+from support.common.polling import wait_for
 from support.registries.pod import on_distribution, registry_object
 from support.registries.registry import (
     REGISTRY3_BINARY,
@@ -24,7 +25,6 @@ from support.registries.registry import (
     requires_registry3,
 )
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -17,10 +17,10 @@ from berth_agent.apply.preflight import check_bucket
 from berth_agent.core.errors import PreflightError
 from berth_agent.render.targets import S3Target
 from support.clouds.s3 import REGION, AccessKey, running_moto
+from support.common.polling import wait_for
 from support.registries.pod import on_distribution, registry_object
 from support.registries.registry import make_oci_image, pull_image, push_image, registry_binaries
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.traffic.pull_loop import PullLoop
 
 pytestmark = pytest.mark.e2e

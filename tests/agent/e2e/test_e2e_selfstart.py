@@ -9,10 +9,10 @@ import time
 import bcrypt
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec
 from support.registries.registry import http_get
 from support.registries.secretdir import write_secret_dir
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -11,9 +11,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 from support.services.certs import key_body_line, self_signed
 from support.traffic.request_loop import RequestLoop
 

@@ -21,11 +21,11 @@ import time
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.pod import filesystem_spec
 from support.registries.registry import make_oci_image, push_image, registry_binaries
 from support.registries.replicas import backends, running_replicas
-from support.registries.supervisor import wait_for
 from support.services.token_issuer import TestCA, TokenIssuer, bearer_status, bundle, fetch_token, jwks
 from support.traffic.balancer import Balancer
 from support.traffic.pull_loop import KeptAlivePullLoop, PullLoop

@@ -17,11 +17,11 @@ from datetime import datetime
 
 import pytest
 
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, on_distribution
 from support.registries.readyz import ReadyzProbe
 from support.registries.registry import registry_binaries
 from support.registries.secretdir import write_secret_dir
-from support.registries.supervisor import wait_for
 
 pytestmark = pytest.mark.e2e  # real agents, supervisors and registries: not in the quick run
 

@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from support.common.doc_commands import block, commands
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.registry import REGISTRY3_BINARY, http_get, read_oci_image, requires_registry3
-from support.registries.supervisor import wait_for
 from support.traffic.new_connections import NewConnectionLoop
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,16 +10,10 @@ import time
 
 from berth_agent.core import metrics
 from berth_agent.gc.ack import GcAck, older_registries
+from support.common.polling import until
 from support.common.ports import free_port
 from support.registries.registry import start_registry
 from support.registries.supervisor import minimal_config
-
-
-async def until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
 
 
 def test_no_acknowledgement_while_an_older_registry_still_runs(tmp_path):
@@ -43,9 +37,9 @@ def test_no_acknowledgement_while_an_older_registry_still_runs(tmp_path):
             await asyncio.sleep(0.5)
             assert writes == []  # the older registry may still finish an upload
             older.stop()
-            await until(lambda: writes == ["r1"])
+            await until(lambda: writes == ["r1"], "the acknowledgement of r1", 10)
             ack.observe(None, None, b"writable")
-            await until(lambda: writes == ["r1", None])
+            await until(lambda: writes == ["r1", None], "the acknowledgement cleared", 10)
             assert metrics.gc_read_only._value.get() == 0 and metrics.gc_read_only_seconds._value.get() > 0.4
             ack.close()
 
@@ -73,7 +67,7 @@ def test_a_window_an_earlier_agent_began_still_counts_as_read_only(tmp_path):
         await asyncio.sleep(0.2)
         assert writes == []  # already acknowledged
         ack.observe(None, None, b"writable")
-        await until(lambda: writes == [None])
+        await until(lambda: writes == [None], "the acknowledgement cleared", 10)
         assert metrics.gc_read_only._value.get() == 0 and 19 < metrics.gc_read_only_seconds._value.get() < 60
         ack.close()
 
@@ -101,7 +95,7 @@ def test_a_record_left_by_an_earlier_agent_is_cleared_and_failed_writes_retried(
         # The window began in the earlier process: measured from when it wrote the read-only config.
         assert 29 < own[0].fields["read_only_seconds"] < 60, own[0].fields
         assert metrics.gc_read_only_seconds._value.get() == own[0].fields["read_only_seconds"]
-        await until(lambda: len(writes) == 2, timeout=5)
+        await until(lambda: len(writes) == 2, "two writes", timeout=5)
         assert writes == [None, None] and ack.written is None
         ack.observe(None, None, b"x")  # nothing to change: no write
         await asyncio.sleep(0.1)

@@ -25,12 +25,13 @@ from berth_agent.core.write import write_atomic
 from berth_agent.gc import command as gc_command
 from berth_agent.gc import report as gc_report
 from berth_agent.gc.command import GcCommand, GcCommandError
-from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.files import GC_REQUEST_NAME
-from berth_agent.supervisor.probe import answers
+from berth_agent.restart.endpoint import Endpoint
+from berth_agent.restart.probe import answers
+from berth_supervise.protocol import GC_REQUEST_NAME
+from support.common.polling import wait_for
 from support.registries.registry import OciImage, oci_image_example, pull_image, push_image, registry_binaries
 from support.registries.stuck_store import make_stuck_store
-from support.registries.supervisor import Supervisor, children_of, wait_for
+from support.registries.supervisor import Supervisor, children_of
 
 BLOBS = Path("docker/registry/v2/blobs/sha256")
 
@@ -275,7 +276,8 @@ def test_a_command_killed_from_outside_says_by_what_and_the_registry_serves_on(s
     state = supervisor.config_dir
 
     def kill_it() -> None:
-        pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+        pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text(), "gc.pid",
+                           20).split()[0])
         os.kill(pid, signal.SIGKILL)
 
     threading.Thread(target=kill_it, daemon=True).start()
@@ -293,7 +295,7 @@ def test_the_watchdog_stops_a_command_whose_agent_went_quiet(supervisor_factory,
     supervisor, registry = _serving_a_stuck_store(supervisor_factory, registry_port, tmp_path)
     state = supervisor.config_dir
     _request(state, supervisor, b"orphan\n")  # and no heartbeat: the agent that asked is gone
-    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text(), "gc.pid", 20).split()[0])
     assert _gc_processes(supervisor) == [pid]
     result = wait_for(lambda: (state / "gc-result").exists() and (state / "gc-result").read_text(), timeout=40,
                       what="the watchdog to stop the command")
@@ -310,7 +312,7 @@ def test_sigterm_to_the_supervisor_stops_the_command(supervisor_factory, registr
     runner = threading.Thread(target=lambda: outcomes.append(GcCommand(state, state).run(
         "pod-stopping", dry_run=False, delete_untagged=False, stop=threading.Event(), timeout_seconds=120)))
     runner.start()
-    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text(), "gc.pid", 20).split()[0])
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.process.wait(30) == 0  # the registry drained; the command's status is not the script's
     runner.join(30)
@@ -326,7 +328,7 @@ def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, registry
     command = GcCommand(state, state)
     assert command.stop_orphan() is None
     _request(state, supervisor, b"left-behind --dry-run\n")
-    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+    pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text(), "gc.pid", 20).split()[0])
     with pytest.raises(GcCommandError, match="request left-behind"):
         command.run("next", dry_run=False, delete_untagged=False, stop=threading.Event(), timeout_seconds=5)
     assert command.stop_orphan() == "left-behind"

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from berth_agent.outbox.relay import PATH, start_relay
 from berth_agent.outbox.service import Outbox
+from support.common.polling import until
 
 
 def free_port() -> int:
@@ -61,14 +62,6 @@ def write(path: Path, *endpoints: dict) -> None:
     temp.replace(path)  # as the applier writes it: a new file
 
 
-async def until(predicate, seconds: float = 10.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 async def post(port: int, *events: dict, body: bytes | None = None) -> int:
     data = body if body is not None else json.dumps({"events": list(events)}).encode()
     async with aiohttp.ClientSession() as session, session.post(f"http://127.0.0.1:{port}{PATH}", data=data) as answer:
@@ -95,7 +88,8 @@ def test_events_are_delivered_in_order_with_headers_ignores_and_retries(tmp_path
             assert await post(relay_port, event("e3", media="application/octet-stream")) == 200
             assert await post(relay_port, event("e4")) == 200
             assert await post(relay_port, body=b'{"not": "an envelope"}') == 400
-            await until(lambda: len(scanner.got) == 4 and len(audit.got) == 2)
+            await until(lambda: len(scanner.got) == 4 and len(audit.got) == 2,
+                        "e1..e4 at the scanner, e1 and e4 at the audit", 10)
             assert scanner.ids() == ["e1", "e2", "e3", "e4"]  # in order, after 3 refusals (the breaker)
             assert audit.ids() == ["e1", "e4"]  # its ignores
             assert all(h["Authorization"] == "Bearer one" for h, _ in scanner.got)
@@ -103,12 +97,12 @@ def test_events_are_delivered_in_order_with_headers_ignores_and_retries(tmp_path
             # A rotated header and a removed endpoint: followed from the next event, nothing restarted.
             write(endpoints, endpoint("scanner", scanner.port, headers={"Authorization": ["Bearer two"]}))
             assert await post(relay_port, event("e5")) == 200
-            await until(lambda: len(scanner.got) == 5)
+            await until(lambda: len(scanner.got) == 5, "e5 at the scanner", 10)
             assert scanner.got[-1][0]["Authorization"] == "Bearer two" and "audit" not in outbox.senders
             from prometheus_client import REGISTRY
 
             assert REGISTRY.get_sample_value("berth_agent_notifications_pending", {"endpoint": "audit"}) is None
-            await until(lambda: outbox.pending() == {"scanner": 0})
+            await until(lambda: outbox.pending() == {"scanner": 0}, "nothing pending", 10)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -131,7 +125,7 @@ def test_held_events_survive_a_new_outbox_and_are_delivered_once_the_endpoint_is
         task = asyncio.create_task(first.run())
         await asyncio.sleep(0.05)
         assert await post(relay_port, event("held-1"), event("held-2")) == 200  # nothing listens at the endpoint
-        await until(lambda: first.pending() == {"scanner": 2})
+        await until(lambda: first.pending() == {"scanner": 2}, "both events held", 10)
         task.cancel()  # as a kill -9 would leave it: stored, not delivered
         await asyncio.gather(task, return_exceptions=True)
         await relay.cleanup()
@@ -139,7 +133,7 @@ def test_held_events_survive_a_new_outbox_and_are_delivered_once_the_endpoint_is
         second = Outbox(tmp_path / "outbox", endpoints, 1 << 20)
         task = asyncio.create_task(second.run())
         try:
-            await until(lambda: receiver.ids() == ["held-1", "held-2"])
+            await until(lambda: receiver.ids() == ["held-1", "held-2"], "both held events delivered", 10)
             assert await second.deliver_all(1.0) == {}
         finally:
             task.cancel()

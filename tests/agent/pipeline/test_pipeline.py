@@ -11,13 +11,13 @@ import yaml
 from berth_agent.core.health import Health
 from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
 from berth_agent.pipeline.report import LogReporter
+from berth_agent.restart.endpoint import Endpoint
+from berth_agent.restart.probe import answers
 from berth_agent.sources import Change
-from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.probe import answers
 from support.common.clock import SteppedClock
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 
 def _registry(port: int, host: str = "127.0.0.1") -> dict:
@@ -44,7 +44,8 @@ def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, superviso
         task = asyncio.create_task(pipeline.run(queue))
         queue.put_nowait(Change("registry", registry=_registry(registry_port)))
         await clock.step_when_waiting(settings.quiet_seconds)
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
         assert health.startup_ok()
         applies_before = pipeline.applies
 
@@ -57,7 +58,8 @@ def test_a_burst_of_100_events_within_a_second_restarts_once(tmp_path, superviso
             clock.step(0.01)
         assert pipeline.applies == applies_before  # 1 s of events, 10 ms apart: still in the burst
         await clock.step_when_waiting(settings.quiet_seconds)  # the quiet window ends the burst
-        await asyncio.to_thread(wait_for, lambda: "value-75" in (config_dir / "config.yml").read_text())
+        await asyncio.to_thread(wait_for, lambda: "value-75" in (config_dir / "config.yml").read_text(),
+                                "value-75 in config.yml")
         await asyncio.to_thread(wait_for, lambda: pipeline.applier.current is not None
                                 and b"value-75" in pipeline.applier.current.config, what="the apply to finish")
         clock.step(3.0)  # past the debounce's maximum wait: room for a second apply to show
@@ -84,7 +86,8 @@ def test_an_unchanged_render_does_nothing(tmp_path, supervisor_factory, registry
     async def scenario() -> None:
         pipeline.registry = _registry(registry_port)
         await pipeline.apply_once()
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
         mtime = (config_dir / "config.yml").stat().st_mtime_ns
         for _ in range(3):  # resyncs
             await pipeline.apply_once()
@@ -230,9 +233,9 @@ def test_a_gc_request_turns_the_registry_read_only_until_its_deadline_by_the_pip
         queue: asyncio.Queue[Change] = asyncio.Queue()
         task = asyncio.create_task(pipeline.run(queue))
         queue.put_nowait(Change("registry", registry=registry))
-        await asyncio.to_thread(wait_for, lambda: writes == ["r1"], 20, what="the acknowledgement")
+        await asyncio.to_thread(wait_for, lambda: writes == ["r1"], "the acknowledgement", 20)
         assert read_only() and answers(Endpoint("127.0.0.1", registry_port)) == 200
-        await asyncio.to_thread(wait_for, lambda: writes == ["r1", None], 30, what="writable at the deadline")
+        await asyncio.to_thread(wait_for, lambda: writes == ["r1", None], "writable at the deadline", 30)
         assert not read_only() and time.time() >= deadline_at
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -281,7 +284,8 @@ def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp
     async def scenario() -> None:
         pipeline.registry = at(1)
         await pipeline.apply_once()
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
         first_hash = pipeline.applier.current.identity
         assert reporter.applied_records == [(first_hash, 1)]
 
@@ -323,7 +327,8 @@ def test_a_refused_input_replaced_by_a_good_one_is_logged_recovered_once_at_info
     async def scenario() -> None:
         pipeline.registry = _registry(registry_port)
         await pipeline.apply_once()
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
         served = pipeline.applier.current.identity
         assert recovered() == []  # nothing was refused yet
 

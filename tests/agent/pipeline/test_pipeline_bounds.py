@@ -17,12 +17,12 @@ from berth_agent.core.health import Health
 from berth_agent.pipeline.coordinator import Pipeline, PipelineSettings
 from berth_agent.pipeline.render_step import RenderStep
 from berth_agent.pipeline.report import LogReporter
+from berth_agent.restart.endpoint import Endpoint
+from berth_agent.restart.probe import answers
 from berth_agent.sources import Change
-from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.probe import answers
+from support.common.polling import wait_for
 from support.registries.pod import filesystem_spec, registry_object
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
-from support.registries.supervisor import wait_for
 
 
 def _registry(port: int) -> dict:
@@ -82,7 +82,8 @@ def test_a_render_overtaken_by_a_newer_input_is_never_applied(tmp_path, supervis
     async def scenario() -> None:
         pipeline.registry = _registry(registry_port)
         await pipeline.apply_once()
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
 
         swap_secret_dir(secret_dir, {"secret": "stale"})
         renderer.overtake = True
@@ -117,7 +118,8 @@ def test_a_render_that_does_not_return_is_bounded_and_turns_livez_red(tmp_path, 
     async def scenario() -> None:
         pipeline.registry = _registry(registry_port)
         await pipeline.apply_once()
-        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200)
+        await asyncio.to_thread(wait_for, lambda: answers(Endpoint("127.0.0.1", registry_port)) == 200,
+                                "the registry to answer")
         assert health.live_ok()
 
         renderer.stuck = True

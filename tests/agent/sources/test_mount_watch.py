@@ -11,22 +11,13 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from berth_agent.sources.mount_watch import MountWatcher
+from support.common.polling import until
 from support.registries.secretdir import swap_secret_dir, write_secret_dir
 from support.registries.sources import running
 
 
 async def _wait_watching(watcher, path, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while path not in watcher.watched:
-        assert asyncio.get_running_loop().time() < deadline, f"{path} never watched; watching {watcher.watched}"
-        await asyncio.sleep(0.05)
-
-
-async def _until(predicate, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
+    await until(lambda: path in watcher.watched, lambda: f"{path} watched (watching {watcher.watched})", timeout)
 
 
 def _from(source):
@@ -189,7 +180,7 @@ async def test_directory_deleted_and_made_again_is_watched_again(tmp_path, healt
     async with running(watcher, changes):
         await _wait_watching(watcher, root / "tls")
         shutil.rmtree(root / "tls")  # its watch dies with it (IN_DELETE_SELF)
-        await _until(lambda: root / "tls" not in watcher.watched)
+        await until(lambda: root / "tls" not in watcher.watched, "tls no longer watched", 10)
         write_secret_dir(root / "tls", {"tls.crt": "two"})
         await changes.wait_for(_from("mount:tls"))
         await _wait_watching(watcher, root / "tls")  # re-armed by the rescan the root's event asked for
@@ -223,11 +214,11 @@ async def test_liveness_follows_the_observer_thread(tmp_path, changes, factory, 
     root.mkdir()
     watcher = MountWatcher(root, health, resync_seconds=3600, tick_seconds=0.05, observer_factory=factory)
     async with running(watcher, changes):
-        await _until(lambda: "mounts" in health.registered())
+        await until(lambda: "mounts" in health.registered(), "the mount watcher registered in health", 10)
         await asyncio.sleep(0.2)
         clock.now += 10_000  # far past the allowed silence; a live watcher beats again at its next tick
         if alive:
-            await _until(health.live_ok)
+            await until(health.live_ok, "the watcher live", 10)
         else:
             await asyncio.sleep(0.3)  # several ticks, none of which may beat
             assert not health.live_ok() and health.stale_loops()[0].startswith("mounts (silent")
@@ -254,7 +245,7 @@ async def test_limit_reached_after_start_falls_back_to_polling(tmp_path, health,
         await _wait_watching(watcher, root / "cosi")
         assert not watcher.polling
         write_secret_dir(root / "tls", {"tls.crt": "one"})  # its watch hits the limit
-        await _until(lambda: watcher.polling)
+        await until(lambda: watcher.polling, "the watcher polling", 10)
         await _wait_watching(watcher, root / "tls")
         changes.clear()
         assert swap_secret_dir(root / "tls", {"tls.crt": "two"})
@@ -289,8 +280,9 @@ async def test_cancel_while_starting_leaves_no_watch_threads(tmp_path, health, c
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert "mounts" not in health.registered()
-    await _until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()
-                              and t.name != "asyncio_0" and not t.name.startswith("asyncio_")])
+    await until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()
+                             and t.name != "asyncio_0" and not t.name.startswith("asyncio_")],
+                "the watcher's threads gone", 10)
 
 
 @pytest.mark.asyncio

@@ -14,6 +14,7 @@ from berth_agent.core import metrics
 from berth_agent.kube.api import describe_api_error
 from berth_agent.sources.kube_watch import Backoff, content_digest
 from berth_agent.sources.registry_api import RegistryApiWatcher
+from support.common.polling import until
 from support.registries.sources import running
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
@@ -45,13 +46,6 @@ def _sample(metric, **labels) -> float:
     return metric.labels(**labels)._value.get()
 
 
-async def _until(predicate, timeout=20.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.asyncio
 async def test_list_then_watch_spec_changes(kube_api, health, changes):
     kube_api.create(REGISTRY)
@@ -59,7 +53,7 @@ async def test_list_then_watch_spec_changes(kube_api, health, changes):
         first = await changes.wait_for(lambda c: c.registry is not None)
         assert first.source == "registry" and first.error is None
         assert first.registry["metadata"]["uid"] and _level(first) == "info"
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
 
         _set_level(kube_api, "debug")
         await changes.wait_for(lambda c: _level(c) == "debug")
@@ -109,12 +103,12 @@ async def test_dropped_watch_relists_and_still_delivers(kube_api, health, change
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
         for level in ("debug", "warn", "error"):
-            await _until(lambda: kube_api.open_watches == 1)
+            await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
             lists_before = _lists(kube_api)
             assert kube_api.drop_watches() == 1
             # A dropped connection means a fresh list.
-            await _until(lambda lists_before=lists_before: _lists(kube_api) > lists_before)
-            await _until(lambda: kube_api.open_watches == 1)
+            await until(lambda lists_before=lists_before: _lists(kube_api) > lists_before, "a relist", 20)
+            await until(lambda: kube_api.open_watches == 1, "the Registry watch open again", 20)
             _set_level(kube_api, level)
             await changes.wait_for(lambda c, level=level: _level(c) == level)
         assert [_level(c) for c in changes.snapshot()] == ["info", "debug", "warn", "error"]
@@ -126,7 +120,7 @@ async def test_change_while_disconnected_is_not_lost(kube_api, health, changes):
     kube_api.create(REGISTRY)
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
         kube_api.fail_next(2, status=503, verb="list")  # the relist fails twice, with backoff in between
         kube_api.drop_watches()
         _set_level(kube_api, "debug")  # made while the agent has no watch open
@@ -148,13 +142,13 @@ async def test_410_gone_leads_to_a_relist(kube_api, health, changes, caplog):
     # A short server timeout: each watch ends cleanly and is reopened from its resourceVersion.
     async with watching(kube_api, health, changes, timeout_seconds=1):
         await changes.wait_for(lambda c: c.registry is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
         lists_before = _lists(kube_api)
         other = copy.deepcopy(REGISTRY)
         other["metadata"]["name"] = "other"
         kube_api.create(other)  # moves the server's resourceVersion past ours (we do not see that object)...
         kube_api.compact()  # ...and forgets the history: resuming from ours is 410 Gone
-        await _until(lambda: _lists(kube_api) > lists_before)
+        await until(lambda: _lists(kube_api) > lists_before, "a relist", 20)
         _set_level(kube_api, "debug")
         await changes.wait_for(lambda c: _level(c) == "debug")
     assert any(r.getMessage() == "watch expired (410 Gone), listing again" for r in caplog.records)
@@ -182,10 +176,11 @@ async def test_cancel_stops_the_watch_thread(kube_api, health, changes):
     kube_api.create(REGISTRY)
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
     # Cancelled in the middle of a blocking read: the thread notices and the connection closes.
-    await _until(lambda: not [t for t in threading.enumerate() if t.name == "registry-api-watch"])
-    await _until(lambda: kube_api.open_watches == 0)
+    await until(lambda: not [t for t in threading.enumerate() if t.name == "registry-api-watch"],
+                "the registry-api-watch thread gone", 20)
+    await until(lambda: kube_api.open_watches == 0, "no watch open", 20)
     assert "registry-api" not in health.registered()
 
 
@@ -204,7 +199,7 @@ async def test_every_event_is_a_liveness_beat(kube_api, changes):
     kube_api.create(REGISTRY)
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
         await asyncio.sleep(0.5)  # the beat for the opened watch lands just after the server counts it
         clock.now += 10_000  # the idle watch has been silent far too long...
         assert not health.live_ok()
@@ -213,7 +208,7 @@ async def test_every_event_is_a_liveness_beat(kube_api, changes):
         assert health.live_ok()
         clock.now += 10_000
         kube_api.drop_watches()  # a reopened watch is progress too (no change to emit)
-        await _until(health.live_ok)
+        await until(health.live_ok, "the watcher live", 20)
 
 
 def test_content_digest_ignores_status_and_bookkeeping():
@@ -274,7 +269,8 @@ async def test_unreachable_api_is_an_error_and_keeps_beating(health, changes):
     try:
         failed = await changes.wait_for(lambda c: c.error is not None)
         assert failed.error.startswith("cannot read Registry default/reg: cannot reach the API server (")
-        await _until(lambda: _sample(metrics.watch_errors_total, source="registry-api") >= errors_before + 3)
+        await until(lambda: _sample(metrics.watch_errors_total, source="registry-api") >= errors_before + 3,
+                    "3 more watch errors counted", 20)
         assert len(changes.snapshot()) == 1  # the same error is emitted once, however often it recurs
         assert health.live_ok()  # retrying is progress: a restart of the agent would not help
     finally:
@@ -290,11 +286,12 @@ async def test_410_as_the_watch_answer_also_relists(kube_api, health, changes, c
     kube_api.create(REGISTRY)
     async with watching(kube_api, health, changes):
         await changes.wait_for(lambda c: c.registry is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open", 20)
         kube_api.fail_next(1, status=410, verb="watch")
         kube_api.drop_watches()
-        await _until(lambda: any(r.getMessage().startswith("watch expired (410 Gone)") for r in caplog.records))
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: any(r.getMessage().startswith("watch expired (410 Gone)") for r in caplog.records),
+                    "the 410 Gone logged", 20)
+        await until(lambda: kube_api.open_watches == 1, "the Registry watch open again", 20)
         _set_level(kube_api, "debug")
         await changes.wait_for(lambda c: _level(c) == "debug")
     assert not [c for c in changes.snapshot() if c.error]

@@ -3,7 +3,6 @@ Secret, watched by name through the same list/watch machinery as the Registry (i
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import copy
@@ -12,6 +11,7 @@ import pytest
 
 from berth_agent.core import metrics
 from berth_agent.sources.secret_api import SecretApiWatcher, SecretCopy, data_fingerprint, secret_copy
+from support.common.polling import until
 from support.registries.sources import running
 
 SECRETS = "v1/secrets"
@@ -39,13 +39,6 @@ def _value(change, key="k"):
     return change.secret.data.get(key) if isinstance(change.secret, SecretCopy) else None
 
 
-async def _until(predicate, timeout=20.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
-
-
 def _sample(metric, **labels) -> float:
     return metric.labels(**labels)._value.get()
 
@@ -59,7 +52,7 @@ async def test_list_then_watch_payload_changes_only(kube_api, health, changes):
         assert first.source == "secret:cosi" and first.error is None
         assert first.secret.volume == "cosi" and first.secret.name == "creds" and _value(first) == b"one"
         assert first.secret.fingerprint == data_fingerprint({"k": b"one"})
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Secret watch open", 20)
 
         kube_api.patch(SECRETS, "default", "creds", {"data": {"k": _b64("two")}})
         await changes.wait_for(lambda c: _value(c) == b"two")
@@ -86,12 +79,12 @@ async def test_dropped_watch_and_410_relist_and_still_deliver(kube_api, health, 
     errors_before = _sample(metrics.watch_errors_total, source="secret-api-cosi")
     async with watching(kube_api, health, changes, timeout_seconds=1):
         await changes.wait_for(lambda c: c.secret is not None)
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Secret watch open", 20)
         kube_api.fail_next(1, status=503, verb="list")
         kube_api.drop_watches()
         kube_api.patch(SECRETS, "default", "creds", {"data": {"k": _b64("two")}})  # while disconnected
         await changes.wait_for(lambda c: _value(c) == b"two")
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Secret watch open again", 20)
         kube_api.create(secret("other", k="x"))  # moves the server's resourceVersion past ours...
         kube_api.compact()  # ...and forgets the history: resuming is 410 Gone, then a relist
         kube_api.patch(SECRETS, "default", "creds", {"data": {"k": _b64("three")}})
@@ -149,7 +142,7 @@ async def test_a_config_map_is_watched_by_name_the_same_way(kube_api, health, ch
         first = await changes.wait_for(lambda c: c.secret is not None)
         assert first.source == "secret:token-bundle" and first.secret.name == "trust"
         assert first.secret.data == {"ca.pem": bundle.encode(), "raw": b"bytes"}
-        await _until(lambda: kube_api.open_watches == 1)
+        await until(lambda: kube_api.open_watches == 1, "the Secret watch open", 20)
         kube_api.patch("v1/configmaps", "default", "trust", {"data": {"ca.pem": bundle + bundle}})
         await changes.wait_for(lambda c: _value(c, "ca.pem") == (bundle + bundle).encode())
     requests = [path for method, path in kube_api.requests() if method == "GET" and "/configmaps" in path]

@@ -25,7 +25,7 @@ import pytest
 
 from support.clusters.apiserver import REPO, KubeApiServer
 from support.clusters.control_plane import ControlPlane, skip_reason
-from support.clusters.operator_harness import wait_for
+from support.common.polling import wait_for
 
 BUILT_IN_ROLES = ("view", "edit", "admin")
 REGISTRIES = "berth.dev/v1alpha1/registries"

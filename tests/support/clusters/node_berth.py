@@ -25,6 +25,7 @@ import yaml
 
 from support.clusters.apiserver import ApiError
 from support.clusters.node import Node
+from support.common import polling
 from support.registries.registry import http_get
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -37,15 +38,9 @@ DEPLOY_IMAGE = "ghcr.io/berth-dev/berth"  # the name deploy/base/kustomization.y
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float, node: Node | None = None,
              interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}"
-                                 + (f"\n{node.logs()[-6000:]}" if node is not None else ""))
-        time.sleep(interval)
+    """support.common.polling.wait_for at the node tier's pace, with the node's last logs in the failure."""
+    return polling.wait_for(predicate, what if node is None else lambda: f"{what}\n{node.logs()[-6000:]}", timeout,
+                            interval)
 
 
 def berth_overlay(node: Node) -> pathlib.Path:

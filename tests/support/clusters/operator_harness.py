@@ -9,15 +9,14 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
 
 from support.clusters.kube import KubeApi
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import stop_process
 
@@ -39,18 +38,6 @@ OWNED_PATHS = {
     "PodDisruptionBudget": "policy/v1/poddisruptionbudgets",
     "Lease": "coordination.k8s.io/v1/leases",
 }
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll until predicate() is truthy; the timeout only turns a hang into a clear failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def reconciled(api: Any, namespace: str, name: str) -> dict[str, Any] | None:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support.clusters.operator_harness import REGISTRIES_PATH, wait_for
+from support.clusters.operator_harness import REGISTRIES_PATH
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod
 from support.registries.secretdir import write_secret_dir
 

@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from support.common.polling import until
+
 
 class SteppedClock:
     def __init__(self) -> None:
@@ -48,23 +50,12 @@ class SteppedClock:
     async def handed_over(self, queue: asyncio.Queue, timeout: float = 60.0) -> None:
         """Yield to the loop until every queued item has been taken (the taker has run up to its next wait).
         The taker may be busy in a thread (an apply): then this waits, up to a generous real-time bound."""
-        await self._until(queue.empty, timeout, "the queue to be drained")
+        await until(queue.empty, "the queue to be drained", timeout, interval=0.005)
 
     async def step_when_waiting(self, seconds: float, timeout: float = 60.0) -> None:
         """Step once a timeout() is open (the debounce has started waiting)."""
-        await self._until(self.waiting, timeout, "a timeout to be opened")
+        await until(self.waiting, "a timeout to be opened", timeout, interval=0.005)
         self.step(seconds)
-
-    @staticmethod
-    async def _until(predicate, timeout: float, what: str) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        spins = 0
-        while not predicate():
-            if loop.time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            spins += 1
-            await asyncio.sleep(0 if spins < 100 else 0.005)
 
 
 class SetClock:

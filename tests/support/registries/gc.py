@@ -32,10 +32,10 @@ from typing import Any
 from berth_agent.gc import report as gc_report
 from berth_api import GC_REQUEST_ANNOTATION, GarbageCollection
 from berth_operator.engine import gc_schedule
+from support.common.polling import wait_for
 from support.registries.pod import RegistryPod
 from support.registries.registry import OciImage, http_get, oci_image_example
 from support.registries.replicas import running_replicas
-from support.registries.supervisor import wait_for
 
 REGISTRIES = "berth.dev/v1alpha1/registries"
 BLOB_KEY = re.compile(r"(?:^|/)docker/registry/v2/blobs/sha256/[0-9a-f]{2}/([0-9a-f]{64})/data$")
@@ -119,17 +119,8 @@ def wait_last_run(kube_api: Any, run_id: str, name: str = "reg", namespace: str 
         last = gc_status(kube_api, name, namespace).get("lastRun") or {}
         return last if last.get("id") == run_id else None
 
-    return wait_until(finished, timeout,
-                      lambda: f"lastRun {run_id}; status {gc_status(kube_api, name, namespace)}\n{context()}")
-
-
-def wait_until(predicate, timeout: float, what) -> Any:
-    """support.registries.supervisor.wait_for, with `what` a callable evaluated only on a timeout (logs read then)."""
-    try:
-        return wait_for(predicate, timeout, interval=0.1, what="")
-    except AssertionError:
-        waited_for = what() if callable(what) else what
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {waited_for}") from None
+    return wait_for(finished, lambda: f"lastRun {run_id}; status {gc_status(kube_api, name, namespace)}\n{context()}",
+                    timeout, interval=0.1)
 
 
 # ---- a GC exactly as slow as the test needs ------------------------------------------------------------------

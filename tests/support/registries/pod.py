@@ -26,10 +26,11 @@ from typing import Any
 
 import yaml
 
-from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.probe import answers
+from berth_agent.restart.endpoint import Endpoint
+from berth_agent.restart.probe import answers
+from support.common.polling import wait_for
 from support.common.ports import free_port, holds_socket, listener_inodes
-from support.registries.supervisor import REGISTRY_BIN, Supervisor, registry_env, session_pids, wait_for
+from support.registries.supervisor import REGISTRY_BIN, Supervisor, registry_env, session_pids
 
 
 def registry_object(spec: dict[str, Any], *, name: str = "reg", namespace: str = "default") -> dict[str, Any]:
@@ -154,7 +155,7 @@ class RegistryPod:
         return bool(inodes) and any(holds_socket(p, inodes) for p in session_pids(self.supervisor.pid))
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        wait_for(self.serving, timeout, what=lambda: f"the registry to answer on {self.host}\n{self.diagnosis()}")
+        wait_for(self.serving, lambda: f"the registry to answer on {self.host}\n{self.diagnosis()}", timeout)
 
     def diagnosis(self) -> str:
         """What a wait that timed out needs, read at its timeout: whether the agent and the supervisor still run,
