@@ -22,7 +22,7 @@ from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
 from agent_swap_latency import BUCKET, Mark, cosi, spec, wait_drained, wait_new_registry
-from berth_agent.supervisor.endpoint import Endpoint
+from berth_agent.restart.endpoint import Endpoint
 from support.clouds.s3 import running_moto
 from support.clusters.kube import KubeApi
 from support.registries.pod import RegistryPod, registry_object

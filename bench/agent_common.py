@@ -51,8 +51,8 @@ def cold_starts(config: bytes, root: Path, count: int, binary: str | None = None
     import subprocess
     import time
 
-    from berth_agent.supervisor.endpoint import Endpoint
-    from berth_agent.supervisor.probe import answers
+    from berth_agent.restart.endpoint import Endpoint
+    from berth_agent.restart.probe import answers
     from support.common.ports import free_port
     from support.registries.registry import REGISTRY_BINARY, registry_env, with_addr
 

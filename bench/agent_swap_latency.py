@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from agent_common import cold_starts, nearest_rank, shm_dir, summary_ms, workdir
-from berth_agent.supervisor.endpoint import Endpoint
-from berth_agent.supervisor.probe import answers
-from berth_agent.supervisor.procfs import find_registry_processes
+from berth_agent.restart.endpoint import Endpoint
+from berth_agent.restart.probe import answers
+from berth_agent.restart.procfs import find_registry_processes
 from support.clouds.s3 import REGION, running_moto
 from support.registries.pod import RegistryPod, filesystem_spec, registry_object
 from support.registries.registry import make_oci_image, push_image

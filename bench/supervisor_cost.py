@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from berth_agent.core.write import write_atomic  # noqa: E402
-from berth_agent.supervisor.endpoint import Endpoint  # noqa: E402
-from berth_agent.supervisor.probe import answers  # noqa: E402
-from berth_agent.supervisor.restarter import SupervisorRestarter  # noqa: E402
+from berth_agent.restart.endpoint import Endpoint  # noqa: E402
+from berth_agent.restart.probe import answers  # noqa: E402
+from berth_agent.restart.restarter import SupervisorRestarter  # noqa: E402
 from support.common.ports import free_port  # noqa: E402
 from support.registries.supervisor import REGISTRY_BIN, SUPERVISE_ARGV, minimal_config, registry_env  # noqa: E402
 from support.traffic.new_connections import NewConnectionLoop  # noqa: E402

@@ -8,7 +8,7 @@ import sys
 
 from .commands import render as render_command
 from .commands import run as run_command
-from .supervisor.supervise.settings import berth_version
+from .core.version import berth_version
 
 
 def main(argv: list[str] | None = None) -> int:

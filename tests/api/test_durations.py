@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from berth_agent.supervisor.supervise.notify import duration_seconds as supervisor_copy
 from berth_api.types import duration_seconds
+from berth_supervise.notify import duration_seconds as supervisor_copy
 
 CASES = [("0", 0.0), ("30s", 30.0), ("1m30s", 90.0), ("500ms", 0.5), ("1.5h", 5400.0), ("250us", 0.00025),
          ("10µs", 0.00001), ("1h1m1s1ms", 3661.001), ("", 0.0), ("soon", 0.0), ("5 s", 0.0), ("30sx", 0.0),

@@ -36,7 +36,7 @@ def _run(installed: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_installed_supervisor_runs_from_the_installed_copy(installed, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(installed), "BERTH_CONFIG": str(tmp_path / "config.yml"),
            "BERTH_REGISTRY_BIN": "/usr/bin/docker-registry"}
-    code = "import berth_agent.supervisor.supervise.main as m; print(m.__file__)"
+    code = "import berth_supervise.main as m; print(m.__file__)"
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                            cwd=installed.parent, env=env)
     assert Path(where.stdout.strip()).is_relative_to(installed), where

@@ -3,7 +3,8 @@ import from a lower layer to a higher one or sideways into another package of th
 also one inside a function or under TYPE_CHECKING (support.common.layers walks them all). docs/design.md ("Map of the
 operator") names the layers.
 
-Across the repository too: berth_api imports neither program, and neither program imports the other.
+Across the repository too: berth_api and berth_supervise (the ground floor) import neither program nor each other,
+and neither program imports the other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import berth_agent
 import berth_api
 import berth_operator
+import berth_supervise
 from support.common import layers
 
 ROOT = Path(berth_operator.__file__).parent
@@ -29,7 +31,7 @@ RANKS = {
     "cli": 6,
     "__main__": 7,
 }
-PROGRAMS = {"berth_api": 0, "berth_agent": 1, "berth_operator": 1}
+PROGRAMS = {"berth_api": 0, "berth_supervise": 0, "berth_agent": 1, "berth_operator": 1}
 
 
 def test_every_module_has_a_layer_imports_only_down_without_cycles_and_packages_say_what_they_are():
@@ -37,7 +39,8 @@ def test_every_module_has_a_layer_imports_only_down_without_cycles_and_packages_
 
 
 def test_across_the_repository_no_program_imports_the_other_and_the_api_imports_neither():
-    roots = {pkg.__name__: Path(pkg.__file__).parent for pkg in (berth_api, berth_agent, berth_operator)}
+    packages = (berth_api, berth_supervise, berth_agent, berth_operator)
+    roots = {pkg.__name__: Path(pkg.__file__).parent for pkg in packages}
     modules = {name: path for package, root in roots.items() for name, path in layers.modules(root, package).items()}
     wrong = []
     for name, path in modules.items():

@@ -18,16 +18,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from berth_api.types import duration_seconds
+from berth_supervise.protocol import CONFIG_NAME
 
 from ..core.write import remove_stale, write_atomic, write_tree
 from ..render.config import Rendered
 from ..render.paths import HTPASSWD_FILE
-from ..supervisor.endpoint import Endpoint
-from ..supervisor.files import CONFIG_NAME
-from ..supervisor.handover import read_handover
-from ..supervisor.output import with_registry_error
-from ..supervisor.overlapped import RestartResult
-from ..supervisor.probe import (
+from ..restart.endpoint import Endpoint
+from ..restart.handover import still_draining
+from ..restart.overlapped_restart import RestartResult
+from ..restart.probe import (
     CRASHES_BEFORE_GIVING_UP,
     STOPPED,
     ServingWait,
@@ -35,9 +34,10 @@ from ..supervisor.probe import (
     is_up,
     wait_until_serving,
 )
-from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
-from ..supervisor.restarter import Restarter, SupervisorRestarter
-from ..supervisor.state import exit_line, supervisor_gone, supervisor_started
+from ..restart.procfs import RegistryProcess, find_registry_processes, started_after
+from ..restart.registry_output import with_registry_error
+from ..restart.restarter import Restarter, SupervisorRestarter
+from ..restart.supervisor_state import exit_line, supervisor_gone, supervisor_started
 from .last_good import load_good, save_good
 from .preflight import PreflightError, PreflightWarning, check_config, check_render
 from .turns import ReplicaTurn
@@ -105,7 +105,7 @@ class Applier:
         self.stopping = threading.Event()
         # Registries handed over to a successor that are still draining: never signalled again. After an agent
         # restart the handover file says which they are.
-        self.draining = read_handover(self.config_path)
+        self.draining = still_draining(self.config_path)
         self.busy = False  # an apply is running (in a worker thread)
         self.applies = 0  # applies begun: a look taken across one (busy, then not again) is stale
 

@@ -14,9 +14,10 @@ import json
 import shutil
 from pathlib import Path
 
+from berth_supervise.protocol import CONFIG_NAME
+
 from ..core.write import write_atomic, write_tree
 from ..render.config import Rendered
-from ..supervisor.files import CONFIG_NAME
 
 GOOD_DIR = "last-good"
 MARKER_NAME = "marker.json"

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from ..core import metrics
 from ..core.health import Health
+from ..restart.registry_output import first_error, keep_bounded
+from ..restart.supervisor_state import dropped_events, exit_line, supervisor_gone, supervisor_pid, supervisor_started
 from ..sources import Change, Emit
-from ..supervisor.output import first_error, keep_bounded, supervisor_pid
-from ..supervisor.state import dropped_events, exit_line, supervisor_gone, supervisor_started
 from .applier import Applier
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,7 @@ from berth_api.pod import (
     OUTBOX_PORT,
     TRUST_VOLUMES,
 )
-
-from ..supervisor.supervise.settings import split_addr
+from berth_supervise.protocol import split_addr
 
 log = logging.getLogger("berth_agent.run")
 
@@ -210,7 +209,7 @@ async def _main(args: argparse.Namespace, host: str, port: int) -> int:
                     args.config_dir / OUTBOX_FILE, args.outbox_max_bytes, report=wiring.reporter.notifications)
     servers.append(await start_relay(outbox, args.outbox[0] or "127.0.0.1", args.outbox[1]))
     if args.registry_metrics is not None:
-        from ..supervisor.metrics import start_metrics_proxy
+        from ..restart.metrics_proxy import start_metrics_proxy
 
         metrics_runner, _proxy = await start_metrics_proxy(args.state_dir or args.config_dir, *args.registry_metrics)
         servers.append(metrics_runner)

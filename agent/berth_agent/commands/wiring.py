@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..supervisor.files import CONFIG_NAME
+from berth_supervise.protocol import CONFIG_NAME
 
 if TYPE_CHECKING:
     from ..apply.applier import Applier

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..core import metrics
-from ..supervisor.procfs import RegistryProcess, find_registry_processes, started_after
+from ..restart.procfs import RegistryProcess, find_registry_processes, started_after
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..supervisor.files import CONFIG_NAME, GC_OUTPUT_NAME
-from ..supervisor.gc_process import GcProcess, GcProcessError
-from ..supervisor.gc_process import Running as _Running
-from ..supervisor.output import scrub
-from ..supervisor.procfs import send_signal
+from berth_supervise.protocol import CONFIG_NAME, GC_OUTPUT_NAME
+
+from ..restart.procfs import send_signal
+from ..restart.registry_output import scrub
+from ..restart.supervised_gc import GcProcess, GcProcessError
+from ..restart.supervised_gc import Running as _Running
 from . import report as gc_report
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")

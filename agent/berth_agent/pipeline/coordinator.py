@@ -24,9 +24,9 @@ from ..core.clock import Clock, LoopClock
 from ..core.errors import describe_internal_error
 from ..core.health import Health
 from ..render.config import Rendered
+from ..restart.probe import STOPPED
 from ..sources import Change
 from ..sources.pvc import PvcProbe
-from ..supervisor.probe import STOPPED
 from .book import StatusBook, show_current
 from .debounce import Debounce
 from .guard import newer_input_pending

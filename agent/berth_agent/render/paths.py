@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from berth_api.pod import CONFIG_DIR, DATA_DIR, OUTBOX_PORT, TLS_CERT_KEY, TLS_KEY_KEY
+from berth_supervise.protocol import S3_CREDENTIALS_NAME
 
 # Beside config.yml, by name relative to the config dir.
 HTPASSWD_FILE = "htpasswd"
@@ -20,8 +21,8 @@ S3_KEYS_ORIGIN = "storage.s3 keys"
 S3_CA_FILE = "s3-ca/ca.crt"  # storage.s3.ca, in berth_api.pod.S3_CA_DIR (the registry's SSL_CERT_DIR)
 # Temporary S3 credentials: the s3 driver has no session token parameter (2.8.2 s3.go:342, 3.1.1 s3.go:326 pass
 # ""), so the key, its secret and the token go to an AWS shared credentials file that berth-supervise names in the
-# registry's AWS_SHARED_CREDENTIALS_FILE (supervise/names.py S3_CREDENTIALS_NAME, held in step by a test).
-S3_CREDENTIALS_FILE = "s3/credentials"
+# registry's AWS_SHARED_CREDENTIALS_FILE (a file of the protocol between the two).
+S3_CREDENTIALS_FILE = S3_CREDENTIALS_NAME
 # The notification endpoints the pod's outbox delivers to (outbox/, issue 48), header values included: read by the
 # agent's outbox, never by the registry, whose one endpoint is the outbox. A change here restarts no registry.
 OUTBOX_FILE = "outbox.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..supervisor.supervise.settings import split_addr
+from berth_supervise.protocol import split_addr
 
 
 @dataclass(frozen=True, repr=False)

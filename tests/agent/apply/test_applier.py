@@ -6,7 +6,7 @@ from berth_agent.apply.applier import Applier, endpoint_of, restart_bound
 from berth_agent.apply.last_good import load_good
 from berth_agent.render import Rendered
 from berth_agent.render.rendered import state_identity
-from berth_agent.supervisor.files import CONFIG_NAME, SUPERVISOR_PID_NAME
+from berth_supervise.protocol import CONFIG_NAME, SUPERVISOR_PID_NAME
 
 CONFIG = b"version: 0.1\nhttp:\n  addr: 127.0.0.1:5999\n  draintimeout: 1m30s\n"
 

@@ -14,7 +14,7 @@ import pytest
 from berth_agent.apply.applier import Applier
 from berth_agent.apply.registry_watch import CRASH_LOOP_EXITS, Finding, RegistryWatch, exit_reason, stable_words
 from berth_agent.core.health import Health
-from berth_agent.supervisor.files import EXIT_NAME, SUPERVISOR_PID_NAME
+from berth_supervise.protocol import EXIT_NAME, SUPERVISOR_PID_NAME
 
 
 @pytest.mark.parametrize("status, lived, reason", [

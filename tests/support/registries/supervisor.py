@@ -1,6 +1,6 @@
 """berth-supervise, the registry container's command, running the real registry, for the agent's tests and benchmarks.
 
-`Supervisor` starts berth-supervise (`python -m berth_agent.supervisor.supervise`, the installed agent's module)
+`Supervisor` starts berth-supervise (`python -m berth_supervise`, the installed package)
 with BERTH_CONFIG / BERTH_REGISTRY_BIN (the 2.8 binary unless `binary` names another, e.g. the 3.x one of
 support.registries.registry.registry_binaries()), and finds the registry children it starts by their /proc entries.
 
@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from berth_agent.supervisor.procfs import RegistryProcess, find_registry_processes
+from berth_agent.restart.procfs import RegistryProcess, find_registry_processes
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 # The console script berth-supervise runs the same main(); the module needs no PATH.
-SUPERVISE_ARGV = [sys.executable, "-m", "berth_agent.supervisor.supervise"]
+SUPERVISE_ARGV = [sys.executable, "-m", "berth_supervise"]
 
 
 def registry_env() -> dict[str, str]:
@@ -160,6 +160,23 @@ class Supervisor:
             self.process.wait(5)
         self._log.close()
         return self.process.returncode
+
+
+def supervisors(default_dir: Path) -> Iterator[Callable[..., Supervisor]]:
+    """The `supervisor_factory` fixture: yields start(config_dir=default_dir, binary=None, env=None), which starts
+    berth-supervise on a config dir it creates; every supervisor started is stopped (and whatever it started) after."""
+    started: list[Supervisor] = []
+
+    def start(config_dir: Path | None = None, binary: str | None = None, env: dict[str, str] | None = None):
+        directory = config_dir or default_dir
+        directory.mkdir(exist_ok=True)
+        supervisor = Supervisor(directory, binary=binary or "", env=env).start()
+        started.append(supervisor)
+        return supervisor
+
+    yield start
+    for supervisor in started:
+        supervisor.stop()
 
 
 @contextmanager
