@@ -23,6 +23,7 @@ from berth_agent.gc.run import GcRunner
 from berth_agent.kube.lease import ReloadLease
 from berth_api import GC_PROXY_MESSAGE, GC_STORAGE_MESSAGE, GarbageCollectionRun
 from berth_api.leases import gc_lease_name
+from support.common.polling import until, wait_for
 from support.registries.gc import gc_outcome
 from support.registries.pod import filesystem_spec
 from support.registries.replicas import create_registry
@@ -122,14 +123,11 @@ def gc(kube_api):
     return kube_api.get(REGISTRIES, "default", "reg")["status"]["garbageCollection"]
 
 
-def attempt_in_background(worker, until) -> threading.Thread:
-    """worker.attempt() in a thread (it blocks for the whole run); returns once until() holds (10 s at most)."""
+def attempt_in_background(worker, reached) -> threading.Thread:
+    """worker.attempt() in a thread (it blocks for the whole run); returns once reached() holds (10 s at most)."""
     thread = threading.Thread(target=worker.attempt)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not until():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(reached, "the run to get that far", 10, 0.02)
     return thread
 
 
@@ -313,16 +311,11 @@ def test_the_loop_runs_a_request_it_is_offered_and_a_cancel_stops_a_running_comm
         await asyncio.sleep(0.2)
         assert command.calls == []  # nothing offered yet: the runner idles
         worker.offer(reg.get(REGISTRIES, "default", "reg"))
-        deadline = time.monotonic() + 10
-        while not command.calls:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
+        await until(lambda: command.calls, "the offered run's command", 10, 0.02)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
-    deadline = time.monotonic() + 10
-    while (gc(reg).get("lastRun") or {}).get("result") != "Interrupted":  # the worker thread finishes the run
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    # the worker thread finishes the run
+    wait_for(lambda: (gc(reg).get("lastRun") or {}).get("result") == "Interrupted", "lastRun Interrupted", 10, 0.02)
     assert gc(reg).get("active") is None

@@ -20,13 +20,13 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import started, stop_process
 from support.services.certs import self_signed_pair
@@ -90,11 +90,8 @@ class Azurite:
         applied.unlink(missing_ok=True)
         self.accounts_file.write_text(line)
         self.process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + timeout
-        while not (applied.exists() and applied.read_text() == line):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Azurite did not take the new keys in {timeout}s; log:\n{self.log()}")
-            time.sleep(0.02)
+        wait_for(lambda: applied.exists() and applied.read_text() == line,
+                 lambda: f"Azurite to take the new keys; log:\n{self.log()}", timeout, 0.02)
 
     def log(self) -> str:
         path = self.workdir / "azurite.log"

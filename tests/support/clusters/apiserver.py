@@ -44,6 +44,7 @@ import urllib3
 import yaml
 
 from support.clusters.kube import COSI_CRDS, REGISTRY_CRD, install_cosi_crds  # noqa: F401 (the tests import it here)
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import stop_process
 
@@ -249,14 +250,13 @@ class KubeApiServer:
         self._processes.append((process, log))
 
     def _wait(self, predicate: Any, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
+        def ready() -> Any:
             for process, _ in self._processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"{what}: {process.args[0]} exited {process.returncode}\n{self.logs()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}\n{self.logs()}")
-            time.sleep(0.1)
+            return predicate()
+
+        wait_for(ready, lambda: f"{what}\n{self.logs()}", timeout, 0.1)
 
     def _ready(self, ca: pathlib.Path) -> bool:
         try:

@@ -24,7 +24,6 @@ import shutil
 import ssl
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import IO, Any
@@ -33,6 +32,7 @@ import pytest
 
 from support.clusters.apiserver import KubeApiServer, apiserver_xz, unpack_cached
 from support.clusters.apiserver import skip_reason as apiserver_skip_reason
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import stop_process
 
@@ -132,14 +132,13 @@ class ControlPlane:
             return False
 
     def _wait(self, predicate: Any, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
+        def ready() -> Any:
             for name, process in self.processes.items():
                 if process.poll() is not None:
                     raise RuntimeError(f"{what}: {name} exited {process.returncode}\n{self.logs()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}\n{self.logs()}")
-            time.sleep(0.1)
+            return predicate()
+
+        wait_for(ready, lambda: f"{what}\n{self.logs()}", timeout, 0.1)
 
     def namespace(self, name: str | None = None, timeout: float = 60) -> str:
         """A new namespace, once the controller manager has made its `default` ServiceAccount (pods name it)."""

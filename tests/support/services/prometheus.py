@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import started
 
@@ -110,12 +111,9 @@ class Prometheus:
         """Until `count` more scrapes of `job` were recorded (whatever their outcome)."""
         expr = f'count_over_time(up{{job="{job}"}}[1h])'
         start = self.value(expr) or 0
-        deadline = time.monotonic() + timeout
-        while (self.value(expr) or 0) < start + count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"Prometheus recorded fewer than {count} scrapes of {job} in {timeout}s:\n"
-                                     f"{self.log_path.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.2)
+        wait_for(lambda: (self.value(expr) or 0) >= start + count,
+                 lambda: f"{count} more scrapes of {job}:\n{self.log_path.read_text(errors='replace')[-2000:]}",
+                 timeout, 0.2)
 
 
 @contextmanager
