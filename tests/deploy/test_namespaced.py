@@ -5,6 +5,7 @@ On a real API server: tests/apiserver/test_namespaced_install.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 
@@ -41,6 +42,17 @@ def test_the_cluster_reads_are_the_cluster_roles_cluster_scoped_reads_only() -> 
     scoped = dict(cluster_role, rules=[r for r in cluster_role["rules"] if set(r["resources"]) & CLUSTER_SCOPED])
     assert rules(reads) == rules(scoped)
     assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in reads["rules"])
+
+
+def test_the_tenant_role_and_the_cluster_reads_are_what_deploy_namespaced_rbac_py_writes() -> None:
+    """A kind's rule is written once, in deploy/clusterrole.yaml: the namespaced install's Role and cluster reads
+    are generated from it (`python deploy/namespaced_rbac.py`), never edited by hand."""
+    spec = importlib.util.spec_from_file_location("berth_namespaced_rbac", REPO / "deploy" / "namespaced_rbac.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert (REPO / "deploy" / "namespaced" / "tenant" / "role.yaml").read_text() == script.tenant_role()
+    assert (REPO / "deploy" / "namespaced" / "cluster-reads.yaml").read_text() == script.cluster_reads()
+    assert script.CLUSTER_SCOPED == CLUSTER_SCOPED and script.NOT_NEEDED == NOT_NEEDED
 
 
 def test_the_namespaced_build_has_no_cluster_role_reaching_a_secret_and_watches_its_list() -> None:
