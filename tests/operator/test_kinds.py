@@ -185,9 +185,8 @@ def test_a_kind_declared_twice_or_without_a_data_row_or_made_without_builders_is
     with pytest.raises(TypeError, match=r"PodDisruptionBudget \(policy/v1\) has two behaviours: in one and in two"):
         behaviours._declared([_module("one", made), _module("two", made)])
     assert behaviours._declared([_module("one", made), types.ModuleType("none")]) == {made.key: made}
-    with pytest.raises(TypeError, match=r"no row for: \[\('monitoring.coreos.com/v1', 'PodMonitor'\)\]"):
-        behaviours._in_table_order({**BEHAVIOURS, ("monitoring.coreos.com/v1", "PodMonitor"): Behaviour(
-            "monitoring.coreos.com/v1", "PodMonitor")})
+    with pytest.raises(TypeError, match=r"no row for: \[\('example.com/v1', 'Widget'\)\]"):
+        behaviours._in_table_order({**BEHAVIOURS, ("example.com/v1", "Widget"): Behaviour("example.com/v1", "Widget")})
     without = {key: behaviour for key, behaviour in BEHAVIOURS.items() if behaviour.kind != "PodDisruptionBudget"}
     with pytest.raises(TypeError, match=r"PodDisruptionBudget \(policy/v1\): core/kinds.py says applied='apply', "
                                         r"but its behaviour has no builders"):
