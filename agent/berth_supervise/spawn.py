@@ -94,7 +94,7 @@ def version_output(argv: list[str], env: Mapping[str, str], timeout: float = 10.
 
 def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A TCP socket listening on host:port ("" or "::": every address, IPv6 and IPv4 where the host has both);
-    `reuse_port`: SO_REUSEPORT, so that each registry can have its own socket on the address (supervise.steer)."""
+    `reuse_port`: SO_REUSEPORT, so that each registry can have its own socket on the address (steer.py)."""
     if host in ("", "::", "0.0.0.0"):
         if host != "0.0.0.0" and socket.has_dualstack_ipv6():
             return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True,

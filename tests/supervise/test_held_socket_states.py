@@ -1,4 +1,4 @@
-"""The 3.x handover on the held socket (supervise/held_socket.py) as a state machine, each transition on its own:
+"""The 3.x handover on the held socket (berth_supervise.held_socket) as a state machine, each transition on its own:
 a stand-in Host records what the handover asks of the supervisor (start, promote, SIGTERM, wait, drop), and the
 clock is passed in, so no registry, socket or signal is needed."""
 

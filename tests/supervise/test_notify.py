@@ -1,4 +1,4 @@
-"""supervise/notify.py: when a steered-away registry may go (issue 38), against a stand-in debug port serving what
+"""berth_supervise.notify: when a steered-away registry may go (issue 38), against a stand-in debug port serving what
 3.1.1's serves (/debug/vars with the endpoints' settings and header values, /metrics with the gauges). The real
 registry's side is in e2e/test_e2e_notifications_reloads.py."""
 

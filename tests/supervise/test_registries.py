@@ -1,4 +1,4 @@
-"""berth-supervise's table of live registries: which debug ports they hold (supervise/registry.py)."""
+"""berth-supervise's table of live registries: which debug ports they hold (berth_supervise.registry)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""supervise.group's reuseport group on real sockets and stand-in registry processes: the program names the current
-registry's socket at every moment, so no new connection ever reaches a registry that is stopping or gone.
+"""berth_supervise.group's reuseport group on real sockets and stand-in registry processes: the program names the
+current registry's socket at every moment, so no new connection ever reaches a registry that is stopping or gone.
 
 A socket leaves the group only when its last holder closes it, and the kernel then moves the group's last socket
 into its slot (test_steer.py). The supervisor holds a copy of every registry's socket until that registry has

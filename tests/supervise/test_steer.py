@@ -1,4 +1,4 @@
-"""supervise.steer on real sockets: a reuseport group, its program, accept queues and the group's order as the
+"""berth_supervise.steer on real sockets: a reuseport group, its program, accept queues and the group's order as the
 kernel keeps it (a closed socket's slot goes to the last one), which the supervisor's handover relies on."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The agent's stable registry-metrics endpoint (supervisor/metrics.py): it reads berth-supervise's file and passes
-the current registry's metrics through unchanged; it says why when it cannot."""
+"""The agent's stable registry-metrics endpoint (berth_agent.restart.metrics_proxy): it reads berth-supervise's file
+and passes the current registry's metrics through unchanged; it says why when it cannot."""
 
 from __future__ import annotations
 
