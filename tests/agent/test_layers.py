@@ -36,7 +36,8 @@ RANKS = {
 
 
 def test_every_module_has_a_layer_imports_only_down_without_cycles_and_packages_say_what_they_are():
-    layers.check(ROOT, "berth_agent", RANKS)
+    found = layers.problems(ROOT, "berth_agent", RANKS)
+    assert not found, layers.described(found)
 
 
 def _absolute_imports(path: Path) -> list[str]:

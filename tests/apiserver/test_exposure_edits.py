@@ -80,8 +80,10 @@ def applied(resource: str) -> Write:
     return "patch", resource, NAME
 
 
-def run_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict, steps: Callable[[Editor], None]) -> str:
-    """Create body, run the steps under berth-operator; its log. None of its requests was refused (RBAC)."""
+def check_under_operator(api: KubeApiServer, ns: str, tmp_path: Any, body: dict,
+                         steps: Callable[[Editor], None]) -> str:
+    """Create body, run the steps (each checks what it edits) under berth-operator, check none of its requests
+    was refused (RBAC); its log."""
     api.create(body)
     operator, token = start_operator(api, "berth-operator-0", tmp_path, [ns])
     try:
@@ -129,7 +131,7 @@ def test_each_spec_service_field_writes_only_the_service(kube_apiserver, apiserv
         assert again["metadata"]["uid"] != lb["metadata"]["uid"] and port(again)["nodePort"] == 30581
         reg.edit({"service": None}, SERVICES, lambda s: s["spec"]["type"] == "ClusterIP", applied("services"))
 
-    assert f"Replaced Service {NAME}" in run_operator(api, ns, tmp_path, registry(ns), steps)
+    assert f"Replaced Service {NAME}" in check_under_operator(api, ns, tmp_path, registry(ns), steps)
 
 
 def test_a_field_removed_after_the_service_was_replaced_goes(kube_apiserver, apiserver_namespace, tmp_path):
@@ -148,7 +150,7 @@ def test_a_field_removed_after_the_service_was_replaced_goes(kube_apiserver, api
                  lambda s: "lb.example.com/internal" not in (s["metadata"].get("annotations") or {}),
                  applied("services"))
 
-    run_operator(api, ns, tmp_path, registry(ns, service=shape), steps)
+    check_under_operator(api, ns, tmp_path, registry(ns, service=shape), steps)
 
 
 def test_each_spec_ingress_field_writes_only_the_ingress(kube_apiserver, apiserver_namespace, tmp_path):
@@ -178,7 +180,7 @@ def test_each_spec_ingress_field_writes_only_the_ingress(kube_apiserver, apiserv
                  and i["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "600",
                  applied("ingresses"))
 
-    run_operator(api, ns, tmp_path, registry(ns), steps)
+    check_under_operator(api, ns, tmp_path, registry(ns), steps)
 
 
 def test_each_spec_gateway_field_writes_only_the_http_route(kube_apiserver, apiserver_namespace, tmp_path):
@@ -197,4 +199,4 @@ def test_each_spec_gateway_field_writes_only_the_http_route(kube_apiserver, apis
         reg.edit({"gateway": {"hostnames": None}}, ROUTES, lambda r: "hostnames" not in r["spec"],
                  applied("httproutes"))
 
-    run_operator(api, ns, tmp_path, registry(ns), steps)
+    check_under_operator(api, ns, tmp_path, registry(ns), steps)

@@ -42,6 +42,17 @@ def create_pod(api, namespace: str, template: dict, service_account: str | None 
     return api.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, dryRun="All")
 
 
+def _security(spec: dict) -> list:
+    return [spec.get("securityContext")] + [(c["name"], c.get("securityContext"))
+                                            for c in spec.get("initContainers", []) + spec["containers"]]
+
+
+def expect_admitted(api, namespace: str, template: dict, service_account: str | None = None) -> None:
+    """create_pod, and the server's pod is the one built: every container, each security context unchanged."""
+    pod = create_pod(api, namespace, template, service_account)
+    assert _security(pod["spec"]) == _security(template["spec"]), pod["spec"]
+
+
 @pytest.mark.parametrize("name", [*EXAMPLES, "inmemory-on-port-443"])
 def test_the_registry_pod_is_admitted(kube_apiserver, restricted, name) -> None:
     document = yaml.safe_load((REPO / "examples" / f"{name.removesuffix('-on-port-443')}.yaml").read_text())
@@ -51,17 +62,17 @@ def test_the_registry_pod_is_admitted(kube_apiserver, restricted, name) -> None:
     facts = ClusterFacts(agent_image=AGENT_IMAGE, bucket_access_secret="access-credentials")
     [deployment] = [o for o in build_all(reg, facts, http_secret_value="v") if o["kind"] == "Deployment"]
     template = deployment["spec"]["template"]
-    create_pod(kube_apiserver, restricted, template, template["spec"].pop("serviceAccountName"))
+    expect_admitted(kube_apiserver, restricted, template, template["spec"].pop("serviceAccountName"))
 
 
 def test_the_operator_pod_is_admitted(kube_apiserver, restricted) -> None:
     deployment = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())
     template = deployment["spec"]["template"]
-    create_pod(kube_apiserver, restricted, template, template["spec"].pop("serviceAccountName"))
+    expect_admitted(kube_apiserver, restricted, template, template["spec"].pop("serviceAccountName"))
 
 
 def test_the_checkers_compliant_pod_is_admitted(kube_apiserver, restricted) -> None:
-    create_pod(kube_apiserver, restricted, compliant())
+    expect_admitted(kube_apiserver, restricted, compliant())
 
 
 # Breaches that Pod validation would refuse before PodSecurity sees them, made valid the way a user would.

@@ -50,4 +50,5 @@ def test_a_deleted_pod_delivers_the_events_its_outbox_holds(kube_node: Node, ber
 
         wait_for(lambda: tags() >= {str(i) for i in range(PUSHES)}, "every push event from the deleted pod", 120,
                  node)
+        assert {e["target"]["repository"] for _, e in receiver.events("push")} == {"demo/roll"}  # ours, and whole
     print(f"{PUSHES} pushes, {pending:g} events held when the pod was deleted: all {len(tags())} delivered")

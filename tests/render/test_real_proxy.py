@@ -134,3 +134,8 @@ def test_the_registry_3_ttl_and_cachewritetimeout_are_accepted(tmp_path):
         document["proxy"].update(ttl="1h", cachewritetimeout="30s")
         proxy = start_registry(yaml.safe_dump(document).encode(), tmp_path / "run", binary=REGISTRY3_BINARY)
         proxy.stop()
+        assert f"Registry configured as a proxy cache to {up.url}" in proxy.log()
+        # Read, not ignored: a ttl that is no duration stops the start.
+        document["proxy"]["ttl"] = "one hour"
+        with pytest.raises(RuntimeError, match="cannot unmarshal !!str `one hour` into time.Duration"):
+            start_registry(yaml.safe_dump(document).encode(), tmp_path / "bad-ttl", binary=REGISTRY3_BINARY)

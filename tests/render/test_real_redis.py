@@ -22,7 +22,7 @@ import json
 import pytest
 import yaml
 
-from render.test_real_registry import check, prepare, serve_and_check
+from render.test_real_registry import check, check_serving, prepare
 from support.common.ports import free_port
 from support.registries.registry import REGISTRY3_BINARY, http_get, requires_registry3, start_registry
 from support.services.redisserver import running_redis
@@ -54,7 +54,7 @@ def test_v3_ignores_redis_tls_enabled_and_talks_clear_text_to_a_tls_only_redis(t
         document["redis"]["maxretries"] = -1  # test only: go-redis would retry each failing call with backoff
         config.write_text(yaml.safe_dump(document))
         # The cache fails; the registry serves without it.
-        registry = serve_and_check(config, mounts, tmp_path, REGISTRY3_BINARY)
+        registry = check_serving(config, mounts, tmp_path, REGISTRY3_BINARY)
         assert "connection reset by peer" in registry.log()  # its clear-text hello hit the TLS port
         assert cached_keys(redis) == []
 
@@ -69,7 +69,7 @@ def test_rendered_tls_reaches_a_tls_only_redis_and_checks_its_certificate(tmp_pa
                                     paths_args={"ca_bundle": redis.ca_file})
         mounts.secret_values.append(redis.password)
         assert yaml.safe_load(config.read_bytes())["redis"]["tls"] == {"rootcas": [str(redis.ca_file)]}
-        registry = serve_and_check(config, mounts, tmp_path, REGISTRY3_BINARY)
+        registry = check_serving(config, mounts, tmp_path, REGISTRY3_BINARY)
         assert "using redis blob descriptor cache" in registry.log()
         assert "error from cache" not in registry.log()
         assert cached_keys(redis), "descriptors were cached over TLS in the rendered db"
@@ -81,7 +81,7 @@ def test_a_redis_certificate_from_another_ca_is_refused(tmp_path):
             running_redis(tmp_path / "other", tls=True) as other:
         _, mounts, config = prepare(redis_registry({"tls": {"enabled": True}}), tmp_path, "3",
                                     redis_url=redis.url(2), paths_args={"ca_bundle": other.ca_file})
-        registry = serve_and_check(config, mounts, tmp_path, REGISTRY3_BINARY)
+        registry = check_serving(config, mounts, tmp_path, REGISTRY3_BINARY)
         assert "certificate signed by unknown authority" in registry.log()
         assert cached_keys(redis) == []
 

@@ -84,7 +84,7 @@ def check(registry: RegistryProcess, mounts: Mounts, tmp_path: Path, *, round_tr
         assert pulled.blobs == pushed.blobs
 
 
-def serve_and_check(config: Path, mounts: Mounts, tmp_path: Path, binary: str | Path) -> RegistryProcess:
+def check_serving(config: Path, mounts: Mounts, tmp_path: Path, binary: str | Path) -> RegistryProcess:
     """Start the registry on the rendered config, check it (auth, a push and pull back) and that no secret value
     is in its log; stop it. The stopped process, for what its log says."""
     registry = start_registry(config, tmp_path / "run", binary=binary)
@@ -108,7 +108,7 @@ def _cloud_storage(name: str) -> bool:
 def test_example_without_object_storage_serves(name, tmp_path, dist):
     registry_def, mounts, config = prepare(load(name), tmp_path, dist[0])
     # In-memory storage round-trips too: it is a backend like the others, only volatile.
-    serve_and_check(config, mounts, tmp_path, dist[1])
+    check_serving(config, mounts, tmp_path, dist[1])
     if registry_def.spec.config.storage.filesystem is not None:
         assert any((tmp_path / "data").rglob("data")), "blobs were written under the rendered rootdirectory"
 
@@ -117,7 +117,7 @@ def test_example_without_object_storage_serves(name, tmp_path, dist):
 def test_cosi_example_serves_from_moto_with_iam_enforced(name, tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-data")
     _, mounts, config = prepare(load(name), tmp_path, dist[0], s3=target)
-    serve_and_check(config, mounts, tmp_path, dist[1])
+    check_serving(config, mounts, tmp_path, dist[1])
     objects = moto_server.list_objects("registry-data")
     assert any(key.endswith("/data") for key in objects), "blobs landed in the bucket"
 
@@ -126,7 +126,7 @@ def test_cosi_example_serves_from_moto_with_iam_enforced(name, tmp_path, moto_se
 def test_v1alpha2_credentials_drive_the_s3_driver(cosi_format, tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-v2")
     _, mounts, config = prepare(load("cosi-existing.yaml"), tmp_path, dist[0], s3=target, cosi_format=cosi_format)
-    serve_and_check(config, mounts, tmp_path, dist[1])
+    check_serving(config, mounts, tmp_path, dist[1])
 
 
 def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_server, redis_server, dist):
@@ -150,7 +150,7 @@ def test_full_example_serves_with_auth_s3_and_a_real_redis_cache(tmp_path, moto_
     else:
         assert rendered["redis"]["addrs"] == [f"127.0.0.1:{redis_server.port}"]
         assert rendered["storage"]["cache"] == {"blobdescriptor": "redis", "blobdescriptorsize": 10000}
-    registry = serve_and_check(config, mounts, tmp_path, binary)
+    registry = check_serving(config, mounts, tmp_path, binary)
     assert "using redis blob descriptor cache" in registry.log()
     assert "error connecting to redis" not in registry.log()
     # The registry authenticated with the rendered password and wrote descriptors into the rendered db.
@@ -191,4 +191,4 @@ def test_tls_with_s3(tmp_path, moto_server, dist):
     target = moto_target(moto_server, "registry-tls")
     storage = {"objectStorage": {"bucketClaim": "b", "bucketAccess": "a"}, "redirect": {"disabled": True}}
     _, mounts, config = prepare(tls_document(storage), tmp_path, dist[0], s3=target)
-    serve_and_check(config, mounts, tmp_path, dist[1])
+    check_serving(config, mounts, tmp_path, dist[1])

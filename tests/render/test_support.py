@@ -20,6 +20,7 @@ def test_free_port_can_be_bound_on_loopback():
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+        assert sock.getsockname() == ("127.0.0.1", port)
 
 
 class Service:

@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 
+from berth_agent.apply import preflight_http
 from berth_agent.apply.preflight import PreflightError, check_bucket, check_config, sign_v4
 from berth_agent.render import Rendered
 from berth_agent.render.targets import S3Target
@@ -43,8 +44,22 @@ def _config(moto, key, bucket="registry-data") -> bytes:
     ).encode()
 
 
-def test_a_live_key_passes(moto):
+def _answers(monkeypatch) -> list:
+    """The object store's answers to what check_config asks, as it asks."""
+    answers, request = [], preflight_http.request
+
+    def recorded(*args, **kwargs):
+        answers.append(request(*args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(preflight_http, "request", recorded)
+    return answers
+
+
+def test_a_live_key_passes(moto, monkeypatch):
+    answers = _answers(monkeypatch)
     check_config(Rendered(_config(moto, moto.user)))
+    assert [answer.status for answer in answers] == [200]  # one signed ListObjectsV2, and the bucket said yes
 
 
 def test_a_deleted_key_is_refused_and_the_error_holds_no_secret(moto):
@@ -75,5 +90,7 @@ def test_an_unreachable_endpoint_is_reported(moto):
         check_bucket(target, timeout=2)
 
 
-def test_filesystem_storage_needs_no_check():
+def test_filesystem_storage_needs_no_check(monkeypatch):
+    answers = _answers(monkeypatch)
     check_config(Rendered(b"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: /var/lib/registry\n"))
+    assert answers == []  # nothing asked of anyone

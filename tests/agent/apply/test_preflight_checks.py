@@ -4,6 +4,7 @@ listen port, the redis it will use; each refused with a message that names the f
 from __future__ import annotations
 
 import datetime
+import re
 import socket
 import ssl
 import threading
@@ -86,8 +87,16 @@ def test_a_port_another_process_listens_on_is_refused():
                 check_bindable(addr)
 
 
+def _bind_plainly(port: int) -> None:
+    """Bind 127.0.0.1:port without SO_REUSEADDR, and close."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
 def test_a_free_port_and_a_port_in_time_wait_pass():
-    check_bindable(f"127.0.0.1:{free_port()}")
+    port = free_port()
+    check_bindable(f"127.0.0.1:{port}")
+    _bind_plainly(port)  # the check's socket is closed: the port is the registry's to take
     # A connection closed by the listening side leaves the port in TIME_WAIT. Go's listener binds it (it sets
     # SO_REUSEADDR), so the check must not refuse it; without SO_REUSEADDR the bind would fail.
     listener = socket.create_server(("127.0.0.1", 0))
@@ -97,6 +106,8 @@ def test_a_free_port_and_a_port_in_time_wait_pass():
     accepted.close()
     client.close()
     listener.close()
+    with pytest.raises(OSError):
+        _bind_plainly(port)  # the port is in TIME_WAIT indeed
     check_bindable(f"127.0.0.1:{port}")
 
 
@@ -115,10 +126,19 @@ def _target(server, **changes) -> RedisTarget:
     return RedisTarget(**values)
 
 
+def _command_calls(server, command: str) -> int:
+    """How many times the server ran `command` (INFO commandstats)."""
+    stats = server.command("INFO", "commandstats")
+    match = re.search(rb"^cmdstat_%s:calls=(\d+)," % command.encode(), stats, re.M)
+    return int(match.group(1)) if match else 0
+
+
 def test_redis_with_the_right_password_answers(redis_server):
+    pings = _command_calls(redis_server, "ping")
     check_redis(_target(redis_server))
     check_redis(_target(redis_server, db=3))
     check_redis(_target(redis_server, username="default"))
+    assert _command_calls(redis_server, "ping") == pings + 3  # each check reached the PING, past AUTH and SELECT
 
 
 def test_a_wrong_redis_password_is_refused_without_the_password(redis_server):
@@ -226,11 +246,12 @@ def test_a_dead_redis_on_the_first_config_is_a_warning_not_a_refusal(tmp_path):
 def test_a_redis_answering_slowly_still_passes_within_the_timeout():
     """A server that answers after a pause (not a timing claim: the pause is far inside the bound)."""
     server = socket.create_server(("127.0.0.1", 0))
+    asked: list[bytes] = []
 
     def answer() -> None:
         conn, _ = server.accept()
         with conn:
-            conn.recv(4096)
+            asked.append(conn.recv(4096))
             threading.Event().wait(0.2)
             conn.sendall(b"+OK\r\n+PONG\r\n")
 
@@ -241,3 +262,4 @@ def test_a_redis_answering_slowly_still_passes_within_the_timeout():
     finally:
         thread.join(5)
         server.close()
+    assert asked == [b"*2\r\n$4\r\nAUTH\r\n$1\r\np\r\n*1\r\n$4\r\nPING\r\n"]  # both answers were awaited

@@ -104,7 +104,7 @@ def test_a_kept_alive_connection_serves_several_requests_and_a_chunked_body_is_r
 
             assert await asyncio.wait_for(asyncio.to_thread(chunked), WAIT) == 411
 
-            def expect_continue() -> tuple[bytes, int]:
+            def expecting_100() -> tuple[bytes, int]:
                 with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
                     sock.sendall(b"POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
                     answers = sock.makefile("rb")
@@ -113,7 +113,7 @@ def test_a_kept_alive_connection_serves_several_requests_and_a_chunked_body_is_r
                     sock.sendall(b"{}")
                     return interim.strip(), int(answers.readline().split()[1])
 
-            assert await asyncio.wait_for(asyncio.to_thread(expect_continue), WAIT) == (b"HTTP/1.1 100 Continue", 200)
+            assert await asyncio.wait_for(asyncio.to_thread(expecting_100), WAIT) == (b"HTTP/1.1 100 Continue", 200)
         finally:
             conn.close()
             await listener.cleanup()

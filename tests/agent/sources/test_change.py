@@ -39,3 +39,4 @@ def test_emit_after_the_loop_closed_is_silent():
     emit = queue_emitter(queue, loop)
     loop.close()
     emit(Change("resync"))  # a watchdog thread outliving the agent's loop must not raise
+    assert queue.empty()  # and the change is dropped: nobody is left to act on it

@@ -145,6 +145,7 @@ async def test_periodic_resync(tmp_path, health, changes):
         await changes.wait_for(_from("resync"))
         changes.clear()
         await changes.wait_for(_from("resync"))  # again: it repeats
+        assert {change.source for change in changes.snapshot()} == {"resync"}  # nothing mounted: nothing else said
 
 
 @pytest.mark.asyncio
@@ -157,6 +158,7 @@ async def test_missing_root_appears_later(tmp_path, health, changes):
         # Picked up by the resync, which also reports the new directory itself.
         await changes.wait_for(_from("mount:cosi"))
         await _wait_watching(watcher, root / "cosi")
+        assert watcher.watched == {root, root / "cosi"}  # the root that appeared, and the directory in it
 
 
 @pytest.mark.asyncio

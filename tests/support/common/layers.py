@@ -98,15 +98,25 @@ def package_problems(root: Path, edges: Mapping[str, set[str]]) -> list[str]:
     return problems
 
 
-def check(root: Path, package: str, ranks: Mapping[str, int]) -> None:
-    """Fail naming every problem: a folder with no rank, an import up or sideways, a cycle, a folder that does
-    not say what it is for (or exports what it lacks)."""
+def problems(root: Path, package: str, ranks: Mapping[str, int]) -> dict[str, list]:
+    """Every problem, by kind (none: the layout holds): a folder with no rank, an import up or sideways, a cycle,
+    a folder that does not say what it is for (or exports what it lacks)."""
     edges = graph(root, package)
-    problems = {
+    found = {
         "folders without a rank (or ranks without a folder)": sorted(({layer(n) for n in edges} - {None}) ^ set(ranks)),
         "imports up or sideways": wrong_imports(edges, ranks),
         "import cycles": cycles(edges),
         "packages": package_problems(root, edges),
     }
-    found = {what: items for what, items in problems.items() if items}
-    assert not found, "\n".join(f"{what}:\n  " + "\n  ".join(map(str, items)) for what, items in found.items())
+    return {what: items for what, items in found.items() if items}
+
+
+def described(found: Mapping[str, list]) -> str:
+    """problems() as a failure says them: each kind, then its items."""
+    return "\n".join(f"{what}:\n  " + "\n  ".join(map(str, items)) for what, items in found.items())
+
+
+def check(root: Path, package: str, ranks: Mapping[str, int]) -> None:
+    """Fail naming every problem()."""
+    found = problems(root, package, ranks)
+    assert not found, described(found)

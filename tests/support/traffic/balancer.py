@@ -94,7 +94,7 @@ class Balancer:
         while not all(backend.ready for backend in self.backends) and time.monotonic() < deadline:
             time.sleep(self.check_interval)
             self._check()
-        for target, name in ((self._accept_loop, "balancer-accept"), (self._check_loop, "balancer-check")):
+        for target, name in ((self._accept_loop, "balancer-accept"), (self._readiness_loop, "balancer-check")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -121,7 +121,7 @@ class Balancer:
                     self.stats.transitions.append((time.monotonic(), backend.name, ready))
                 backend.ready = ready
 
-    def _check_loop(self) -> None:
+    def _readiness_loop(self) -> None:
         while not self._stop.wait(self.check_interval):
             self._check()
             with self._lock:
