@@ -145,6 +145,7 @@ def test_a_secret_created_while_the_reconcile_that_missed_it_still_runs_wakes_it
                      "type": "kubernetes.io/basic-auth", "data": {"username": base64.b64encode(b"u").decode(),
                                                                    "password": base64.b64encode(b"p").decode()}})
     wait_for(lambda: condition(harness, "late", "Degraded")[0] == "False", "Degraded cleared")
+    assert condition(harness, "late", "Degraded")[1] != "MissingSecret"
 
 
 def test_waiting_for_pvc_then_pods_then_ready(operator_harness, kube_api):
@@ -181,6 +182,7 @@ def test_deployment_status_change_alone_updates_ready(operator_harness, kube_api
         "observedGeneration": generation, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}},
         subresource="status")
     wait_for(lambda: condition(harness, "fast", "Ready")[:2] == ("True", "Available"), "Ready")
+    assert condition(harness, "fast", "Progressing")[0] == "False", "Ready, yet still Progressing"
 
 
 def test_waiting_for_bucket_access(cosi_crds, operator_harness, kube_api):

@@ -145,6 +145,7 @@ def test_edited_owned_object_is_repaired(operator_harness, kube_api):
     # reaches them, and then the event's own wake repairs it a moment later.
     wait_for(lambda: [p["port"] for p in kube_api.get("v1/services", NS, "drift")["spec"]["ports"]] == [5000],
              "the Service's port repaired")
+    assert [p.get("name") for p in kube_api.get("v1/services", NS, "drift")["spec"]["ports"]] != ["x"]
 
 
 def with_policy(spec: dict, policy: str) -> dict:

@@ -99,6 +99,8 @@ def test_stale_agent_records_are_pruned(operator_harness, kube_api):
     kube_api.delete("v1/pods", NS, "agents-live")
     wait_for(lambda: not kube_api.get(REGISTRIES_PATH, NS, "agents")["status"].get("agents"),
              "the deleted pod's record pruned")
+    # Only the records go: the operator's own status stays.
+    assert kube_api.get(REGISTRIES_PATH, NS, "agents")["status"].get("conditions")
 
 
 def test_agent_error_is_reported_as_degraded(operator_harness, kube_api):

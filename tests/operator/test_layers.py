@@ -35,7 +35,8 @@ PROGRAMS = {"berth_api": 0, "berth_supervise": 0, "berth_agent": 1, "berth_opera
 
 
 def test_every_module_has_a_layer_imports_only_down_without_cycles_and_packages_say_what_they_are():
-    layers.check(ROOT, "berth_operator", RANKS)
+    found = layers.problems(ROOT, "berth_operator", RANKS)
+    assert not found, layers.described(found)
 
 
 def test_across_the_repository_no_program_imports_the_other_and_the_api_imports_neither():

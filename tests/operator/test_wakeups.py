@@ -93,4 +93,10 @@ async def test_a_failing_wake_up_is_logged_not_raised(caplog):
     wakeups.at(KEY, later(1), fail)
     clock.set(later(1))
     await until(lambda: "timed reconcile of Registry ns/reg failed" in caplog.text, "the logged failure")
+    # Logged, not raised: the wake-ups go on, and the next timer fires.
+    woken = []
+    wakeups.at(KEY, later(2), lambda: asyncio.sleep(0, result=woken.append("two")))
+    clock.set(later(2))
+    await until(lambda: woken == ["two"], "the next timer")
+    assert wakeups.pending(KEY) is None
     await wakeups.close()
