@@ -23,6 +23,8 @@ import pytest
 
 from agent.conftest import ChangeCollector
 from berth_agent.core.health import Health
+from berth_agent.kube.client import ApiClient
+from berth_agent.kube.config import from_kubeconfig
 from berth_agent.sources.registry_api import RegistryApiWatcher
 from berth_agent.sources.secret_api import SecretApiWatcher
 from support.clusters.apiserver import KubeApiServer, etcd_compact
@@ -71,7 +73,8 @@ async def watching(server: KubeApiServer, namespace: str, token: str, **options)
     """Both watchers running with `token`, yielded as (changes, registry watcher, secret watcher) once each has
     delivered its object."""
     options = {"backoff_initial": 0.05, "backoff_cap": 0.2, **options}
-    client, health, changes = server.client(token), Health(), ChangeCollector()
+    # The agent's own client, as a kubeconfig holding the token makes it.
+    client, health, changes = ApiClient(from_kubeconfig([server.kubeconfig_for(token)])), Health(), ChangeCollector()
     registry_watcher = RegistryApiWatcher(client, namespace, "reg", health, **options)
     secret_watcher = SecretApiWatcher(client, namespace, "creds", "htpasswd", health, **options)
     async with running(registry_watcher, changes), running(secret_watcher, changes):
