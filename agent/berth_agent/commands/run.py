@@ -147,6 +147,15 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:  # e.g. the health port is taken: one line, not a traceback
         log.error("cannot start", extra={"fields": {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}})
         return 1
+    except Exception as exc:
+        from ..kube.config import ConfigError  # here, not above: a file-mode agent never loads the API client
+
+        if not isinstance(exc, ConfigError):
+            raise
+        # No API server to reach (no kubeconfig, not in a pod, a field the client does not take): one line naming
+        # what is wrong, not a traceback.
+        log.error("cannot configure the API client", extra={"fields": {"error": str(exc)}})
+        return 2
 
 
 def _bind_addr(addr: str, flag: str = "--health-addr") -> tuple[str, int]:

@@ -37,6 +37,22 @@ def test_a_taken_health_port_exits_1_without_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_an_unusable_kubeconfig_exits_2_naming_it_without_a_traceback(tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"
+    exec_plugin = tmp_path / "exec-kubeconfig"
+    exec_plugin.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                           "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+                           "users: [{name: u, user: {exec: {command: aws}}}]\n"
+                           "contexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    for kubeconfig, needle in ((missing, str(missing)), (exec_plugin, "exec")):
+        result = _run("--registry", "ns/reg", "--kubeconfig", str(kubeconfig), "--config-dir", str(tmp_path),
+                      "--mounts", str(tmp_path / "mounts"), "--health-addr", "127.0.0.1:0")
+        assert result.returncode == 2, result.stderr
+        line = json.loads(result.stderr.splitlines()[-1])
+        assert line["msg"] == "cannot configure the API client" and needle in line["error"], line
+        assert "Traceback" not in result.stderr
+
+
 def test_help_names_the_endpoints_and_every_default():
     result = _run("--help")
     assert result.returncode == 0
