@@ -8,7 +8,7 @@ Of a kubeconfig this reads the current context's cluster (`server`, `certificate
 `insecure-skip-tls-verify`) and user (`token`, `tokenFile`, `client-certificate` / `-data` with `client-key` /
 `-data`); a user that authenticates any other way (exec plugins, auth providers, basic auth) or a cluster behind a
 proxy is refused with a ConfigError naming the field, not half-used. A token file is read again whenever it changes:
-the kubelet rotates a pod's projected ServiceAccount token, as the official client and client-go expect.
+the kubelet rotates a pod's projected ServiceAccount token in place (docs/upstream.md#k8s-bound-token-rotation).
 """
 
 from __future__ import annotations
