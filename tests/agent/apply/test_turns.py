@@ -29,7 +29,8 @@ def lease_object(kube_api):
 
 
 def _lease(kube_api, holder: str, clock=None) -> ReloadLease:
-    return ReloadLease(kube_api.agent_client(), "default", lease_name("reg"), holder, **({"clock": clock} if clock else {}))
+    options = {"clock": clock} if clock else {}
+    return ReloadLease(kube_api.agent_client(), "default", lease_name("reg"), holder, **options)
 
 
 def test_one_holder_at_a_time_and_release_hands_it_on(kube_api, lease_object):
