@@ -94,7 +94,7 @@ class Applier:
         # config dir outside Kubernetes; in a pod the registry container mounts the config volume read-only.
         self.state_dir = Path(state_dir) if state_dir else self.config_dir
         self.config_path = self.config_dir / CONFIG_NAME
-        # The one door to the registry container's processes (supervisor/restarter.py): on the socket the
+        # The one door to the registry container's processes (restart/restarter.py): on the socket the
         # supervisor holds (3.x) or overlapped (2.8).
         self.restarter: Restarter = restarter or SupervisorRestarter(self.config_path, self.state_dir)
         self.restart_timeout = restart_timeout
@@ -195,7 +195,7 @@ class Applier:
         running = [p for p in find_registry_processes(self.config_path) if p not in self.draining]
         first = previous is None
         # On the socket the supervisor holds (3.x) nothing is refused while the registry restarts: the pod stays
-        # in its Service and only takes its turn (docs/design.md §4.2, "Coordination between replicas").
+        # in its Service and only takes its turn (docs/decisions/0010-replicas-reload-one-at-a-time.md).
         leave = not self.restarter.holds_socket(running)
         if turn is not None and not first:
             # Another pod may be restarting: wait for our turn, then leave the Service (apply/turns.py).
@@ -326,9 +326,10 @@ class Applier:
                                    detail=detail, started_at=time.time())
             action = "written"
         else:
-            # A bounded handover (supervise/notify.py) when a credential is retired (the old registry is gone
-            # within drainTimeout: the old one may be revoked then, issue 48) and on GC's read-only switch (a
-            # writable registry must not linger; GC's acknowledgement waits until it is gone, gc/ack.py).
+            # A bounded handover (berth_supervise/notify.py) when a credential is retired (the old registry is gone
+            # within drainTimeout: the old one may be revoked then,
+            # docs/decisions/0001-retirement-bounded-by-drain-timeout.md) and on GC's read-only switch (a writable
+            # registry must not linger; GC's acknowledgement waits until it is gone, gc/ack.py).
             quick = _read_only(rendered) or rendered.retires_credential(previous)
             result = self.restarter.restart(endpoint_of(rendered), timeout=bound, stop=self.stopping,
                                             draining=self.draining, running=running, quick=quick)

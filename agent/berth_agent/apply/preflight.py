@@ -11,7 +11,7 @@ answering 503 until a person notices (docs/upstream.md#parts-moto).
 
 The check is one signed ListObjectsV2 (max-keys=1) request made with the standard library: a minimal AWS
 Signature Version 4 signer instead of botocore, which would add about 20 MB to the agent's resident memory for
-a single call (docs/design.md §4.2; the agent's RSS budget is 70 MiB). It reads the rendered config, so it
+a single call (the agent's memory budget: docs/decisions/0037-agent-memory.md). It reads the rendered config, so it
 checks exactly the endpoint, region, bucket and key the registry will use.
 """
 

@@ -1,4 +1,4 @@
-"""Pre-flight of Azure Blob storage (spec.config.storage.azure, issue 31): the credentials a new config carries must
+"""Pre-flight of Azure Blob storage (spec.config.storage.azure): the credentials a new config carries must
 open the container before the registry restarts onto them.
 
 The registry's azure driver (Distribution 3.1.1, `registry/storage/driver/azure/auth.go`) signs every request with

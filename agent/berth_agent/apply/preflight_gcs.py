@@ -1,4 +1,4 @@
-"""Pre-flight of Google Cloud Storage (spec.config.storage.gcs, issue 31): a new service-account key must get a
+"""Pre-flight of Google Cloud Storage (spec.config.storage.gcs): a new service-account key must get a
 token and open the bucket before the registry restarts onto it.
 
 The registry's gcs driver (Distribution 3.1.1, `registry/storage/driver/gcs/gcs.go`) reads the keyfile at start,

@@ -1,7 +1,7 @@
 """One HTTP(S) request of a pre-flight (cloud storage credentials, a cache's upstream): no redirect followed (it
 would carry the credentials elsewhere), at most 64 KiB of the answer read, the connection closed after it.
 
-Through the registry's egress proxy when it has one (issue 36): the operator hands the agent the proxy variables
+Through the registry's egress proxy when it has one (spec.env): the operator hands the agent the proxy variables
 of spec.env as BERTH_PREFLIGHT_<name> (under their own names the official Kubernetes client would send the
 agent's API calls through the proxy too). Chosen as the registry's Go net/http chooses
 (golang.org/x/net/http/httpproxy): HTTPS_PROXY for https URLs, HTTP_PROXY for http ones, each in upper case else

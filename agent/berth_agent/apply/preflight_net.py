@@ -1,7 +1,7 @@
 """Pre-flight of what the registry reaches over the network at start: its listen address and its redis.
 
 A new `http.addr` whose port another process in the pod holds made the registry exit at start (`bind: address
-already in use`), and a wrong redis password or a dead redis host was applied with no word (issue 9.5, 9.7).
+already in use`), and a wrong redis password or a dead redis host was applied with no word.
 Both are checked here before any restart, each within a short bound, and every message names the field and
 the address, never a password.
 """

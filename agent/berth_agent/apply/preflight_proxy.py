@@ -1,7 +1,9 @@
-"""Pre-flight of a pull-through cache's upstream (spec.config.proxy; docs/design.md §4.2, "The upstream").
+"""Pre-flight of a pull-through cache's upstream (spec.config.proxy;
+docs/decisions/0020-pull-through-cache-restarts.md).
 
 What the registry does with `proxy` (read in distribution v2.8.2 and v3.1.1, `registry/proxy/proxyauth.go`,
-`proxyregistry.go`, `registry/handlers/app.go`; measured here, docs/design.md §4.6):
+`proxyregistry.go`, `registry/handlers/app.go`; measured here,
+docs/decisions/0020-pull-through-cache-restarts.md):
 
 - At start it GETs the upstream's `/v2/` once (no timeout on 2.8) to learn its challenge, and PANICS when that
   request fails: a proxy registry cannot start, so cannot restart, while its upstream is unreachable (both

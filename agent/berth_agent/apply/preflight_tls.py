@@ -1,7 +1,7 @@
 """Pre-flight of the HTTPS pair: the certificate and key load together, and the certificate is not expired.
 
 The registry loads them once at start (docs/upstream.md#dist-read-once); a pair it refuses (`tls: private key does
-not match public key`) made it exit at start and cost seconds of failed requests before the rollback (issue 9.5).
+not match public key`) made it exit at start and cost seconds of failed requests before the rollback.
 OpenSSL's load_cert_chain checks what Go's tls.LoadX509KeyPair checks: both parse, and the key belongs to the first
 certificate. It reads files only, so the pair is written for a moment into a private directory (mode 0700, files
 0600) on the memory-backed config volume and removed at once.

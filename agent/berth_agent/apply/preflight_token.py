@@ -1,5 +1,5 @@
-"""Pre-flight of token auth's trust (docs/design.md §4.2): the bundle and the JWKS the registry will read once,
-at start (docs/upstream.md#dist-read-once), checked before any restart onto them.
+"""Pre-flight of token auth's trust (docs/decisions/0015-pre-flight-before-a-restart.md): the bundle and the JWKS the
+registry will read once, at start (docs/upstream.md#dist-read-once), checked before any restart onto them.
 
 - The root certificate bundle: PEM blocks, every one a CERTIFICATE that parses as DER X.509 far enough to read
   its notAfter; at least one; none expired; one that expires within 7 days is a warning (as for TLS).

@@ -1,4 +1,5 @@
-"""The registry watch: once a second, what the registry process and its supervisor are doing (issue 9).
+"""The registry watch: once a second, what the registry process and its supervisor are doing
+(docs/decisions/0016-probes-tell-the-truth.md).
 
 - Serving: a registry started on config.yml as the agent believes it (the verified config, else what is on
   disk) answers on its address, and its supervisor runs. That is /readyz (core/health.py) and

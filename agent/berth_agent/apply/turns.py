@@ -1,4 +1,5 @@
-"""Replicas reload one at a time, each out of its Service first (docs/design.md §4.2, "Coordination").
+"""Replicas reload one at a time, each out of its Service first
+(docs/decisions/0010-replicas-reload-one-at-a-time.md).
 
 `ReplicaTurn`: around a registry restart in a pod with siblings: take the reload Lease (kube.lease.ReloadLease;
 reporting "waiting" on status while another pod holds it), turn /readyz false and wait `leave_seconds` (the

@@ -1,4 +1,5 @@
-"""The upstream watch: what a pull-through cache's upstream answers, for status.agents.<pod>.upstream (issue 20).
+"""The upstream watch: what a pull-through cache's upstream answers, for status.agents.<pod>.upstream
+(docs/decisions/0020-pull-through-cache-restarts.md).
 
 Every check of the upstream (apply/preflight_proxy.check_upstream) publishes its result: the pre-flight's before
 a restart, and this watch's own. The watch checks the upstream of the config the registry runs (the applier's
@@ -56,7 +57,7 @@ class UpstreamWatch:
             if check.reachable and check.failure_status and check.authenticated is False:
                 self.last_auth_failure = {"status": check.failure_status, "reason": check.failure_reason[:256],
                                           "at": format_time(check.checked_at)}
-                metrics.upstream_auth_failures_total.inc()  # deploy/monitoring pages on it (issue 21)
+                metrics.upstream_auth_failures_total.inc()  # deploy/monitoring pages on it
         record = self.record()
         # Whether the credentials were accepted is part of what changed: after a refusal, a success writes a
         # checkedAt newer than lastAuthFailure.at, which is how status says the credentials work again.

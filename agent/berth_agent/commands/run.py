@@ -116,11 +116,12 @@ def run(args: argparse.Namespace) -> int:
 
     # The agent serves its endpoints with the standard library (core/listener.py); aiohttp's client loads when first
     # used: a notification endpoint (core/deferred.py). prometheus_client is not deferred: its exposition would load at
-    # the first scrape of /metrics, and a scrape must not wait for an import (0.6 MiB; issue 52).
+    # the first scrape of /metrics, and a scrape must not wait for an import (0.6 MiB;
+    # docs/decisions/0037-agent-memory.md).
     defer("aiohttp")
 
     setup_json_logging(args.log_level)
-    # Absolute paths: the registry's command line names the config path, and supervisor/procfs.py matches it exactly.
+    # Absolute paths: the registry's command line names the config path, and restart/procfs.py matches it exactly.
     args.config_dir, args.mounts, args.data_dir = (p.absolute() for p in (args.config_dir, args.mounts, args.data_dir))
     try:
         host, port = _bind_addr(args.health_addr)

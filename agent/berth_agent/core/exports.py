@@ -1,5 +1,5 @@
-"""A package's public names, imported on first use (PEP 562): `from berth_agent.gc import GcRunner` works, yet
-importing one module of a package does not load the rest (the agent's memory budget, docs/design.md §4.2)."""
+"""A package's public names, imported on first use (PEP 562): `from berth_agent.gc import GcRunner` works, yet importing
+one module of a package does not load the rest (the agent's memory budget, docs/decisions/0037-agent-memory.md)."""
 
 from __future__ import annotations
 

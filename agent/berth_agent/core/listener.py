@@ -1,5 +1,6 @@
 """The agent's HTTP listeners (the probes and /metrics, the outbox's relay, the registry's metrics) on the standard
-library, not aiohttp.web (issue 52: aiohttp.web is about 8 MiB of every pod's memory for three small endpoints).
+library, not aiohttp.web (docs/decisions/0037-agent-memory.md: aiohttp.web is about 8 MiB of every pod's memory for
+three small endpoints).
 
 - Python's `http.server` reads each request and writes each answer (no HTTP parsing of our own), in a thread per
   connection; prometheus_client imports it anyway, so it costs the agent nothing to load.

@@ -1,6 +1,6 @@
 """The agent's Prometheus metrics (default registry, prefix berth_agent_), served on /metrics by health.py.
 
-Names are fixed by docs/design.md (agent interfaces). Label values are bounded sets chosen by our code
+Names are fixed by docs/design.md §4.4. Label values are bounded sets chosen by our code
 (source names, failure reasons, a config hash), never user input and never secret values.
 """
 
@@ -20,8 +20,9 @@ rollbacks_total = Counter(_P + "rollbacks", "Times the last good config was rest
 last_reload_success_timestamp_seconds = Gauge(
     _P + "last_reload_success_timestamp_seconds", "Unix time of the last successful reload."
 )
-# Overlapped restart (issue 8): from the old registry's listener closing to the new one listening. About one
-# registry cold start; connections in that window are refused (a replica is out of its Service by then).
+# Overlapped restart (docs/decisions/0008-overlapped-restart-for-2-8.md): from the old registry's listener closing to
+# the new one listening. About one registry cold start; connections in that window are refused (a replica is out of its
+# Service by then).
 last_reload_no_listener_seconds = Gauge(
     _P + "last_reload_no_listener_seconds", "Time the port had no listener during the last reload."
 )
@@ -45,7 +46,7 @@ registry_exits_total = Counter(_P + "registry_exits", "Registry exits the agent 
 notifications_dropped_total = Counter(
     _P + "notifications_dropped", "Notification events dropped, by endpoint name: the outbox's size bound, still "
     "held at the pod's end, or held by an old registry at the bound of its wait after a reload.", ["endpoint"])
-# The pod's notification outbox (outbox/, issue 48).
+# The pod's notification outbox (outbox/, docs/decisions/0002-a-notification-outbox-in-the-agent.md).
 notifications_stored_total = Counter(_P + "notifications_stored", "Notification events the outbox stored on disk.")
 notifications_delivered_total = Counter(
     _P + "notifications_delivered", "Notification events delivered, by endpoint name.", ["endpoint"])
@@ -104,8 +105,8 @@ gc_read_only_seconds = Gauge(_P + "gc_read_only_seconds",
 gc_read_only = Gauge(_P + "gc_read_only", "1 while this pod serves read-only for garbage collection, else 0.")
 
 
-# A pull-through cache's upstream refusing the credentials (issue 20's upstream check counts each refusal; the
-# PrometheusRule in deploy/monitoring pages on it, issue 21).
+# A pull-through cache's upstream refusing the credentials (apply/upstream_watch.py counts each refusal;
+# the PrometheusRule in deploy/monitoring pages on it).
 upstream_auth_failures_total = Counter(
     _P + "upstream_auth_failures", "Times the pull-through cache's upstream refused the credentials (or a token).")
 

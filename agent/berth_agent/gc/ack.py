@@ -1,4 +1,4 @@
-"""This pod's acknowledgement that it serves read-only for a GC request (docs/design.md §4.5, A2).
+"""This pod's acknowledgement that it serves read-only for a GC request (docs/design.md §4.5).
 
 `status.agents.<pod>.readOnlyFor: <id>` is written only when
 - the registry verified serving is the read-only render made for that request (the pipeline says so after a

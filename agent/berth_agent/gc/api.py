@@ -1,4 +1,4 @@
-"""The GC runner's API side (docs/design.md §4.5, A3, A6): the Registry's status.garbageCollection, and the
+"""The GC runner's API side (docs/design.md §4.5): the Registry's status.garbageCollection, and the
 renewals of the `<registry>-gc` Lease while a run lasts. Blocking: used from the runner's worker thread.
 """
 

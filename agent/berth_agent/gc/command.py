@@ -1,7 +1,7 @@
 """Run `registry garbage-collect` in the registry container, through its supervisor, and follow it to the end.
 
-The binary lives in the registry container, so the agent asks its supervisor (docs/design.md §4.2, §4.5 A5);
-the request, the answers, the heartbeat file and an orphan's stop are supervisor/gc_process.py, beside the
+The binary lives in the registry container, so the agent asks its supervisor (docs/design.md §4.3, §4.5);
+the request, the answers, the heartbeat file and an orphan's stop are restart/supervised_gc.py, beside the
 supervisor they talk to: `gc-request` ("ID [--dry-run] [--delete-untagged]") and SIGUSR2, only when the registry
 it runs carries the BERTH_SUPERVISE_GC marker; `gc.pid` ("PID ID") while the command runs, its output appended
 to `gc-output`, and `gc-result` ("ID STATUS", or "ID 2 refused") when it has ended.
@@ -66,7 +66,7 @@ class GcCommand:
         self.config_path = Path(config_dir) / CONFIG_NAME
         self.heartbeat_seconds = heartbeat_seconds
         self.kill_grace = kill_grace
-        self.process = GcProcess(self.state_dir, self.config_path)  # the supervisor's side (supervisor/gc_process)
+        self.process = GcProcess(self.state_dir, self.config_path)  # the supervisor's side (restart/supervised_gc.py)
 
     # ---- the run ---------------------------------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ class GcCommand:
         return GcOutcome(exit_status=status, timed_out=timed_out, stopped=stopped, report=report, error=error,
                          seconds=round(seconds, 3))
 
-    # ---- the supervisor's side (supervisor/gc_process.py) -------------------------------------------------------
+    # ---- the supervisor's side (restart/supervised_gc.py) ----------------------------------------------------
 
     def stop_orphan(self, timeout: float = 15.0) -> str | None:
         """Stop a garbage-collect an earlier agent process left running; its request id, or None."""

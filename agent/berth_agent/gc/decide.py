@@ -1,4 +1,4 @@
-"""The GC runner's decisions, pure (docs/design.md §4.5, A3 to A7): what to do with the Lease taken, whether
+"""The GC runner's decisions, pure (docs/design.md §4.5): what to do with the Lease taken, whether
 every replica acknowledged, the command's time bound, and the lastRun record. run.py does the I/O.
 """
 

@@ -1,4 +1,4 @@
-"""Is this Registry read-only for garbage collection now? (docs/design.md §4.5, A1). Pure: object and time in.
+"""Is this Registry read-only for garbage collection now? (docs/design.md §4.5). Pure: object and time in.
 
 A hold stands while `status.garbageCollection.request` exists, its `deadline` is in the future and
 `lastRun.id` is not the request's id (the runner's result ends it). Every agent renders

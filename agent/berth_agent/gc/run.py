@@ -1,4 +1,4 @@
-"""The GC runner (docs/design.md §4.5, A3 to A7): the I/O around decide.py's decisions.
+"""The GC runner (docs/design.md §4.5): the I/O around decide.py's decisions.
 
 Every agent that sees a standing, unfinished request tries the Registry's `<registry>-gc` Lease every ~2 s
 (jittered). The holder is the runner: it writes `active` (SwitchingReadOnly), renews the Lease every 5 s,

@@ -6,8 +6,8 @@ v1alpha1 (docs/upstream.md#cosi-v1alpha1-secret): one key `BucketInfo` holding J
 AWS-style names of the KEP. Only static keys are supported: the registry's s3 config takes an access key, so
 `authenticationType: IAM` is refused with a clear error.
 
-A COSI Secret for Azure Blob or GCS is refused saying why (docs/design.md §3, COSI for Azure and GCS): COSI hands
-Azure out as a SAS token (v1alpha1 `spec.secretAzure.accessToken`, v1alpha2 `COSI_AZURE_ACCESS_TOKEN`) and GCS as
+A COSI Secret for Azure Blob or GCS is refused saying why (docs/decisions/0036-azure-and-gcs-not-through-cosi.md): COSI
+hands Azure out as a SAS token (v1alpha1 `spec.secretAzure.accessToken`, v1alpha2 `COSI_AZURE_ACCESS_TOKEN`) and GCS as
 HMAC keys (`COSI_GCS_ACCESS_ID`/`_SECRET`), and Distribution's azure and gcs drivers take neither.
 """
 

@@ -2,11 +2,11 @@
 
 The kubelet's AtomicWriter lays a Secret out as `key -> ..data/key`, `..data -> ..TIMESTAMP`, and the payload in
 `..TIMESTAMP/key` (docs/upstream.md#k8s-atomic-writer). A key is read only if those links resolve, inside the volume
-directory, to a regular file no larger than the key's limit (docs/design.md §3). A link that leaves the volume, a
-FIFO, a device, a socket or a directory is an InputError naming the volume and key. The links are followed by hand
-and the file is then opened one component at a time relative to the volume's directory, each with O_NOFOLLOW, and
-the last with O_NONBLOCK and checked again with fstat: a swap between the check and the read can neither lead
-outside the volume nor block the reader (a FIFO opened non-blocking returns at once, and is then refused).
+directory, to a regular file no larger than the key's limit (docs/decisions/0013-inputs-confined-bounded-strict.md). A
+link that leaves the volume, a FIFO, a device, a socket or a directory is an InputError naming the volume and key. The
+links are followed by hand and the file is then opened one component at a time relative to the volume's directory, each
+with O_NOFOLLOW, and the last with O_NONBLOCK and checked again with fstat: a swap between the check and the read can
+neither lead outside the volume nor block the reader (a FIFO opened non-blocking returns at once, and is then refused).
 
 Errors name the source directory and key, and the spec field that asked for it; never the value, and never a
 link's target (it could be any path on the node).
@@ -23,9 +23,9 @@ from ..core.errors import InputError
 
 KiB = 1024
 MiB = 1024 * KiB
-# Bounds per key (docs/design.md §3). The API server refuses a Secret over 1 MiB in total, so no key of a real
-# Secret volume is larger than that; the bounds keep a local mount root or a planted file from feeding the agent
-# (and the registry's config) anything bigger.
+# Bounds per key (docs/decisions/0013-inputs-confined-bounded-strict.md). The API server refuses a Secret over 1 MiB in
+# total, so no key of a real Secret volume is larger than that; the bounds keep a local mount root or a planted file
+# from feeding the agent (and the registry's config) anything bigger.
 SCALAR_LIMIT = 64 * KiB  # URLs, the http secret, COSI's scalar keys: a few hundred bytes in practice
 DOCUMENT_LIMIT = 1 * MiB  # TLS certificate chains and keys, COSI BucketInfo JSON: a Secret's own limit
 HTPASSWD_LIMIT = 4 * MiB  # ~60 000 bcrypt entries; larger than a Secret may be, for local runs
@@ -187,7 +187,7 @@ def _read_at_most(fd: int, limit: int, where: str, why: str) -> bytes:
 
 def _too_big(where: str, why: str, limit: int) -> InputError:
     return InputError(where, f"is larger than {_size(limit)}, the limit for this key (asked for by {why}; "
-                      "docs/design.md §3)")
+                      "docs/decisions/0013-inputs-confined-bounded-strict.md)")
 
 
 def _size(limit: int) -> str:

@@ -1,4 +1,5 @@
-"""A Registry's coordination.k8s.io/v1 Lease, taken and renewed by one agent at a time (docs/design.md §4.2).
+"""A Registry's coordination.k8s.io/v1 Lease, taken and renewed by one agent at a time
+(docs/decisions/0010-replicas-reload-one-at-a-time.md, docs/decisions/0019-garbage-collection-inside-the-pods.md).
 
 `ReloadLease` (the reload Lease `<registry>-reload`, and the GC Lease `<registry>-gc`: berth_api.leases), created
 by the operator; the agent's Role may only `get` and `update` that one object. Taken with an update that

@@ -1,6 +1,6 @@
-"""The pod's notification outbox (issue 48; docs/design.md §4.2): the relay the registry posts to (relay), the log
-that keeps each event before the relay answers (store), the endpoints as rendered (endpoints), one delivery per
-endpoint (delivery), and the service that runs them (service).
+"""The pod's notification outbox (docs/decisions/0002-a-notification-outbox-in-the-agent.md, docs/design.md §4.7): the
+relay the registry posts to (relay), the log that keeps each event before the relay answers (store), the endpoints as
+rendered (endpoints), one delivery per endpoint (delivery), and the service that runs them (service).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pod's notification outbox (issue 48; docs/design.md §4.2 "The notification outbox"): the registry's only
+"""The pod's notification outbox (docs/design.md §4.7): the registry's only
 notification endpoint. The relay (relay.py) takes what the registry posts on the loopback and answers 200 once it
 is on disk (store.py); one Sender per endpoint (delivery.py) delivers it. So an old registry's queue empties within
 milliseconds of each event and a reload waits for no endpoint; a kill -9 of the agent loses nothing the relay

@@ -1,4 +1,4 @@
-"""The outbox's log (issue 48; docs/design.md §4.2 "The notification outbox"): every event the registry posted, kept
+"""The outbox's log (docs/design.md §4.7): every event the registry posted, kept
 on disk before the relay answers, until every endpoint has it.
 
 Files in the outbox dir (on the pod's tmp volume, which outlives a container's kill -9):

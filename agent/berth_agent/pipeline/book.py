@@ -1,5 +1,5 @@
 """What the pipeline last told the Registry's status, so each state is written once and said once in the log
-(docs/design.md §4.2): the error on status, the applied record, the config the last ConfigApplied Event named, a
+(docs/design.md §4.4): the error on status, the applied record, the config the last ConfigApplied Event named, a
 problem from the registry watch, and "waiting for the registry container"."""
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class StatusBook:
                      served_generation: int | None) -> None:
         """Report the state after a round: the input error if any is left, else the applied config.
 
-        The record names the config served and the newest generation whose render it is (docs/design.md §4.2,
-        "What observedGeneration means"): written when either moved, so an edit that renders what already runs
-        is reported at once; a write the API refused is tried again on a retry and on every later round."""
+        The record names the config served and the newest generation whose render it is
+        (docs/decisions/0017-status-records-and-ready.md): written when either moved, so an edit that renders what
+        already runs is reported at once; a write the API refused is tried again on a retry and on every later round."""
         error = error or self.problem
         if error:
             await self.fail(error, generation, current)

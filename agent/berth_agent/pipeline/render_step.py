@@ -128,7 +128,8 @@ class RenderStep:
 
 def pods_of(registry: dict | None) -> int:
     """The Registry's pods as its status counts them: the Deployment's (a roll's new pod beside the old one on a
-    ReadWriteOnce claim, issue 39) or the agents that report, whichever is more. They take turns to reload."""
+    ReadWriteOnce claim, docs/decisions/0030-rolls-on-read-write-once.md) or the agents that report, whichever is more.
+    They take turns to reload."""
     status = (registry or {}).get("status") or {}
     replicas = status.get("replicas")
     agents = status.get("agents")

@@ -1,5 +1,6 @@
-"""When the pipeline looks again (docs/design.md §4.2): one pending retry at a time, the backoff of a config the
-registry refused, and that refusal, so it is tried again on the backoff and on every resync, not on every event."""
+"""When the pipeline looks again (docs/decisions/0014-last-good-config-and-rollback.md): one pending retry at a time,
+the backoff of a config the registry refused, and that refusal, so it is tried again on the backoff and on every resync,
+not on every event."""
 
 from __future__ import annotations
 

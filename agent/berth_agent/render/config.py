@@ -146,10 +146,11 @@ def _proxy(spec: RegistrySpec, inputs: MountedInputs, major: Distribution) -> di
 
 def _notifications(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths: RenderPaths,
                    files: dict[str, bytes]) -> dict[str, Any] | None:
-    """notifications: the registry's one endpoint is the pod's outbox (outbox/, issue 48), which keeps each event
-    before it answers and delivers it to the endpoints in OUTBOX_FILE, their header values included. So a new
-    endpoint or a rotated header restarts no registry, and an old registry's queue empties within milliseconds.
-    None when every endpoint is disabled: the registry then makes no events at all."""
+    """notifications: the registry's one endpoint is the pod's outbox (outbox/,
+    docs/decisions/0002-a-notification-outbox-in-the-agent.md), which keeps each event before it answers and delivers it
+    to the endpoints in OUTBOX_FILE, their header values included. So a new endpoint or a rotated header restarts no
+    registry, and an old registry's queue empties within milliseconds. None when every endpoint is disabled: the
+    registry then makes no events at all."""
     notifications = spec.config.notifications
     assert notifications is not None
     _refuse_v3_fields(major, "spec.config.notifications", notifications.v3_fields_set())

@@ -23,7 +23,7 @@ S3_CA_FILE = "s3-ca/ca.crt"  # storage.s3.ca, in berth_api.pod.S3_CA_DIR (the re
 # ""), so the key, its secret and the token go to an AWS shared credentials file that berth-supervise names in the
 # registry's AWS_SHARED_CREDENTIALS_FILE (a file of the protocol between the two).
 S3_CREDENTIALS_FILE = S3_CREDENTIALS_NAME
-# The notification endpoints the pod's outbox delivers to (outbox/, issue 48), header values included: read by the
+# The notification endpoints the pod's outbox delivers to (outbox/), header values included: read by the
 # agent's outbox, never by the registry, whose one endpoint is the outbox. A change here restarts no registry.
 OUTBOX_FILE = "outbox.json"
 

@@ -112,7 +112,8 @@ class Rendered:
 
     def retires_credential(self, previous: Rendered | None) -> bool:
         """Whether serving this render retires a credential `previous` served with: then the old registry must be
-        gone within drainTimeout, so that the old credential may be revoked then (issue 48)."""
+        gone within drainTimeout, so that the old credential may be revoked then
+        (docs/decisions/0001-retirement-bounded-by-drain-timeout.md)."""
         return previous is not None and self.credentials != previous.credentials
 
     def __repr__(self) -> str:

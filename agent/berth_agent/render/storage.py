@@ -14,7 +14,7 @@ from ..inputs.mounts import MountedInputs, S3Credentials
 from .paths import GCS_KEY_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, RenderPaths
 
 # S3Options attribute -> the s3-aws driver's parameter: the option's API name lowercased, as the driver spells
-# every parameter (docs/design.md, "The S3 options"), so a new option needs no second entry here.
+# every parameter (docs/decisions/0035-s3-credentials-and-ca.md), so a new option needs no second entry here.
 S3_PARAMETERS = {attribute: (field.alias or attribute).lower() for attribute, field in S3Options.model_fields.items()}
 
 
@@ -125,9 +125,10 @@ def shared_credentials(creds: S3Credentials) -> bytes:
 
 
 def _s3(creds: S3Credentials, options: S3Options, major: Literal["2", "3"]) -> dict[str, Any]:
-    """COSI's and storage.s3's bucket and key alike, with the options both share. Without a key (the pod's
-    identity) no accesskey is written: the SDK's default chain finds one (Distribution 3, docs/design.md). With a
-    session token neither: the key is in the shared credentials file (shared_credentials)."""
+    """COSI's and storage.s3's bucket and key alike, with the options both share. Without a key (the pod's identity) no
+    accesskey is written: the SDK's default chain finds one (Distribution 3,
+    docs/decisions/0035-s3-credentials-and-ca.md). With a session token neither: the key is in the shared credentials
+    file (shared_credentials)."""
     s3: dict[str, Any] = {"accesskey": creds.access_key_id, "secretkey": creds.secret_access_key} \
         if creds.has_key and not creds.session_token else {}
     s3["region"] = creds.region

@@ -1,4 +1,4 @@
-"""The agent's side of the registry container: restarting the registry through berth-supervise (docs/design.md §4.2).
+"""The agent's side of the registry container: restarting the registry through berth-supervise (docs/design.md §4.3).
 
 The one door the Applier takes (restarter: `Restarter`), the restart on the socket the supervisor holds
 (held_socket_restart) and the overlapped one (overlapped_restart), the handover request both start with

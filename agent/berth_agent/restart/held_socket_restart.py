@@ -1,4 +1,5 @@
-"""Restart the registry on the socket its supervisor holds (Distribution 3, docs/design.md §4.2): never a moment
+"""Restart the registry on the socket its supervisor holds (Distribution 3,
+docs/decisions/0007-held-socket-handover.md): never a moment
 without a listener.
 
 The agent names the registry to replace in the handover file and sends its supervisor (berth-supervise, marked

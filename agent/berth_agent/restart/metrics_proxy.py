@@ -14,7 +14,7 @@ connection is retried (re-reading the file) for up to `wait_seconds`, so a scrap
 The request to the registry is one HTTP/1.0 GET on the loopback over asyncio's streams (the answer ends when the
 registry closes the connection: no chunks, no keep-alive), not aiohttp's client: every pod serves this proxy, and
 aiohttp's client half is ~4 MiB of the agent's memory that a pod without notification endpoints never loads, and a
-first scrape would wait for its import (issue 52).
+first scrape would wait for its import (docs/decisions/0037-agent-memory.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The registry processes as /proc shows them (docs/design.md §4.2): which run `<bin> serve <config>`, whether
+"""The registry processes as /proc shows them (docs/design.md §4.3): which run `<bin> serve <config>`, whether
 one still holds its listening socket, which supervisor started it and what that supervisor understands.
 
 With `shareProcessNamespace: true` the agent sees the registry container's processes

@@ -1,4 +1,4 @@
-"""The one door from the agent to the registry container's processes: a Restarter (docs/design.md §4.2).
+"""The one door from the agent to the registry container's processes: a Restarter (docs/design.md §4.3).
 
 `Restarter` is what the Applier takes. `SupervisorRestarter` looks at the registries running now and picks the
 way their supervisor restarts them: on the socket it holds (Distribution 3 under berth-supervise:

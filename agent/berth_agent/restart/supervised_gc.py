@@ -1,4 +1,4 @@
-"""The garbage-collect command the registry container's supervisor runs for the agent (docs/design.md §4.5 A5).
+"""The garbage-collect command the registry container's supervisor runs for the agent (docs/design.md §4.5).
 
 Asked, followed and stopped through berth_supervise.protocol: the request (gc-request + GC_SIGNAL, sent only to a
 supervisor whose registry carries GC_MARKER: an older one would die of it), the answers (gc.pid while it runs,

@@ -1,4 +1,5 @@
-"""Which copy of a mounted Secret a render uses: the volume's or the API server's (docs/design.md §4.2).
+"""Which copy of a mounted Secret a render uses: the volume's or the API server's
+(docs/decisions/0012-secrets-over-the-api.md).
 
 The API copy (sources/secret_api.py) shows a change at once; the kubelet's volume shows it 60 to 90 s later
 (docs/upstream.md#k8s-secret-refresh). The rule, per Secret, never goes back to older content:

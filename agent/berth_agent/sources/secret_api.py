@@ -1,4 +1,5 @@
-"""SecretApiWatcher: one Secret the pod mounts, watched by name over the Kubernetes API (docs/design.md §4.2).
+"""SecretApiWatcher: one Secret the pod mounts, watched by name over the Kubernetes API
+(docs/decisions/0012-secrets-over-the-api.md).
 
 The kubelet brings a changed Secret into the pod's volume 60 to 90 s after the API change
 (docs/upstream.md#k8s-secret-refresh); the API server shows it at once. So, in API mode, the agent watches each
