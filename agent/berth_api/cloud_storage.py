@@ -1,4 +1,5 @@
-"""spec.config.storage.azure and spec.config.storage.gcs: Azure Blob and Google Cloud Storage (issue 31).
+"""spec.config.storage.azure and spec.config.storage.gcs: Azure Blob and Google Cloud Storage
+(docs/decisions/0036-azure-and-gcs-not-through-cosi.md).
 
 Distribution 3 only: Debian's 2.8.2 has neither driver, so nothing here can be tested on 2.8 and both are refused
 there (the model and CEL, as every 3.x-only field). The parameters follow Distribution 3.1.1's drivers

@@ -67,7 +67,7 @@ PRINTER_COLUMNS = [
     },
     {
         # Why the registry is on its way, or Available: shows GarbageCollecting while a GC run keeps it read-only
-        # (issue 12), WaitingForPods during a rollout.
+        # (docs/design.md §4.5), WaitingForPods during a rollout.
         "name": "Progress",
         "type": "string",
         "description": "Reason of the Progressing condition (Available when idle; "

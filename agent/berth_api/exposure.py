@@ -1,6 +1,5 @@
-"""spec.service, spec.ingress, spec.gateway and the cert-manager issuer of a TLS certificate: how a Registry is
-reached from outside its namespace, and by the cluster's own nodes (issue 30; docs/design.md §4.3, "Reaching the
-registry from outside").
+"""spec.service, spec.ingress, spec.gateway and the cert-manager issuer of a TLS certificate: how a Registry is reached
+from outside its namespace, and by the cluster's own nodes (docs/decisions/0031-exposure.md).
 
 Read by the operator only: each makes one object (the Service's fields, an Ingress, an HTTPRoute, a cert-manager
 Certificate); none reaches the Deployment, and the agent renders nothing from them.

@@ -1,6 +1,6 @@
 """Garbage collection: spec.garbageCollection, the run-now annotation, and status.garbageCollection.
 
-Who writes what (docs/design.md, "Garbage collection"): the operator writes `request`, `nextRun`, `schedule`
+Who writes what (docs/design.md §4.5): the operator writes `request`, `nextRun`, `schedule`
 and `handledRequest`; the runner (the agent holding the Registry's Lease) writes `active` while it runs and
 `lastRun` when it ends. The operator writes `lastRun` only for a request whose deadline passed with no result
 (result Interrupted: the runner died).

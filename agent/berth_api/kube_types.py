@@ -1,11 +1,11 @@
 """Kubernetes core/v1 shapes a Registry passes on to its pod as written: scheduling (affinity, tolerations, topology
-spread), image pull Secrets and environment variables (issue 36).
+spread), image pull Secrets and environment variables (docs/decisions/0032-pod-overrides.md).
 
 Full upstream schemas, field for field as k8s.io/api/core/v1 (v1.36) has them, strict like every Berth model: a typo
 is refused at admission, naming the field, instead of surfacing later as a Deployment the API server refuses.
 Written as models (not copied OpenAPI) because the CRD is generated from the models; descriptions are kept short
-(the CRD travels in kubectl's last-applied annotation, limited to 256 KiB: docs/design.md §2, "Pod overrides").
-The builders dump them with `kube_dump`: camelCase, unset fields left out, as the API server stores them.
+(the CRD travels in kubectl's last-applied annotation, limited to 256 KiB: docs/decisions/0032-pod-overrides.md). The
+builders dump them with `kube_dump`: camelCase, unset fields left out, as the API server stores them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The names of a Registry's two Leases: the operator creates them, the agents take them (docs/design.md §4.2,
-§4.5 A3)."""
+"""The names of a Registry's two Leases: the operator creates them, the agents take them
+(docs/decisions/0010-replicas-reload-one-at-a-time.md, docs/decisions/0019-garbage-collection-inside-the-pods.md)."""
 
 from __future__ import annotations
 

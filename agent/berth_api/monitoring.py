@@ -1,4 +1,4 @@
-"""spec.monitoring: a prometheus-operator ServiceMonitor for the Registry's pods (issue 21; docs/design.md §4.3).
+"""spec.monitoring: a prometheus-operator ServiceMonitor for the Registry's pods (docs/design.md §4.8).
 
 Read by the operator only (the agent renders nothing from it). The ServiceMonitor selects the Registry's metrics
 Service (`<registry>-metrics`) and scrapes both its ports: the agent's own metrics and the registry's, which the

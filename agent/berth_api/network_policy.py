@@ -1,6 +1,6 @@
-"""spec.networkPolicy: a NetworkPolicy (networking.k8s.io/v1) that admits the registry's port only from the peers
-the user names, and its metrics ports only from the monitoring peers (issue 50; docs/guide/exposure.md,
-"Restricting who reaches the registry").
+"""spec.networkPolicy: a NetworkPolicy (networking.k8s.io/v1) that admits the registry's port only from the peers the
+user names, and its metrics ports only from the monitoring peers (docs/decisions/0031-exposure.md,
+docs/guide/exposure.md, "Restricting who reaches the registry").
 
 Read by the operator only: it makes one object, never reaches the Deployment, and the agent renders nothing from
 it. A peer is Kubernetes' own NetworkPolicyPeer (an ipBlock, or a namespaceSelector and/or a podSelector), so what

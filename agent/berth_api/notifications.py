@@ -1,4 +1,4 @@
-"""spec.config.notifications: Distribution's webhook notifications (issue 21; docs/design.md §4.7).
+"""spec.config.notifications: Distribution's webhook notifications (docs/design.md §4.7).
 
 Distribution's `notifications` section (configuration.go): `endpoints[]` {name, disabled, url, headers, timeout,
 threshold, backoff, ignoredmediatypes} on 2.8 and 3.x; `endpoints[].ignore` {mediatypes, actions} and

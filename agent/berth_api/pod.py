@@ -16,8 +16,9 @@ TMP_DIR = "/tmp"
 CONFIG_NAME = "config.yml"  # in CONFIG_DIR: the registry's configuration
 AGENT_HEALTH_PORT = 8081  # /startupz /readyz /livez /metrics
 REGISTRY_METRICS_PORT = 8082  # the registry's own /metrics, served by the agent (stable across reloads)
-# The pod's notification outbox (issue 48): the registry's only endpoint, the agent's relay on the loopback; it
-# keeps each event in OUTBOX_DIR (on the tmp volume) before it answers, then delivers it to every endpoint.
+# The pod's notification outbox (docs/decisions/0002-a-notification-outbox-in-the-agent.md): the registry's only
+# endpoint, the agent's relay on the loopback; it keeps each event in OUTBOX_DIR (on the tmp volume) before it answers,
+# then delivers it to every endpoint.
 OUTBOX_PORT = 8083
 OUTBOX_DIR = f"{STATE_DIR}/outbox"
 OUTBOX_MAX_BYTES = 16 << 20  # the events the outbox keeps at most (the tmp volume's sizeLimit is 64Mi)
@@ -47,8 +48,9 @@ TOKEN_JWKS_VOLUME = "token-jwks"
 S3_CA_VOLUME = "s3-ca"  # spec.config.storage.s3.ca: the S3 endpoint's CA certificate
 TRUST_VOLUMES = (TOKEN_BUNDLE_VOLUME, TOKEN_JWKS_VOLUME, S3_CA_VOLUME)
 # Where the registry finds the S3 endpoint's CA: a directory of the config volume (the agent writes the CA there,
-# render/paths.py S3_CA_FILE), given to the registry as SSL_CERT_DIR before the system's (docs/design.md, "A private
-# CA for S3"). AWS_CA_BUNDLE is never given to it: 2.8 panics with it, 3.1.1 trusts nothing else.
+# render/paths.py S3_CA_FILE), given to the registry as SSL_CERT_DIR before the system's
+# (docs/decisions/0035-s3-credentials-and-ca.md). AWS_CA_BUNDLE is never given to it: 2.8 panics with it, 3.1.1 trusts
+# nothing else.
 S3_CA_DIR = f"{CONFIG_DIR}/s3-ca"
 SYSTEM_CERT_DIRS = ("/etc/ssl/certs", "/etc/pki/tls/certs")
 INPUT_VOLUMES = SECRET_VOLUMES + TRUST_VOLUMES  # every mounted input volume
@@ -62,7 +64,7 @@ PROXY_PASSWORD_KEY = "password"
 
 # The agent's copies of the registry's egress proxy variables (spec.env's HTTP_PROXY, HTTPS_PROXY, NO_PROXY, either
 # case), which its pre-flights read: under their own names the official Kubernetes client would send the agent's
-# API calls through the proxy too (issue 36).
+# API calls through the proxy too.
 PREFLIGHT_ENV_PREFIX = "BERTH_PREFLIGHT_"
 
 __all__ = [

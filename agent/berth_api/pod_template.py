@@ -1,5 +1,5 @@
 """spec.pod, spec.env and spec.serviceAccount: what a user sets on the registry pod, its registry container and its
-ServiceAccount (issue 36; docs/design.md §2, "Pod overrides", and §4.3, "The pod").
+ServiceAccount (docs/decisions/0032-pod-overrides.md, docs/design.md §4.8).
 
 Read by the operator only; every field here shapes the Deployment (or the ServiceAccount), so an edit rolls the
 pods. Berth's own labels, annotations and environment are reserved: a user's that would collide with them is
@@ -38,8 +38,8 @@ RESERVED_PREFIX = "berth.dev/"
 # BERTH_*: either would bypass the config the agent renders. OTEL_TRACES_EXPORTER is set by Berth
 # (docs/upstream.md#dist-otel).
 RESERVED_ENV_PREFIXES = ("REGISTRY_", "BERTH_")
-# AWS_CA_BUNDLE: Distribution 2.8 panics at start with it set, and 3.1.1 then trusts that file alone (docs/design.md,
-# "A private CA for S3"): storage.s3.ca is the way.
+# AWS_CA_BUNDLE: Distribution 2.8 panics at start with it set, and 3.1.1 then trusts that file alone
+# (docs/decisions/0035-s3-credentials-and-ca.md): storage.s3.ca is the way.
 RESERVED_ENV = ("OTEL_TRACES_EXPORTER", "AWS_CA_BUNDLE")
 # An egress proxy's variables: Go's net/http (golang.org/x/net/http/httpproxy FromEnvironment) reads each in upper
 # case, else lower case; the agent's pre-flights are given the same (agent/berth_agent/apply/preflight_http.py).
@@ -140,7 +140,7 @@ class Resources(ApiModel):
 
 class PodOverrides(ApiModel):
     """What a user may set on the registry pod. Berth's own settings stay (PSS restricted, a read-only root
-    filesystem, its selector labels, its hostname spread): docs/design.md §4.3, "The pod"."""
+    filesystem, its selector labels, its hostname spread): docs/decisions/0032-pod-overrides.md."""
 
     labels: dict[str, str] = Field(
         default_factory=dict, json_schema_extra=_labels_schema(

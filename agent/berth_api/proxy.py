@@ -1,4 +1,4 @@
-"""spec.config.proxy: the registry as a pull-through cache of one upstream (issue 20; docs/design.md §4.6).
+"""spec.config.proxy: the registry as a pull-through cache of one upstream (docs/design.md §4.6).
 
 Distribution's `proxy` section (configuration.go): `remoteurl`, `username`, `password` (2.8 and 3.x); `ttl` and
 `cachewritetimeout` (3.x only). A proxy registry refuses pushes. Only one upstream per registry process.
@@ -13,9 +13,10 @@ from .types import ApiModel, Duration, ObjectName, v3_only_message
 # The proxy fields Distribution 2.8 does not know (API name), refused on 2.8 by the model and the CRD.
 PROXY_V3_FIELDS = ("ttl", "cacheWriteTimeout")
 PROXY_PATH = "spec.config.proxy"
-# Why garbageCollection is refused on a proxy (measured on 2.8.2 and 3.1.1, docs/design.md §4.6): the read-only
-# mode a collection runs under does not stop a proxy from writing what it pulls through, so a sweep would race
-# the cache's own writes; the cache expires its content itself.
+# Why garbageCollection is refused on a proxy (measured on 2.8.2 and 3.1.1,
+# docs/decisions/0021-no-garbage-collection-on-a-proxy.md): the read-only mode a collection runs under does not stop a
+# proxy from writing what it pulls through, so a sweep would race the cache's own writes; the cache expires its content
+# itself.
 GC_PROXY_MESSAGE = ("garbageCollection cannot run on a pull-through cache (config.proxy): read-only mode does not "
                     "stop a proxy from writing what it pulls through, so a collection would race the cache's own "
                     "writes (distribution#4443), and the cache expires content itself (proxy.ttl on Distribution 3, "

@@ -176,7 +176,8 @@ class RegistrySpec(ApiModel):
         "agent's resources. An edit rolls the pods.")
     rollout: Rollout = Field(
         default_factory=lambda: Rollout(), description="How a change of the pod template replaces the pods "
-        "(docs/design.md, \"Rolls\"). Changes only the Deployment's rollout settings, never the pods.")
+        "(docs/decisions/0030-rolls-on-read-write-once.md). Changes only the Deployment's rollout settings, never "
+        "the pods.")
     service_account: ServiceAccountSettings = Field(
         default_factory=ServiceAccountSettings, alias="serviceAccount",
         description="The registry pods' ServiceAccount (<registry>-agent): annotations for workload identity.")
@@ -243,7 +244,7 @@ class RegistrySpec(ApiModel):
     def _v3_field_messages(self) -> Iterator[str]:
         """A refusal for each Distribution-3-only field the spec sets (the CEL rules above say the same)."""
         storage = self.config.storage
-        # Debian's 2.8.2 has neither driver, so neither can be tested on 2 (issue 31): refused there.
+        # Debian's 2.8.2 has neither driver, so neither can be tested on 2: refused there.
         for path, backend in ((AZURE_PATH, storage.azure), (GCS_PATH, storage.gcs)):
             if backend is not None:
                 yield v3_only_message(path.removeprefix("spec."))
@@ -330,7 +331,7 @@ class UpstreamRecord(ApiModel):
 
 
 class NotificationEndpointRecord(ApiModel):
-    """One notification endpoint as this pod's outbox last saw it (issue 48): counts since the agent started."""
+    """One notification endpoint as this pod's outbox last saw it: counts since the agent started."""
 
     pending: int = Field(ge=0, description="Events the outbox holds for the endpoint.")
     delivered: int = Field(ge=0, description="Events delivered since the agent started.")

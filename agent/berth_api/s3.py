@@ -1,9 +1,10 @@
-"""spec.config.storage.s3 (a bucket the user has) and the S3 options it shares with objectStorage (issue 37).
+"""spec.config.storage.s3 (a bucket the user has) and the S3 options it shares with objectStorage
+(docs/decisions/0035-s3-credentials-and-ca.md).
 
-One options model, `S3Options`, for both backends: every s3 parameter of the architecture document plus
-skipVerify, storageClass and objectAcl, with the ranges Distribution's s3-aws driver enforces at start
-(docs/design.md, "The S3 options", cites the lines). Options that exist only in Distribution 3 are refused on 2
-by RegistrySpec (v3_fields_set below; CEL says the same).
+One options model, `S3Options`, for both backends: every s3 parameter of the architecture document plus skipVerify,
+storageClass and objectAcl, with the ranges Distribution's s3-aws driver enforces at start
+(docs/decisions/0035-s3-credentials-and-ca.md cites the lines). Options that exist only in Distribution 3 are refused on
+2 by RegistrySpec (v3_fields_set below; CEL says the same).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m":
 def duration_seconds(text: str | None) -> float:
     """Seconds in a Go duration ("30s", "1m30s", "500ms", "0"); 0 for None or anything that is not one. The
     one parser of the operator and the agent; berth-supervise, which cannot import pydantic, keeps a copy
-    (supervise/notify.py duration_seconds) that tests/api/test_durations.py holds to the same answers."""
+    (berth_supervise/notify.py duration_seconds) that tests/api/test_durations.py holds to the same answers."""
     if not text:
         return 0.0
     parts = _DURATION_PART.findall(text)

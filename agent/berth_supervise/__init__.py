@@ -1,4 +1,5 @@
-"""berth-supervise: the registry container's command (docs/design.md §4.2), in Python with the standard library only.
+"""berth-supervise: the registry container's command
+(docs/decisions/0005-berth-supervise-in-the-standard-library.md), in Python with the standard library only.
 
 It is the parent of every registry process of its container. It starts the registry once config.yml exists,
 restarts it when it exits (with a pause after a quick failure), hands over to a successor when the agent asks,

@@ -1,4 +1,4 @@
-"""Garbage collection beside the registry (docs/design.md §4.5 A5): the agent asks with GC_SIGNAL (SIGUSR2).
+"""Garbage collection beside the registry (docs/design.md §4.5): the agent asks with GC_SIGNAL (SIGUSR2).
 
 The request is gc-request in the state dir (protocol.parse_gc_request: compared word by word with the few flags
 allowed, never evaluated), removed once read, so a repeated signal starts nothing. The command is

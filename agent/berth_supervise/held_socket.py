@@ -1,4 +1,4 @@
-"""The 3.x handover on the held socket, as a state machine (docs/design.md §4.2).
+"""The 3.x handover on the held socket, as a state machine (docs/design.md §4.3).
 
 IDLE: one registry serves. A SIGHUP naming it (`hup`) starts a successor beside it, on a socket of its own in the
 same SO_REUSEPORT group with new connections still steered to the old one: STARTING. Each tick `probe` asks the

@@ -121,7 +121,8 @@ class Supervisor(Host):
     def enforce_retirement(self, now: float) -> None:
         """The hard bound on an old registry replaced by a bounded (`quick`) handover: gone by its drain timeout
         after the switch, whatever it is still doing (its own drain deadline comes a moment later: a request cut
-        here would be cut there). So an old credential may be revoked then (issue 48)."""
+        here would be cut there). So an old credential may be revoked then
+        (docs/decisions/0001-retirement-bounded-by-drain-timeout.md)."""
         for registry in self.registries.draining:
             if registry.retire_by is not None and now >= registry.retire_by and self.registries.alive(registry):
                 registry.retire_by = None

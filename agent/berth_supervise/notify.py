@@ -1,4 +1,5 @@
-"""What a steered-away registry still holds (3.x on the held socket, issue 38; docs/design.md §4.2): its clients'
+"""What a steered-away registry still holds (3.x on the held socket,
+docs/decisions/0011-old-registries-wait-for-clients-and-queues.md): its clients'
 connections and its notification queues.
 
 Distribution keeps each endpoint's queue in memory and does not flush it at SIGTERM
@@ -10,7 +11,8 @@ backoff from /debug/vars (read once; its header values are never kept or printed
 
 The wait, from the moment the old registry was steered away and its accept queue emptied, is one of two:
 
-- bounded (`quick`: the reload retires a credential, or is GC's read-only switch; issue 48): no kept-alive client
+- bounded (`quick`: the reload retires a credential, or is GC's read-only switch;
+  docs/decisions/0001-retirement-bounded-by-drain-timeout.md): no kept-alive client
   and no request in flight is waited for (they would keep it serving the old configuration), only its queues, for
   at most QUEUE_SECONDS or its drainTimeout if shorter; the supervisor kills it if it still runs its drainTimeout
   after the switch. So no request is served on an old credential later than drainTimeout after the reload;

@@ -20,7 +20,8 @@ class Registry:
         self.lost_debug_port = False  # it said it could not bind its debug port
         self.sock: socket.socket | None = None  # its listening socket (3.x), held by the supervisor too
         # Replaced by a bounded handover (a credential retired, or GC's read-only switch): it waits for no kept-alive
-        # client and is gone by its drain timeout after the switch (retire_by), killed if need be (issue 48).
+        # client and is gone by its drain timeout after the switch (retire_by), killed if need be
+        # (docs/decisions/0001-retirement-bounded-by-drain-timeout.md).
         self.quick = False
         self.drain = 0.0  # http.draintimeout of the config it started on
         self.retire_by: float | None = None

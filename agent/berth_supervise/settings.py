@@ -36,7 +36,7 @@ arguments; it reads its environment:
                       unset, no debug listener
   BERTH_DEBUG_HOST    the debug listeners' address (default 127.0.0.1)
 
-docs/design.md section 4.2 describes it.
+docs/design.md section 4.3 describes it.
 """
 
 

@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--refresh-interval", type=float, default=60.0, metavar="SECONDS",
                         help="seconds between periodic reconciles of the Registries that depend on what no "
                              "watch reports (a missing Secret or class, a claim you named) (default: %(default)g)")
-    election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease; docs/design.md 4.3)")
+    # docs/decisions/0026-one-leader-through-a-lease.md
+    election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease)")
     election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
                           help="act only while holding the leader Lease, else stand by (default: on)")
     election.add_argument("--leader-election-namespace",

@@ -1,8 +1,9 @@
 """The Registry's two Leases (coordination.k8s.io/v1), both taken by its pods' agents:
 
 - `<registry>-reload`: the agents take it in turn, so replicas restart their registries one at a time
-  (docs/design.md §4.2, "Coordination");
-- `<registry>-gc`: its holder runs a garbage collection (§4.5, A3). A separate Lease, because the runner
+  (docs/decisions/0010-replicas-reload-one-at-a-time.md);
+- `<registry>-gc`: its holder runs a garbage collection
+  (docs/decisions/0019-garbage-collection-inside-the-pods.md). A separate Lease, because the runner
   holds it for the whole run while every replica must still take the reload Lease to turn read-only.
 
 Both are created empty; the agents own their spec from then on (holderIdentity, leaseDurationSeconds,
@@ -28,7 +29,8 @@ def name(reg: Registry) -> str:
 
 
 def gc_name(reg: Registry) -> str:
-    """The garbage collection Lease: its holder runs the Registry's GC (docs/design.md §4.5, A3)."""
+    """The garbage collection Lease: its holder runs the Registry's GC
+    (docs/decisions/0019-garbage-collection-inside-the-pods.md)."""
     return leases.gc_lease_name(registry_name(reg))
 
 

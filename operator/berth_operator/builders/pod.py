@@ -2,7 +2,8 @@
 mount contract (docs/design.md section 3).
 
 Only what needs a new pod may shape this template: the images, which Secrets and claim are mounted, the port,
-the resources, and what the user sets on the pod (spec.pod, spec.env, spec.serviceAccount: issue 36). Everything
+the resources, and what the user sets on the pod (spec.pod, spec.env, spec.serviceAccount:
+docs/decisions/0032-pod-overrides.md). Everything
 the agent applies hot stays out, so editing it never rolls the pods.
 """
 
@@ -72,15 +73,16 @@ TERMINATION_GRACE_PERIOD_SECONDS = 300
 TOKEN_EXPIRATION_SECONDS = 3607
 # Secret files readable by the pod's group (fsGroup) and nobody else.
 SECRET_MODE = 0o440
-# The registry's own metrics (docs/design.md §4.2, "The registry's metrics across reloads"): the agent serves the
+# The registry's own metrics (docs/decisions/0022-registry-metrics-across-reloads.md): the agent serves the
 # current registry process's /metrics on this stable port (container port ports.REGISTRY_METRICS_PORT_NAME), proxied
 # to the loopback debug port berth-supervise gave that process, one of DEBUG_PORTS (alternating, so a successor
 # never binds the port its draining predecessor still holds; the debug listener is not shut down on SIGTERM,
 # docs/upstream.md#dist-debug-server). Loopback only: pprof and /debug/vars on the debug port never leave the pod.
 DEBUG_PORTS = (5301, 5302, 5303)  # two are used; the third stands in when spec.http.port is one of them
 # The registry container runs the Berth image (berth-supervise holds the registry's listening socket, which a shell
-# cannot, docs/design.md §4.2); the registry binary still comes from spec.image: an init container copies it into
-# this emptyDir, where the supervisor runs it. Both official images keep it at /bin/registry.
+# cannot, docs/decisions/0006-registry-binary-copied-from-spec-image.md); the registry binary still comes from
+# spec.image: an init container copies it into this emptyDir, where the supervisor runs it. Both official images keep it
+# at /bin/registry.
 REGISTRY_BIN_VOLUME = "registry-bin"
 REGISTRY_BIN_DIR = "/opt/berth/registry"
 REGISTRY_BIN = f"{REGISTRY_BIN_DIR}/registry"
@@ -262,7 +264,8 @@ def agent_container(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
         "startupProbe": probe("/startupz", periodSeconds=2, failureThreshold=150),
         # The pod leaves its Service through this probe before its registry restarts (a native sidecar's
         # readiness counts for the pod's Ready condition): the agent waits LEAVE_SECONDS after turning /readyz
-        # false, which covers two periods and the endpoints following (docs/design.md §4.2). Two failures, not
+        # false, which covers two periods and the endpoints following
+        # (docs/decisions/0016-probes-tell-the-truth.md). Two failures, not
         # one: on the real node under load a single 503 (one registry-watch look that found no registry
         # answering) took the only replica out of its Service for a second, 140 connections refused.
         "readinessProbe": probe("/readyz", periodSeconds=1, failureThreshold=2, timeoutSeconds=1),
@@ -292,7 +295,7 @@ def preflight_env(reg: Registry) -> list[dict[str, Any]]:
 
 def s3_ca_env(reg: Registry) -> list[dict[str, Any]]:
     """storage.s3.ca: Go's SSL_CERT_DIR, the agent's copy of the CA before the system's directories (additive, so
-    public endpoints keep working; docs/design.md, "A private CA for S3"). Whether a CA is given shapes the
+    public endpoints keep working; docs/decisions/0035-s3-credentials-and-ca.md). Whether a CA is given shapes the
     template; the CA itself is applied hot (the agent writes it and restarts the registry)."""
     s3 = reg.spec.config.storage.s3
     if s3 is None or s3.ca is None:

@@ -37,8 +37,9 @@ def build(reg: Registry, facts: ClusterFacts) -> dict[str, Any]:
             # guarded by resourceVersion). The operator creates it; no agent may create, delete or list Leases.
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "resourceNames": [lease.name(reg)], "verbs": ["get", "update"]},
-            # One agent runs a garbage collection: the holder of the GC Lease (same read-then-guarded-update,
-            # renewed for the whole run; docs/design.md §4.5, A3). Created by the operator too.
+            # One agent runs a garbage collection: the holder of the GC Lease (same read-then-guarded-update, renewed
+            # for the whole run; docs/decisions/0019-garbage-collection-inside-the-pods.md). Created by the operator
+            # too.
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "resourceNames": [lease.gc_name(reg)], "verbs": ["get", "update"]},
             secrets_rule(reg, facts),

@@ -4,7 +4,7 @@ balancer class, external traffic policy). Nothing of spec.service reaches the De
 Kubernetes changes a Service's type in place (ClusterIP, NodePort and LoadBalancer into each other: the API
 server drops the node ports and the class a new type has no use for), but refuses to change or set
 spec.loadBalancerClass on a Service that is a LoadBalancer already. must_replace() says when: the apply layer
-then deletes the Service and creates it at once (docs/design.md §4.3, "Reaching the registry from outside").
+then deletes the Service and creates it at once (docs/decisions/0031-exposure.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Watch-driven caches of the objects Berth owns: the reconcile reads them instead of the API server, and a
-change to an owned object wakes its Registry (docs/design.md §4.3, "Caches").
+change to an owned object wakes its Registry (docs/decisions/0024-caches-and-watches.md).
 
 - One informer per kind and watched namespace (or one per kind, cluster-wide), in its own thread: a paginated
   list filtered by `app.kubernetes.io/managed-by=berth`, then a watch from that list's resourceVersion

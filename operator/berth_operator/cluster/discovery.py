@@ -1,5 +1,5 @@
 """Which optional kinds the cluster serves (core.kinds.OPTIONAL_KINDS: COSI's, prometheus-operator's ServiceMonitor),
-known at start and followed as CustomResourceDefinitions change (docs/design.md §4.3, "Optional APIs").
+known at start and followed as CustomResourceDefinitions change (docs/decisions/0025-optional-apis.md).
 
 A watch of CRDs, not discovery on a timer: a CRD's create, its Established condition and its delete are each a
 watch event, so a Registry waiting for an API recovers within a second of it being served, and an idle cluster

@@ -1,6 +1,6 @@
 """Wakes by name: the objects a spec names that Berth did not make (a user's Secret, ConfigMap, claim, BucketClaim
 or BucketAccess, the COSI driver's Secret) carry no label of Berth's, so the caches never see them change
-(docs/design.md §4.3, "Caches").
+(docs/decisions/0024-caches-and-watches.md).
 
 - One thread per named kind (core.kinds.NAMED_KINDS) and watched namespace (or cluster-wide) follows a
   metadata-only watch of every object of that kind, with no selector (the names are the user's), from the

@@ -1,4 +1,4 @@
-"""What the caches keep of a registry pod's status (issue 36): its phase, and what engine.pod_problems and
+"""What the caches keep of a registry pod's status: its phase, and what engine.pod_problems and
 engine.status.binary_findings read to say why a pod cannot run. No timestamps, ids or readiness flags, which change
 without anything to report (each change of what is kept wakes the Registry)."""
 

@@ -1,5 +1,5 @@
-"""The cluster as the engines see it: one door for every read and write of a reconcile (docs/design.md §4.3,
-"Caches").
+"""The cluster as the engines see it: one door for every read and write of a reconcile
+(docs/design.md §1.2, docs/decisions/0024-caches-and-watches.md).
 
 - Reads come from the caches where they cover the kind (caches.py; the classes a spec names from the caches of
   classes), else from the server, once per reconcile (reading_once: a claim or Secret the spec names is looked

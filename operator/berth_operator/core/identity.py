@@ -1,8 +1,8 @@
 """Who this operator process is, without asking the passwd database.
 
-The image runs as UID 65532, which has no /etc/passwd entry; kopf's default identity calls
-getpass.getuser() and crashes there (issue 7). The pod name (downward API: POD_NAME) names the process
-in the cluster; outside a pod, the hostname.
+The image runs as UID 65532, which has no /etc/passwd entry; kopf's default identity calls getpass.getuser() and crashes
+there (docs/decisions/0026-one-leader-through-a-lease.md). The pod name (downward API: POD_NAME) names the process in
+the cluster; outside a pod, the hostname.
 
 The leader Lease needs an identity no other candidate has: outside a pod, two processes on one machine
 share a hostname, so the process id is added.

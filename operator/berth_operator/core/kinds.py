@@ -1,7 +1,7 @@
-"""The table of the kinds the operator addresses, as data (docs/design.md, "The table of kinds"): for each kind the
-client's URL path (plural, namespaced), whether the caches list and watch it (cached), how the apply layer writes it
-(applied; None: Berth makes none), the API a cluster may not serve (optional), whether a spec names objects of it
-that Berth did not make (named, spec_class), and what deploy/clusterrole.yaml grants on it (verbs;
+"""The table of the kinds the operator addresses, as data (docs/decisions/0027-one-table-of-managed-kinds.md): for each
+kind the client's URL path (plural, namespaced), whether the caches list and watch it (cached), how the apply layer
+writes it (applied; None: Berth makes none), the API a cluster may not serve (optional), whether a spec names objects of
+it that Berth did not make (named, spec_class), and what deploy/clusterrole.yaml grants on it (verbs;
 tests/deploy/test_cluster_role.py derives the ClusterRole from here).
 
 What Berth does with a kind it makes (its builders, prune, checks, must_replace) is the kind's builder module's
@@ -21,7 +21,7 @@ CERT_MANAGER = "cert-manager.io/v1"
 
 @dataclass(frozen=True)
 class OptionalApi:
-    """An API a cluster may not serve (docs/design.md §4.3, "Optional APIs"): a Registry that needs one of its
+    """An API a cluster may not serve (docs/decisions/0025-optional-apis.md): a Registry that needs one of its
     kinds is Degraded with `reason` until the cluster serves it, and says to install `install`."""
 
     reason: str

@@ -24,7 +24,7 @@ REGISTRIES = Gauge(
     "Registries known to this operator, by condition and its status.",
     ["condition", "status"],
 )
-# Per Registry (issue 21: alerts that name the Registry): 1 while the condition is True, else 0. Labels are the
+# Per Registry (so that alerts name the Registry): 1 while the condition is True, else 0. Labels are the
 # Registry's namespace and name (object names, bounded by the Registries that exist) and the condition type.
 REGISTRY_CONDITION = Gauge(
     "berth_operator_registry_condition",

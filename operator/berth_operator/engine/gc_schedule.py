@@ -1,7 +1,7 @@
 """What the operator does about garbage collection, decided from the Registry and the time. Pure: no API calls,
 no clock (now is given).
 
-The operator's half of the contract (docs/design.md, "Garbage collection"):
+The operator's half of the contract (docs/design.md §4.5):
 - it asks for a run by writing status.garbageCollection.request, when the scheduled time (nextRun) has passed
   or the berth.dev/gc-requested-at annotation has a value it has not handled, and only when no run is pending;
 - a schedule missed while the operator was down runs once (nextRun moves past now, never slot by slot);

@@ -1,4 +1,4 @@
-"""Why a registry pod cannot run, as its status says it (issue 36): an image that cannot be pulled, a pod the
+"""Why a registry pod cannot run, as its status says it: an image that cannot be pulled, a pod the
 scheduler cannot place, a container in a crash loop or killed for memory, a container whose env names a missing
 Secret or ConfigMap key. Pure: pods in (as the caches keep them, cluster.caches.strip), findings out, each naming
 the pod, the container, the image and the kubelet's or the scheduler's own words, so that nobody needs

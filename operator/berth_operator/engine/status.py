@@ -41,7 +41,7 @@ DEGRADED_REASONS = (
     "ReplicasCapped",
     "AgentFailed",
     "RegistryBinaryMissing",
-    # Why a pod cannot run (engine.pod_problems, issue 36): the kubelet's or the scheduler's own words.
+    # Why a pod cannot run (engine.pod_problems): the kubelet's or the scheduler's own words.
     "ImagePullFailed",
     "RolloutFallback",  # before Unschedulable, the cause it is the consequence of (both messages are joined)
     "Unschedulable",
@@ -152,7 +152,7 @@ def _first(findings: list[Finding], order: tuple[str, ...]) -> Finding:
     return min(findings, key=lambda f: order.index(f.reason))
 
 
-BINARY_CONTAINER = "registry-binary"  # builders/pod.py: copies /bin/registry out of spec.image (issue 29)
+BINARY_CONTAINER = "registry-binary"  # builders/pod.py: copies /bin/registry out of spec.image
 
 
 def binary_findings(pods: list[Mapping[str, Any]], image: str) -> list[Finding]:
@@ -189,8 +189,8 @@ def _pod_findings(obs: Observation) -> list[Finding]:
         details = ", ".join(f"{name}: {obs.agents[name]['error']}" for name in failed)
         found.append(Finding("AgentFailed", f"the agent could not apply the current spec in pod {details}"))
     if obs.generation is not None:
-        # A pod has applied the current spec when its agent's record names this generation (or a newer one) and
-        # no error (docs/design.md §4.2, "When a pod counts as applied"); a pod with no record has not.
+        # A pod has applied the current spec when its agent's record names this generation (or a newer one) and no error
+        # (docs/decisions/0017-status-records-and-ready.md); a pod with no record has not.
         behind = sorted(
             {name for name, rec in obs.agents.items()
              if not rec.get("error") and (rec.get("observedGeneration") or 0) < obs.generation}

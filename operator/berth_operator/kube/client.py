@@ -21,7 +21,8 @@ from ..core import kinds
 # Lists and watches of objects' metadata alone (PartialObjectMetadata): a CRD's schema can be megabytes.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
-# The one server-side-apply field manager of every object Berth applies (docs/design.md §4.3, "Apply").
+# The one server-side-apply field manager of every object Berth applies
+# (docs/decisions/0023-server-side-apply-only-on-difference.md).
 FIELD_MANAGER = "berth-operator"
 
 
