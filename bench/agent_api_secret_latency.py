@@ -7,7 +7,7 @@ kubelet's 60-90 s sync, docs/upstream.md#k8s-secret-refresh), and time from send
 process serves the config and answers GET / with 200; then delete the old key. Beside it, in the same run and on the
 same S3, the registry's own cold start (exec until its first 200), as in agent_swap_latency.py.
 
-Target (issue 11): median <= cold start median + 150 ms.
+Target (docs/decisions/0012-secrets-over-the-api.md): median <= cold start median + 150 ms.
 
     python bench/agent_api_secret_latency.py [--rotations 30]
 """

@@ -6,7 +6,7 @@ directory, docs/upstream.md#watchdog-events; the content changes on every swap).
 counted once everything has settled: the debounce must turn the whole burst into one render and one restart, with the
 last content.
 
-Target (issue 3): exactly 1 restart.
+Target: exactly 1 restart (the debounce, docs/design.md §4.2).
 
     python bench/agent_burst.py [--swaps 100] [--rounds 3]
 """

@@ -1,11 +1,11 @@
 """The agent's footprint when nothing changes: resident memory and CPU over an idle minute.
 
-Runs `berth-agent run` as the sidecar runs it (`--registry NS/NAME` against a test API server, kmock with our
-fixture: the kubernetes client, the watch, status reporting) and as examples/local runs it (`--registry-file`),
-each beside berth-supervise and the real registry, waits until the first config is applied, then samples the agent
-process's VmRSS and its user+system CPU time over SECONDS.
+Runs `berth-agent run` as the sidecar runs it (`--registry NS/NAME` against a test API server, kmock with our fixture:
+the agent's own API client (kube/client.py), the watch, status reporting) and as examples/local runs it
+(`--registry-file`), each beside berth-supervise and the real registry, waits until the first config is applied, then
+samples the agent process's VmRSS and its user+system CPU time over SECONDS.
 
-Targets (issue 3): RSS < 70 MiB, idle CPU < 0.5 % (of one core).
+Targets: RSS < 70 MiB, idle CPU < 0.5 % (of one core).
 
     python bench/agent_idle.py [--seconds 60] [--mode api|file|both]
 """
@@ -50,7 +50,8 @@ def measure(mode: str, seconds: float) -> tuple[float, float, float]:
             if api is not None:
                 api.__enter__()
                 api.create(registry_object(spec))
-                # As the operator's pod runs it: the mounted Secret also watched over the API (issue 11).
+                # As the operator's pod runs it: the mounted Secret also watched over the API
+                # (docs/decisions/0012-secrets-over-the-api.md).
                 api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "http", "namespace": "default"},
                             "data": {"secret": "aWRsZQ=="}})
                 pod.start_agent(registry="default/reg", kube_host=api.url, extra=["--api-secret", "http-secret=http"])

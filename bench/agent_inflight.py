@@ -7,14 +7,14 @@ Service's endpoints do). Filesystem storage (shared by the two pods), drainTimeo
 1 MiB blob without pause while the Registry is edited RELOADS times (spec.config.log.level toggled; each
 edit restarts every registry), waiting for every pod to apply an edit before the next. A slow chunked upload
 (UPLOAD_SECONDS per upload, started again when one ends) is always in flight, so every reload overlaps one:
-the old registry drains it while its successor serves (issue 8).
+the old registry drains it while its successor serves (docs/decisions/0008-overlapped-restart-for-2-8.md).
 
 A request that never reached a registry is retried by the client and counted: a refused connection, or a
 reset before any response byte (the old listener's accept queue). With 2 replicas the clients never retry:
 the balancer turns a refused backend into a reset and counts it. Any other outcome than 200 with the right
 bytes is a failed request. Beside it, in the same run, the registry's cold start (exec to the first 200).
 
-Targets (issue 8): no-listener window per reload median <= cold start + 20 ms; 0 failed; 0 refused with 2.
+Targets: no-listener window per reload median <= cold start + 20 ms; 0 failed; 0 refused with 2.
 
     python bench/agent_inflight.py [--reloads 20] [--pullers 2] [--replicas 1|2|3] [--leave-seconds 0.3]
                                    [--upload-seconds 3]

@@ -1,5 +1,5 @@
 """Where the agent's memory goes, with a Registry's features off and on; and the operator's at N Registries
-(issue 52).
+(docs/decisions/0037-agent-memory.md).
 
 The agent runs as a registry pod runs it: `berth-agent run --registry NS/NAME` against a test API server (kmock),
 the http secret mounted and watched over the API (`--api-secret`), the registry's metrics proxied

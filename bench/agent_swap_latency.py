@@ -5,12 +5,12 @@ and time from the rename until a NEW registry process serves the config and answ
 delete the old key. Beside it, in the same run and on the same S3, the registry's own cold start: exec of
 `docker-registry serve` until its first 200 on GET /.
 
-With `--pullers N` (default 2) N clients pull a 1 MiB blob (through the registry from S3) without pause all the
-while, so every swap restarts a registry with pulls in flight: the old process drains them while its successor
-starts (overlapped restart, issue 8), and the pull loop counts what clients would see.
+With `--pullers N` (default 2) N clients pull a 1 MiB blob (through the registry from S3) without pause all the while,
+so every swap restarts a registry with pulls in flight: the old process drains them while its successor starts
+(overlapped restart, docs/decisions/0008-overlapped-restart-for-2-8.md), and the pull loop counts what clients would
+see.
 
-Targets: issue 3, median <= cold start median + 150 ms, p99 < 1 s; issue 8, under the pull load median <= cold
-start + 100 ms.
+Targets: median <= cold start median + 150 ms, p99 < 1 s; under the pull load, median <= cold start + 100 ms.
 
 With `--swap http-secret` the same is measured without S3 and without the pre-flight: filesystem storage, and
 each swap replaces the mounted http secret (which changes config.yml, so the registry restarts).
@@ -92,7 +92,8 @@ def wait_new_registry(config_path: Path, endpoint: Endpoint, mark: Mark, timeout
 
 def wait_drained(before: set, timeout: float = 30.0) -> None:
     """Until the registries of `before` have exited. An old key is revoked only then: a draining registry may
-    still read from S3 with it (docs/design.md §4.2)."""
+    still read from S3 with it
+    (docs/decisions/0001-retirement-bounded-by-drain-timeout.md)."""
     deadline = time.monotonic() + timeout
     while any(p.alive() for p in before) and time.monotonic() < deadline:
         time.sleep(0.01)

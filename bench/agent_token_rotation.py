@@ -1,5 +1,5 @@
 """Token auth trust change to serving: the root certificate bundle swapped until the new registry serves tokens
-signed by a key only the new bundle trusts (issue 19).
+signed by a key only the new bundle trusts (docs/decisions/0015-pre-flight-before-a-restart.md).
 
 For each of N changes: a fresh CA (made before the clock starts), the `token-bundle/` volume swapped to it as the
 kubelet does (..data rename; a ConfigMap volume is written the same way), and the time from the rename until a

@@ -1,5 +1,5 @@
 """The floor under bench/operator_reconcile.py: the same control plane, the same Registries and the same objects,
-written without any operator (issue 26). What this takes is what the cluster itself needs for N Registries on this
+written without any operator. What this takes is what the cluster itself needs for N Registries on this
 machine; the operator's run minus this is the operator's overhead.
 
     python bench/operator_reconcile.py --count 1000   # the operator's run, for comparison

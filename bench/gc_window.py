@@ -1,4 +1,5 @@
-"""Garbage collection on a filesystem registry of about 1,000 blobs, about half of them unreferenced (issue 12).
+"""Garbage collection on a filesystem registry of about 1,000 blobs, about half of them unreferenced
+(docs/design.md §4.5).
 
 The store (tests/support/registries/gc_store.py): IMAGES images of LAYERS random layers of LAYER_SIZE bytes, each with
 its
@@ -30,8 +31,9 @@ Each run is checked: lastRun Succeeded, 504 blobs deleted on disk.
     python bench/gc_window.py [--mode command|flow|both] [--rounds 3] [--replicas 1 2] [--leave-seconds 0.3]
                               [--images 125] [--layers 6] [--layer-size 4096] [--no-v3] [--flow-distribution 2|3]
 
-`--flow-distribution 3` (issue 29): the flow's pods run 3.1.1 under berth-supervise, which holds each pod's
-listening socket, so no pod leaves its Service for the read-only switch (try it with the pod's --leave-seconds 5).
+`--flow-distribution 3` (docs/decisions/0007-held-socket-handover.md): the flow's pods run 3.1.1 under berth-supervise,
+which holds each pod's listening socket, so no pod leaves its Service for the read-only switch (try it with the pod's
+--leave-seconds 5).
 """
 
 from __future__ import annotations
@@ -201,7 +203,7 @@ def flow_round(args, store: gc_store.Store, store_dir: Path, root: Path, replica
     port = free_port()
     spec = filesystem_spec(port, garbageCollection={"readOnlyTimeout": "5m"})
     spec["config"]["storage"]["delete"] = {"enabled": True}
-    held = args.flow_distribution == "3"  # 3.1.1 under berth-supervise, each pod's socket held (issue 29)
+    held = args.flow_distribution == "3"  # 3.1.1 under berth-supervise, each pod's socket held
     if held:
         from support.registries.pod import on_distribution
 

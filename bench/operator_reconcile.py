@@ -1,7 +1,7 @@
 """The operator at N Registries on a real control plane (kube-apiserver, etcd, kube-controller-manager and
 kube-scheduler v1.36: support.clusters.control_plane): converge, idle, one edit. Prints each figure beside its target
 and
-fails (exit 1) when the run is not what a user would call converged (issue 26; docs/benchmarks.md).
+fails (exit 1) when the run is not what a user would call converged (docs/benchmarks.md).
 
     python bench/operator_reconcile.py [--count 100 --count 300 --count 1000] [--idle 130]
 
@@ -13,8 +13,8 @@ a ReplicaSet and Pods, which stay Pending (no node; the scheduler marks them Uns
 updates and the Deployments' reach the operator's watches, as on any cluster.
 
 Converged means what a user counts: every Registry has status.observedGeneration == generation and Degraded
-False, or Degraded only because its pods cannot be scheduled (EXPECTED_DEGRADED: there is no node, and since
-issue 36 the Registry says so), and every object it owns exists (counted by owner reference, kind by kind). The run
+False, or Degraded only because its pods cannot be scheduled (EXPECTED_DEGRADED: there is no node, and the
+Registry says so), and every object it owns exists (counted by owner reference, kind by kind). The run
 fails at once when a Registry is seen Degraded for any other reason (nothing here should degrade it: a refused
 apply is ApplyFailed) or the operator
 logs an error line, and after --timeout seconds without convergence. `--refuse-apply RESOURCE` makes the API

@@ -1,4 +1,5 @@
-"""What the pod's notification outbox (issue 48) sustains and costs: events per second through the relay on one
+"""What the pod's notification outbox (docs/decisions/0002-a-notification-outbox-in-the-agent.md)
+sustains and costs: events per second through the relay on one
 core, and the memory it adds.
 
 A child process runs the agent's Outbox and its relay pinned to one core (as in a pod with a CPU limit of 1), its

@@ -1,5 +1,5 @@
-"""A pull-through cache (issue 20): cold pull through the cache, warm pull from it, and a direct pull from the
-upstream, in MiB/s in the same run; and a credential change until the registry serves with the new password.
+"""A pull-through cache (docs/design.md §4.6): cold pull through the cache, warm pull from it, and a direct pull from
+the upstream, in MiB/s in the same run; and a credential change until the registry serves with the new password.
 
 One pod in file mode (`berth-agent run --registry-file`, berth-supervise, the real registry) as a proxy of a token
 upstream on 127.0.0.1 (tests/support/registries/upstream.py: a real registry behind the one-port front that serves

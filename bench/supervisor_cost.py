@@ -1,4 +1,5 @@
-"""What berth-supervise costs every registry pod, and what its held socket buys (issue 29).
+"""What berth-supervise costs every registry pod, and what its held socket buys
+(docs/decisions/0005-berth-supervise-in-the-standard-library.md, docs/decisions/0007-held-socket-handover.md).
 
 Prints, for the real 2.8 (Debian) and, when BERTH_REGISTRY3_BIN is set, 3.1.1:
 - cold start: the bare binary (exec to the first answer on GET /) next to the same through berth-supervise
