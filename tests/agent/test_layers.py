@@ -1,7 +1,7 @@
 """The agent's layout holds: no import cycle, and no import from a lower layer to a higher one.
 
 Every import counts, also one inside a function or under TYPE_CHECKING (support.common.layers walks them all).
-docs/design.md ("Map of the agent") names the layers.
+docs/design.md §1.1 names the layers.
 
 Under the ground floor, beside berth_api: berth_supervise, the registry container's own program. The agent reaches
 it only through berth_supervise.protocol, the one module that names, writes and reads what the two share, and

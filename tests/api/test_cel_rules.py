@@ -118,7 +118,7 @@ def proxy_documents() -> list[dict[str, Any]]:
 
 
 def notifications_documents() -> list[dict[str, Any]]:
-    """spec.config.notifications (issue 21): header sources, the Secret, duplicate names, and the 3.x-only fields
+    """spec.config.notifications: header sources, the Secret, duplicate names, and the 3.x-only fields
     on both majors."""
     endpoint = {"name": "scan", "url": "https://hooks.example.com/events"}
     token = {"name": "Authorization", "secretKey": "token"}
@@ -142,7 +142,7 @@ def notifications_documents() -> list[dict[str, Any]]:
 
 
 def cloud_storage_documents() -> list[dict[str, Any]]:
-    """spec.config.storage.azure and .gcs (issue 31): each credentials type with and without its Secret and IDs,
+    """spec.config.storage.azure and .gcs: each credentials type with and without its Secret and IDs,
     realm and serviceURL together, chunk sizes off the 256 KiB step, and both on Distribution 2 (refused)."""
     secret = {"name": "azure", "field": "accountKey"}
     ids = {"tenantID": "00000000-0000-0000-0000-000000000001", "clientID": "00000000-0000-0000-0000-000000000002"}
@@ -168,7 +168,7 @@ def cloud_storage_documents() -> list[dict[str, Any]]:
 
 
 def s3_documents() -> list[dict[str, Any]]:
-    """spec.config.storage.s3 and the S3 options on s3 and objectStorage (issue 37): each 3-only option, storage
+    """spec.config.storage.s3 and the S3 options on s3 and objectStorage: each 3-only option, storage
     classes of 2 and of 3 only, keyId with and without encrypt, forcePathStyle with and without an endpoint, keys
     and the pod's identity, on Distribution 3 and 2."""
     keys = {"credentials": {"secretName": "s3-keys"}}
@@ -191,7 +191,7 @@ def s3_documents() -> list[dict[str, Any]]:
 
 
 def exposure_documents() -> list[dict[str, Any]]:
-    """spec.service, spec.ingress.tls and spec.http.tls (issue 30): each Service type with each type-bound field,
+    """spec.service, spec.ingress.tls and spec.http.tls: each Service type with each type-bound field,
     TLS from a Secret, an issuer, both or neither, dnsNames with and without an issuer."""
     storage = {"inmemory": {}}
     services = [{"type": kind, **extra} for kind in (None, "ClusterIP", "NodePort", "LoadBalancer")

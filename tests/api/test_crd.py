@@ -250,7 +250,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.config.storage.filesystem", "set exactly one of persistentVolumeClaim and storageClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketClaim and bucketClass"),
         ("spec.config.storage.objectStorage", "set exactly one of bucketAccess and bucketAccessClass"),
-        # issue 37: the S3 options on both S3 backends, storage.s3's CA, and what Distribution 2 cannot do
+        # the S3 options on both S3 backends, storage.s3's CA, and what Distribution 2 cannot do
         *((f"spec.config.storage.{backend}", KEY_ID_MESSAGE) for backend in ("objectStorage", "s3")),
         ("spec.config.storage.s3.ca", "set exactly one of secret and configMap"),
         *(("spec", v3_only_message(f"{path.removeprefix('spec.')}.{field}"))
@@ -278,7 +278,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.http.tls", TLS_SOURCE_MESSAGE),
         ("spec.http.tls", DNS_NAMES_MESSAGE),
         ("spec.ingress.tls", TLS_SOURCE_MESSAGE),
-        # issue 36: the pod overrides, the registry's env and the ServiceAccount's annotations
+        # the pod overrides, the registry's env and the ServiceAccount's annotations
         ("spec.pod.labels", LABELS_MESSAGE),
         ("spec.pod.annotations", ANNOTATIONS_MESSAGE),
         ("spec.serviceAccount.annotations", ANNOTATIONS_MESSAGE),
@@ -286,7 +286,7 @@ def test_the_cross_field_rules_are_all_there() -> None:
         ("spec.env.[]", "set exactly one of value and valueFrom"),
         ("spec.env.[]", ENV_MESSAGE),
         ("spec.env.[].valueFrom", ONE_SOURCE_MESSAGE),
-        # issue 50: each peer of spec.networkPolicy is an ipBlock or selectors
+        # each peer of spec.networkPolicy is an ipBlock or selectors
         *((f"spec.networkPolicy.{field}.[]", PEER_MESSAGE) for field in ("from", "metricsFrom")),
     }
 
@@ -296,7 +296,7 @@ def test_rule_compiles_and_has_bounded_cost(path: str, rule: dict[str, str]) -> 
     celpy.Environment().compile(rule["rule"])
     # The API server refuses rules whose estimated cost is unbounded; that only happens when a rule sits
     # under a list or map, or iterates one without maxItems. These iterate list literals, or the notification
-    # lists (issue 21), which are bounded by maxItems (checked here; the real API server tier compiles them).
+    # lists, which are bounded by maxItems (checked here; the real API server tier compiles them).
     parts = path.split(".")
     assert "*" not in parts, path
     if "[]" in parts:

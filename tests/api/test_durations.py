@@ -1,5 +1,5 @@
 """One Go-duration parser for the operator and the agent (berth_api.types.duration_seconds), and berth-supervise's
-stdlib copy held to the same answers (issue 40: there were three, and two behaved differently)."""
+stdlib copy held to the same answers (there were three, and two behaved differently)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ CORPORATE = REPO / "examples" / "corporate-cache"
 
 
 def test_the_corporate_cache_example_is_a_registry_and_the_configmap_its_env_reads() -> None:
-    """examples/corporate-cache/ (issue 36): every pod override, and NO_PROXY from the folder's ConfigMap."""
+    """examples/corporate-cache/: every pod override, and NO_PROXY from the folder's ConfigMap."""
     registry = yaml.safe_load((CORPORATE / "registry.yaml").read_text(encoding="utf-8"))
     config_map = yaml.safe_load((CORPORATE / "egress-configmap.yaml").read_text(encoding="utf-8"))
     assert admit(registry) == []

@@ -60,7 +60,7 @@ def top_auth(image: str = "registry:3", **providers: Any) -> dict[str, Any]:
 
 # (case id, Registry document, API path the model's error names, part of the message, CRD refuses it too)
 INVALID = [
-    # issue 36: the pod overrides, env and the ServiceAccount's annotations; Berth's own names are refused
+    # the pod overrides, env and the ServiceAccount's annotations; Berth's own names are refused
     *((f"pod label {key}", registry(pod={"labels": {key: "x"}}), "spec.pod.labels",
        "collides with Berth's own labels", True)
       for key in ("app.kubernetes.io/instance", "app.kubernetes.io/name", "app.kubernetes.io/managed-by",
@@ -97,7 +97,7 @@ INVALID = [
      "spec.pod.imagePullSecrets.0.name", "pattern", True),
     ("agentResources bad quantity", registry(pod={"agentResources": {"limits": {"memory": "lots"}}}),
      "spec.pod.agentResources.limits.memory", "pattern", True),
-    # issue 50: spec.networkPolicy's peers are an ipBlock or selectors; CIDRs the CRD's pattern lets through (host
+    # spec.networkPolicy's peers are an ipBlock or selectors; CIDRs the CRD's pattern lets through (host
     # bits, an except outside the cidr) the model refuses, and the operator reports (InvalidSpec)
     ("networkPolicy peer of neither kind", registry(networkPolicy={"from": [{}]}), "spec.networkPolicy.from.0",
      "set ipBlock, or namespaceSelector and/or podSelector", True),
@@ -236,7 +236,7 @@ INVALID = [
          {"type": "Ready", "status": status, "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"}
          for status in ("True", "False")]}},
      "status.conditions", "one entry per condition type", True),
-    # Bounds: what both registry versions accept at start (issue 9). Go's time.Duration ends at 2562047h.
+    # Bounds: what both registry versions accept at start. Go's time.Duration ends at 2562047h.
     ("drainTimeout past Go's duration", registry(http={"drainTimeout": "100000000h"}),
      "spec.http.drainTimeout", "at most 999999h", True),
     ("drainTimeout just past the bound", registry(http={"drainTimeout": "1000000h"}),
@@ -265,7 +265,7 @@ INVALID = [
      "spec.config.storage.cache.blobdescriptorsize", "less than or equal to 2147483647", True),
     ("replicas past int32", registry(replicas=2**31),
      "spec.replicas", "less than or equal to 2147483647", True),
-    # Auth (issue 19): one provider; token needs trust; the 3.x-only token fields refused on 2.8.
+    # Auth: one provider; token needs trust; the 3.x-only token fields refused on 2.8.
     ("htpasswd and token", auth(htpasswd=HTPASSWD, token=TOKEN),
      "spec.config.storage.auth", "at most one auth provider", True),
     ("token and silly", auth(token=TOKEN, silly={"realm": "r", "service": "s"}),

@@ -1,4 +1,4 @@
-"""Server-side apply and the watch-driven caches (issue 22) on the real API server: `berth-operator` as a process
+"""Server-side apply and the watch-driven caches on the real API server: `berth-operator` as a process
 with deploy/'s RBAC. What kmock's simplified apply cannot show: field ownership (managedFields), a hand edit of
 one of Berth's fields repaired because its watch event woke the Registry (no Registry edit, no sweep: the
 operator's refresh interval is far longer than the tests' patience), another manager's fields left alone, a
@@ -185,7 +185,7 @@ def test_an_existing_object_without_berths_label_is_read_and_decided_on(kube_api
     """Not in the caches but there: the unforced apply is refused, the object is read, and decided on as ever:
     another controller's is left alone (ApplyFailed, not touched); one made by hand is adopted where the API
     server lets Berth. On this one (OwnerReferencesPermissionEnforcement) adding an owner reference needs delete
-    on the object: a hand-made Service is adopted (Berth deletes Services to replace them, issue 30), a
+    on the object: a hand-made Service is adopted (Berth deletes Services to replace them), a
     hand-made ServiceAccount is not (no delete): ApplyFailed says so and what to do."""
     api, ns = kube_apiserver, apiserver_namespace
     other = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "someone",

@@ -1,4 +1,4 @@
-"""A bare cluster (issue 26): a real kube-apiserver with only deploy/ applied (Berth's CRD, its namespace and RBAC),
+"""A bare cluster: a real kube-apiserver with only deploy/ applied (Berth's CRD, its namespace and RBAC),
 no COSI, no prometheus-operator. berth-operator runs as deploy/ runs it (`--all-namespaces`, leader election, a
 token of its ServiceAccount).
 
@@ -33,7 +33,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRIES = "berth.dev/v1alpha1/registries"
 NEEDS_COSI = {"cosi-classes", "cosi-existing", "full"}
 NEEDS_MONITORING = {"monitored"}
-BOUND = 10.0  # seconds: issue 26's acceptance bounds
+BOUND = 10.0  # seconds: the bound for each Registry's answer on a bare cluster
 COSI_MESSAGE = "BucketClaim, BucketAccess"  # and the classes a spec names, then:
 COSI_MISSING = "(objectstorage.k8s.io/v1alpha1) are not served by this cluster: install the COSI CRDs and controller"
 MONITORING_MESSAGE = "ServiceMonitor (monitoring.coreos.com/v1) is not served by this cluster: install " \

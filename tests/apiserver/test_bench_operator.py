@@ -1,4 +1,4 @@
-"""bench/operator_reconcile.py counts what a user counts (issue 26): it passes a small converge on a real control
+"""bench/operator_reconcile.py counts what a user counts: it passes a small converge on a real control
 plane, and fails, naming the Registry and the reason, when the API server refuses an apply (the operator then
 still writes status.observedGeneration, which the bench once took for convergence)."""
 

@@ -1,4 +1,4 @@
-"""The classes a spec names, cached (issue 26): StorageClasses, BucketClasses and BucketAccessClasses are listed and
+"""The classes a spec names, cached: StorageClasses, BucketClasses and BucketAccessClasses are listed and
 watched cluster-wide (caches.Caches.of_classes), on the real kube-apiserver with only deploy/ applied and the
 operator running as deploy/ runs it (its ServiceAccount, deploy/'s RBAC):
 

@@ -1,4 +1,4 @@
-"""spec.service, spec.ingress, spec.gateway and cert-manager issuers on the real API server (issue 30), with the
+"""spec.service, spec.ingress, spec.gateway and cert-manager issuers on the real API server, with the
 Gateway API and cert-manager CRDs vendored from their releases (tests/fixtures, Apache-2.0).
 
 - Berth's NodePort and LoadBalancer Services, Ingress, HTTPRoute and Certificates are admitted with strict field

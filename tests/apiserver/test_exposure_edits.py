@@ -1,5 +1,5 @@
-"""Each field of spec.service, spec.ingress and spec.gateway edited on its own (issue 30: "each field edit touches
-only its object"), on the real API server with berth-operator (deploy/'s RBAC, its own token).
+"""Each field of spec.service, spec.ingress and spec.gateway edited on its own (each field edit touches
+only its object), on the real API server with berth-operator (deploy/'s RBAC, its own token).
 
 After each edit has been reconciled (status.observedGeneration), the audit log holds the operator's writes since
 the edit: exactly the intended object's (a server-side apply patch, which creates an object too, or a delete and

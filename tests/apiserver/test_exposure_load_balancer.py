@@ -1,4 +1,4 @@
-"""A LoadBalancer Service with no controller (issue 30), on the real API server: berth-operator (deploy/'s RBAC,
+"""A LoadBalancer Service with no controller, on the real API server: berth-operator (deploy/'s RBAC,
 its own token) makes it; the test then writes status.loadBalancer.ingress through the status subresource as a
 cloud controller would, first an ip, then a hostname. status.externalAddress and `kubectl get reg -o wide`'s
 External column (the CRD's additionalPrinterColumns, evaluated by the API server: a Table request, as kubectl

@@ -1,4 +1,4 @@
-"""The Gateway API and cert-manager as optional APIs (issue 30, the optional-API rule of issue 26), on a real API
+"""The Gateway API and cert-manager as optional APIs (docs/decisions/0025-optional-apis.md), on a real API
 server of this module's own (the worker's shared one gets CRDs installed by other tests).
 
 A Registry with spec.gateway and spec.http.tls.issuerRef on a cluster without their CRDs is Degraded, the

@@ -1,4 +1,4 @@
-"""One leader (issue 7, part 2): two `berth-operator` processes against the real API server, as deploy/ runs two
+"""One leader: two `berth-operator` processes against the real API server, as deploy/ runs two
 replicas: the same ServiceAccount with deploy/'s RBAC, each with its own token (two pods' projected tokens).
 Only the holder of the Lease writes; kill -9 it, and the standby takes the Lease once it has expired, then does
 what was missed meanwhile, and nothing twice. The Lease's optimistic concurrency (a stale resourceVersion is
@@ -199,7 +199,7 @@ def test_a_sigterm_at_any_moment_of_the_start_stops_cleanly_and_releases_the_lea
 
 def test_a_missing_leader_election_namespace_is_said_once_and_the_lease_taken_once_it_exists(
         kube_apiserver, apiserver_namespace, tmp_path):
-    """`berth-operator -n NS` on a cluster without its leader-election namespace (issue 16): the real server
+    """`berth-operator -n NS` on a cluster without its leader-election namespace: the real server
     answers the Lease create 404. One error line names the namespace and the ways out, however many retry
     periods pass; once the namespace is created the operator takes the Lease and acts."""
     missing = f"{apiserver_namespace}-lease"

@@ -1,4 +1,4 @@
-"""spec.monitoring and deploy/monitoring on the real API server (issue 21), with prometheus-operator's CRDs vendored
+"""spec.monitoring and deploy/monitoring on the real API server, with prometheus-operator's CRDs vendored
 from its v0.93.0 release (tests/fixtures/prometheus-operator-v0.93.0, Apache-2.0, LICENSE beside them).
 
 The manifests are valid against those schemas (strict field validation, dry run): the ServiceMonitor the builder

@@ -1,4 +1,4 @@
-"""spec.networkPolicy on the real API server (issue 50, item 4).
+"""spec.networkPolicy on the real API server.
 
 - The NetworkPolicy Berth builds, with every kind of peer, is admitted with strict field validation (dry run)
   against the API server's own networking.k8s.io/v1 schema and its validation (CIDRs, except inside cidr).

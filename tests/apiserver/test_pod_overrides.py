@@ -1,4 +1,4 @@
-"""The pod overrides on the real API server (issue 36):
+"""The pod overrides on the real API server:
 
 - workload identity: berth-operator (deploy/'s RBAC) makes each cloud's example into a ServiceAccount carrying
   exactly the annotations that cloud's webhook or metadata server keys on, and a pod (created from the Deployment's

@@ -1,4 +1,4 @@
-"""The agent's ServiceAccount token, on the real API server, can do exactly what docs/design.md says and nothing
+"""The agent's ServiceAccount token, on the real API server, can do exactly what docs/design.md §4.8 says and nothing
 else: get/list/watch its own Registry (by name: list and watch with fieldSelector metadata.name), patch its
 status, get/list/watch the Secrets its pod mounts (each by name, the same way), get and update its Registry's
 reload and GC Leases, create and patch Events.
@@ -178,7 +178,7 @@ FORBIDDEN: list[tuple[str, Callable[[Agent], Any]]] = [
 ]
 
 
-# Token auth (issue 19): trust from a ConfigMap (the bundle) and a Secret (the JWKS); the Role names exactly them.
+# Token auth: trust from a ConfigMap (the bundle) and a Secret (the JWKS); the Role names exactly them.
 CONFIG_MAPS = "v1/configmaps"
 TRUST = "issuer-trust"  # the ConfigMap the bundle comes from
 JWKS_SECRET = "issuer-jwks"

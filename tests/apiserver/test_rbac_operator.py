@@ -62,7 +62,7 @@ UNEXERCISED_GRANTS = {
     ("objectstorage.k8s.io", "bucketclaims", "patch"): "sets the owner reference when deletionPolicy changes",
     ("objectstorage.k8s.io", "bucketclaims", "delete"): "admits the owner-reference patch of a deletionPolicy change",
     ("objectstorage.k8s.io", "bucketaccesses", "patch"): "sets the owner reference when deletionPolicy changes",
-    # spec.monitoring.serviceMonitor (issue 21): exercised by tests/apiserver/test_monitoring.py, where the
+    # spec.monitoring.serviceMonitor: exercised by tests/apiserver/test_monitoring.py, where the
     # prometheus-operator CRDs are installed; this scenario's examples ask for no ServiceMonitor.
     ("monitoring.coreos.com", "servicemonitors", "get"): "applies a Registry's ServiceMonitor (spec.monitoring)",
     ("monitoring.coreos.com", "servicemonitors", "create"): "applies a Registry's ServiceMonitor (spec.monitoring)",
@@ -74,16 +74,16 @@ UNEXERCISED_GRANTS = {
 # Server-side apply creates a missing object: the audit log records a patch, and the API server authorizes a
 # create besides it (apply.py applies these kinds; only the create-only kinds are POSTed).
 APPLY_CREATES = "server-side apply of a missing object is a create: authorized as one, audited as a patch"
-# Issue 30: exercised by tests/apiserver/test_exposure.py and test_exposure_optional.py (their CRDs installed there);
+# Exposure: exercised by tests/apiserver/test_exposure.py and test_exposure_optional.py (their CRDs installed there);
 # this scenario's examples make no Ingress, HTTPRoute or Certificate and replace no Service. All four are cached
-# (issue 26: the prune's look is a cache read), so the Ingress's list and watch are exercised, its get is not; the
+# (the prune's look is a cache read), so the Ingress's list and watch are exercised, its get is not; the
 # optional kinds are never asked for while not served.
 EXPOSURE_GRANTS = "an Ingress, HTTPRoute or Certificate (spec.ingress, spec.gateway, an issuerRef): test_exposure*"
 UNEXERCISED_GRANTS.update({(group, resource, verb): EXPOSURE_GRANTS for group, resource, verbs in (
     ("networking.k8s.io", "ingresses", ("get", "create", "patch", "delete")),
     ("gateway.networking.k8s.io", "httproutes", ("get", "list", "watch", "create", "patch", "delete")),
     ("cert-manager.io", "certificates", ("get", "list", "watch", "create", "patch", "delete"))) for verb in verbs})
-# Issue 50: spec.networkPolicy, exercised by tests/apiserver/test_network_policy.py; this scenario's examples ask
+# spec.networkPolicy, exercised by tests/apiserver/test_network_policy.py; this scenario's examples ask
 # for none. Cached, so its list and watch are exercised here.
 UNEXERCISED_GRANTS.update({("networking.k8s.io", "networkpolicies", verb): "a Registry's NetworkPolicy "
                            "(spec.networkPolicy): applied, and pruned when the field goes (test_network_policy)"

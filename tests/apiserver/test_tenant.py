@@ -1,4 +1,4 @@
-"""The tenant test (issue 50): a user with only `edit` in namespace A cannot, through any Registry field, make Berth
+"""The tenant test: a user with only `edit` in namespace A cannot, through any Registry field, make Berth
 read, copy, mount or expose a Secret or ConfigMap of namespace B.
 
 A real API server of its own, with the clusterrole-aggregation controller (support.clusters.apiserver_users), the

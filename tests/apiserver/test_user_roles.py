@@ -1,4 +1,4 @@
-"""Roles for users (issue 50): after the documented install (`kubectl apply -k crds`, `kubectl apply -k deploy`), the
+"""Roles for users: after the documented install (`kubectl apply -k crds`, `kubectl apply -k deploy`), the
 built-in user-facing roles carry Berth's kind, through deploy/base/user-roles.yaml's aggregated ClusterRoles.
 
 On a real API server with the controller manager's clusterrole-aggregation controller

@@ -1,4 +1,4 @@
-"""deploy/clusterrole.yaml is what the table of kinds says (issue 40): the file stays plain YAML that users read and
+"""deploy/clusterrole.yaml is what the table of kinds says: the file stays plain YAML that users read and
 review, and this test derives its rules from the data table of kinds, core/kinds.py (each kind's verbs, the get of
 each optional kind's CRD by name, the grants beside the kinds) and fails on any difference, naming the rule missing
 or extra."""

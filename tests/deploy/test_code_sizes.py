@@ -1,4 +1,4 @@
-"""Short classes and functions (issue 40): no class in agent/ or operator/ holds more than 15 attributes, and no
+"""Short classes and functions: no class in agent/ or operator/ holds more than 15 attributes, and no
 function is over 80 lines, unless docs/design.md §1.4 names it and says why.
 
 Attributes are what a class stores: `self.x = ...` anywhere in it, and the fields it declares in its body. The API

@@ -80,7 +80,7 @@ def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
 
 
 def test_home_is_the_writable_tmp_both_pods_mount() -> None:
-    """UID 65532 has no passwd entry: HOME must be set, and on the only writable path (issue 7)."""
+    """UID 65532 has no passwd entry: HOME must be set, and on the only writable path."""
     env = " ".join(rest for keyword, rest in stages()[-1] if keyword == "ENV")
     assert re.search(r"(^|\s)HOME=/tmp(\s|$)", env), "the final stage must set HOME=/tmp"
     deployment = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())

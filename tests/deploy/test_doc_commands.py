@@ -1,4 +1,4 @@
-"""The docs cannot rot (issue 41): every shell block in README.md and docs/ is either run by a named test
+"""The docs cannot rot: every shell block in README.md and docs/ is either run by a named test
 (`<!-- run: ID -->`, the test reads it with support.common.doc_commands.block(ID)) or says what it needs that this
 machine lacks (`<!-- needs: ... -->`); every `run:` ID is named by a test; blocks sharing an ID are identical.
 The convention: docs/guide/develop.md, "How the commands in these pages are tested".

@@ -1,4 +1,4 @@
-"""What README.md and docs/guide/develop.md give as written (issue 41): the regenerate commands, run in a scratch
+"""What README.md and docs/guide/develop.md give as written: the regenerate commands, run in a scratch
 directory with the installed console script, write exactly the committed CRD and pages; the README's Registry is
 one both the CRD and the model accept."""
 

@@ -1,4 +1,4 @@
-"""The guides' kubectl commands, run as written on a real API server (issue 41): the install (the CRD, then the
+"""The guides' kubectl commands, run as written on a real API server: the install (the CRD, then the
 operator), the CRD-only install and the upgrade, then, on the Registry the install created (`ci-cache`, the
 guides' NAME), each page's commands that create or patch objects or read status. No kubelet runs here, so what a
 pod would do is not tested here (the node tier does, the uninstall among it); what the API server admits, stores

@@ -1,4 +1,4 @@
-"""Every link in README.md and docs/ resolves (issue 41): a relative link names a file or directory of the
+"""Every link in README.md and docs/ resolves: a relative link names a file or directory of the
 repository, and a `#anchor` names a heading of the page it points at (GitHub's slugs) or an explicit `<a id>`.
 Links on the web are not fetched. Code (fenced blocks and `inline code`) is not Markdown, so no link is read in it.
 """

@@ -1,4 +1,4 @@
-"""What a new user applies to a fresh cluster works as-is (issue 10, "From a fresh clone").
+"""What a new user applies to a fresh cluster works as-is.
 
 - `kubectl apply -f crds/` reads only the CRD (kubectl takes every *.yaml, *.yml and *.json of a directory;
   a Kustomization object there fails with "no matches for kind"), and `kubectl apply -k crds` builds it.

@@ -1,6 +1,6 @@
 """`kubectl kustomize deploy` builds offline, and what it builds validates and meets our rules.
 
-Acceptance (issues 4 and 7): the install output validates like every built manifest: kubernetes-validate --strict
+Acceptance: the install output validates like every built manifest: kubernetes-validate --strict
 for Kubernetes 1.30 and the newest version it knows, the restricted Pod Security Standard field by field,
 and a ClusterRole without wildcards. deploy/ holds the operator only, never the CRD: `kubectl delete -k deploy`
 is the uninstall, and it must leave every Registry serving (docs/guide/uninstall.md; the CRD is `kubectl apply
@@ -48,7 +48,7 @@ def one(kind: str, name: str | None = None) -> dict:
 def test_builds_exactly_the_install_objects() -> None:
     assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in built()) == [
         ("ClusterRole", "berth-operator"),
-        ("ClusterRole", "berth-registry-edit"),  # users' roles (issue 50), aggregated into edit and admin
+        ("ClusterRole", "berth-registry-edit"),  # users' roles, aggregated into edit and admin
         ("ClusterRole", "berth-registry-view"),  # and into view
         ("ClusterRoleBinding", "berth-operator"),
         ("Deployment", "berth-operator"),
@@ -106,7 +106,7 @@ def test_operator_pod_is_restricted() -> None:
 
 
 def test_two_replicas_one_leader_and_a_budget() -> None:
-    """Issue 7: two replicas (leader election keeps one acting), never both evicted at once."""
+    """Two replicas (leader election keeps one acting), never both evicted at once."""
     deployment = one("Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
@@ -158,7 +158,7 @@ def test_cluster_role_has_no_wildcards_and_is_bound_to_the_operator() -> None:
 
 
 def test_the_user_roles_reach_registries_only_and_aggregate_into_the_built_in_roles() -> None:
-    """deploy/base/user-roles.yaml (issue 50): whoever holds `view` in a namespace reads its Registries, whoever holds
+    """deploy/base/user-roles.yaml: whoever holds `view` in a namespace reads its Registries, whoever holds
     `edit` or `admin` also writes them; nothing else (no Secret, no status write, no wildcard), and nobody is bound
     to them here: the built-in roles carry them (tests/apiserver/test_user_roles.py proves it on a real server)."""
     aggregate = "rbac.authorization.k8s.io/aggregate-to-"

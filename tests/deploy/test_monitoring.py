@@ -1,4 +1,4 @@
-"""deploy/monitoring (issue 21): the PrometheusRule's rules pass `promtool check rules` and `promtool test rules`
+"""deploy/monitoring: the PrometheusRule's rules pass `promtool check rules` and `promtool test rules`
 (each alert firing on one series fixture and silent on another, tests/deploy/monitoring/alerts_test.yaml); both
 components build with kustomize; and every metric the alerts and the Grafana dashboard query is one a real run
 exposes: a real agent, berth-supervise and registry (2.8 and 3.1.1) scraped on both stable endpoints, and the

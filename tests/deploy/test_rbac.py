@@ -30,7 +30,7 @@ def test_the_operator_holds_everything_it_grants_agents(name: str) -> None:
     agent_role = role.build(reg, facts)
     needed = grants(agent_role["rules"])
     assert needed - cluster_role_grants() == set()
-    # Secrets only by name, and only those the pod mounts (issue 11): never a rule over every Secret.
+    # Secrets only by name, and only those the pod mounts: never a rule over every Secret.
     secret_rules = [rule for rule in agent_role["rules"] if "secrets" in rule["resources"]]
     assert len(secret_rules) == 1 and secret_rules[0]["resourceNames"]
     volumes = deployment.build(reg, facts)["spec"]["template"]["spec"]["volumes"]

@@ -1,4 +1,4 @@
-"""berth-install.yaml, the release's one-file install (issue 51): deploy/release/install_manifest.py, run as the
+"""berth-install.yaml, the release's one-file install: deploy/release/install_manifest.py, run as the
 release workflow runs it, with a made-up digest: the CRD first, then exactly what `kubectl kustomize deploy` builds,
 the operator's image pinned by digest, every document valid YAML that a second build reproduces byte for byte."""
 

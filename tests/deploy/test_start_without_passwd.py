@@ -1,10 +1,10 @@
 """Both entry points start as the image runs them: a UID with no /etc/passwd entry (65532, as the
 Containerfile's USER and deploy/'s runAsUser), no USER or LOGNAME, HOME=/ (what the runtime sets for a
-UID it cannot look up) and a read-only working directory (issue 7, part 1).
+UID it cannot look up) and a read-only working directory.
 
 CI runs as root, so each process drops to that UID with `setpriv` before exec. On the code before
-issue 7, kopf took its identity from getpass.getuser() and the operator died with
-`KeyError: 'getpwuid(): uid not found: 65532'` before it reconciled anything.
+docs/decisions/0026-one-leader-through-a-lease.md, kopf took its identity from getpass.getuser() and the operator died
+with `KeyError: 'getpwuid(): uid not found: 65532'` before it reconciled anything.
 """
 
 from __future__ import annotations

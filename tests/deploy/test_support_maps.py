@@ -1,4 +1,4 @@
-"""tests/support is in subpackages by what they stand up, and each `__init__` is the map of its modules (issue 40):
+"""tests/support is in subpackages by what they stand up, and each `__init__` is the map of its modules:
 a module added without its line in the map, or a line left for a module that went, fails here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One version (issue 51): pyproject's `project.version` is the image tag (`newTag` in deploy/base/kustomization.yaml,
+"""One version: pyproject's `project.version` is the image tag (`newTag` in deploy/base/kustomization.yaml,
 the tag install.md builds), what the three commands print for --version, and CHANGELOG.md's top version. The
 release workflow refuses a git tag `vX.Y.Z` that is not this version (tests/deploy/test_workflows.py).
 

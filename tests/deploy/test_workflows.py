@@ -1,4 +1,4 @@
-"""The GitHub Actions workflows (issue 51): actionlint finds nothing in them (with shellcheck where it is installed),
+"""The GitHub Actions workflows: actionlint finds nothing in them (with shellcheck where it is installed),
 every action is pinned by a full commit SHA with its version beside it, CI runs the README's test command, and the
 release runs on a tag vX.Y.Z, refuses one that is not pyproject's version and pins the install by digest.
 

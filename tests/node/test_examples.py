@@ -1,4 +1,4 @@
-"""Every file under examples/ on the real node (issue 51, "Every example proven").
+"""Every file under examples/ on the real node.
 
 Each example is applied as its header tells a user to, in a namespace of its own: first what the header says to
 make, then `kubectl apply -f` of the file (or of its folder: examples/dockerhub-mirror/, examples/corporate-cache/).

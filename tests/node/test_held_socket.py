@@ -1,4 +1,4 @@
-"""One replica of Distribution 3 on a real node (issue 29 acceptance): berth-supervise holds the registry's
+"""One replica of Distribution 3 on a real node: berth-supervise holds the registry's
 listening socket, so 10 reloads under a pull load through the Service refuse no connection at all (no retry).
 Each reload is a CR edit applied in place, checked as test_edits.py checks 2.8's: the same pod, template and
 restart counts, new registry processes, the first one gone, and the registry's metrics through `reg-metrics`
@@ -62,7 +62,8 @@ def test_ten_reloads_of_one_replica_refuse_nothing_through_the_service(kube_node
     print(f"{RELOADS} reloads of one 3.x replica through its Service: {total.answered} answered, {total.refused} "
           f"refused, {total.closed_without_response} closed without a response, {total.failed} failed")
     # None is closed: the supervisor holds every registry's socket until that registry has exited, so
-    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load, design.md 4.2).
+    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load,
+    # docs/design.md §5.9).
     assert total.refused == 0 and total.failed == 0 and total.closed_without_response == 0, total
     assert total.answered > RELOADS * 10, total
     (after,) = registry_pods(kube_node, node_namespace, "held")
@@ -80,8 +81,8 @@ def test_ten_reloads_of_one_replica_refuse_nothing_through_the_service(kube_node
 
 def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_again(
         kube_node: Node, berth_image: str, node_namespace: str) -> None:
-    """The known cost (docs/design.md §4.2): the kubelet restarts the registry container, whose new supervisor
-    creates the socket again; connections are refused until its registry answers."""
+    """The known cost (docs/decisions/0007-held-socket-handover.md): the kubelet restarts the registry container, whose
+    new supervisor creates the socket again; connections are refused until its registry answers."""
     import os
     import signal
     import time
@@ -94,7 +95,7 @@ def test_kill_9_of_the_supervisor_restarts_the_container_and_the_socket_is_held_
     counts = restart_counts(pod)
     url = urllib.parse.urlsplit(service_url(kube_node, node_namespace, "killed"))
     supervisor = container_pid(kube_node, pod, "registry")
-    # Issue 38.5: the agent's /readyz, asked every 10 ms at the pod's own address, never says 200 once the agent has
+    # The agent's /readyz, asked every 10 ms at the pod's own address, never says 200 once the agent has
     # logged that nothing serves, until it logs the supervisor back.
     with ReadyzProbe(AGENT_HEALTH_PORT, host=pod["status"]["podIP"]) as probe, \
             NewConnectionLoop(url.hostname, url.port, timeout=2.0) as loop:

@@ -1,5 +1,5 @@
-"""docs/guide/install.md followed as written, from a clean clone, with the Berth image in a private registry
-(issue 51): the operator Ready and a Registry Ready, every pod of both pulling the image with a pull Secret.
+"""docs/guide/install.md followed as written, from a clean clone, with the Berth image in a private registry:
+the operator Ready and a Registry Ready, every pod of both pulling the image with a pull Secret.
 
 1. `build-image`, in a clone of the checkout (`git clone` of HEAD): `podman login` (typed at its prompts, on a
    terminal), `podman build` of the Containerfile, `podman push`, and the `sed` that sets `newName` in

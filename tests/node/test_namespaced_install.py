@@ -1,4 +1,4 @@
-"""The namespaced install (deploy/namespaced/, issue 50) on the real node, from a clean copy of the checkout's
+"""The namespaced install (deploy/namespaced/) on the real node, from a clean copy of the checkout's
 `crds/` and `deploy/`, by docs/guide/install.md's commands as written: the image set as "Build the image" says
 (`newName`/`newTag` in deploy/base/kustomization.yaml), then the `install-namespaced` block (team-a and team-b) and,
 at the end, the `uninstall-namespaced` block.

@@ -1,5 +1,5 @@
-"""The NodePort walkthrough of docs/guide/exposure.md ("Pull over HTTP through a NodePort") on the real node
-(issue 30's acceptance): a Registry with the guide's `spec.service`, an image pushed from the host with skopeo
+"""The NodePort walkthrough of docs/guide/exposure.md ("Pull over HTTP through a NodePort") on the real node:
+a Registry with the guide's `spec.service`, an image pushed from the host with skopeo
 through the node port to the guide's reference, containerd set up with the guide's `hosts.toml` (in the node's own
 config_path, not /etc), and a Pod whose image is NODE:nodePort/...: containerd pulls it from Berth and the Pod runs.
 

@@ -1,4 +1,4 @@
-"""The pod's notification outbox on a real node (issue 48): a Registry on Distribution 3.1.1 posts to a receiver on
+"""The pod's notification outbox on a real node: a Registry on Distribution 3.1.1 posts to a receiver on
 the node's bridge address that is stalled (5 s per event) while 30 images are pushed, so about 30 events are held in
 the pod's outbox (its agent's metrics say how many) when the pod is deleted, as a roll, an eviction or a drain
 replaces it. The kubelet stops the registry container first, then the agent (a native sidecar), which delivers what

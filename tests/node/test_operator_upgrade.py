@@ -1,4 +1,4 @@
-"""Berth's own upgrade (issue 39): `kubectl set image` on deploy/berth-operator, as any upgrade does, changes every
+"""Berth's own upgrade: `kubectl set image` on deploy/berth-operator, as any upgrade does, changes every
 registry pod's template (the agent is the operator's image). A one-replica Registry on a ReadWriteOnce claim under
 a probe through its Service (a new connection every 20 ms, no retry) and an 8 s upload: nothing refused, nothing
 failed (before: 18.2 s down, 786 refused). It runs alone on the node (node_exclusive): it rolls every Registry."""

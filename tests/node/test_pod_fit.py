@@ -1,4 +1,4 @@
-"""The registry pod fits the user's cluster, on the real node (issue 36's acceptance):
+"""The registry pod fits the user's cluster, on the real node:
 
 - scheduling: a nodeSelector no node matches, then a taint on the node, each named in the Registry's conditions
   with the scheduler's own message; removing the selector, then adding the toleration, makes it Ready;
@@ -46,8 +46,8 @@ from support.services.tinyproxy import running_tinyproxy
 
 INMEMORY = {"config": {"storage": {"inmemory": {}}}}
 USER = ("puller", "pull-s3cret")
-SCHEDULE_BOUND = 10.0  # seconds from the scheduler's verdict to the Registry's (issue 36)
-PULL_BOUND = 30.0  # seconds from the Registry's creation to Degraded naming the pull error (issue 36)
+SCHEDULE_BOUND = 10.0  # seconds from the scheduler's verdict to the Registry's
+PULL_BOUND = 30.0  # seconds from the Registry's creation to Degraded naming the pull error
 
 
 def create(node: Node, namespace: str, name: str, spec: dict) -> float:

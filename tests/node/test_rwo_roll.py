@@ -1,4 +1,4 @@
-"""A pod-template change of a one-replica Registry on a ReadWriteOnce claim, on the real node (issue 39): the new
+"""A pod-template change of a one-replica Registry on a ReadWriteOnce claim, on the real node: the new
 pod starts beside the old one on the claim's node and serves before the old one leaves its Service (preStop) and
 drains, so a probe through the Service (a new connection every 20 ms, no retry) and an 8 s upload see nothing.
 Before, every such change was Recreate: 18 to 20 s down. A ReadWriteOncePod claim stays Recreate (its cost is

@@ -1,4 +1,4 @@
-"""storage.s3 on a real node (issue 37): a 2-replica Registry with its key in a Secret, against moto (IAM enforced)
+"""storage.s3 on a real node: a 2-replica Registry with its key in a Secret, against moto (IAM enforced)
 on the node's bridge address (pods reach it there), is Ready and serves pushes and pulls through its Service."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ BUILDER_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"bucket_access_secret": "team-bucket-credentials"},
     ),
     (
-        # issue 50: a NetworkPolicy with every kind of peer, and the metrics ports for a monitoring namespace
+        # a NetworkPolicy with every kind of peer, and the metrics ports for a monitoring namespace
         "inmemory-network-policy",
         {
             "config": {"storage": {"inmemory": {}}},

@@ -1,4 +1,4 @@
-"""spec.config.storage.azure and .gcs in the pod (issue 31): the credentials' Secret is mounted whole as the azure
+"""spec.config.storage.azure and .gcs in the pod: the credentials' Secret is mounted whole as the azure
 or gcs volume in the agent only (the agent writes what the registry reads), watched over the API
 (--api-secret azure=NAME) and granted by name in the agent's Role; default credentials mount nothing. Two
 replicas share the container or bucket (nothing caps them, as for S3)."""

@@ -100,8 +100,8 @@ def test_agent_is_a_native_sidecar(builder_case):
     assert agent["args"][:17] == [
         "run", "--registry", "registries/demo", "--mounts", "/var/run/berth", "--config-dir", "/etc/berth",
         "--data-dir", "/var/lib/registry", "--health-addr", "0.0.0.0:8081", "--leave-seconds", "5",
-        "--state-dir", "/tmp/berth",  # berth-supervise's files (issue 9): the config volume is read-only there
-        "--registry-metrics-addr", "0.0.0.0:8082",  # the registry's own metrics, stable across reloads (issue 21)
+        "--state-dir", "/tmp/berth",  # berth-supervise's files: the config volume is read-only there
+        "--registry-metrics-addr", "0.0.0.0:8082",  # the registry's own metrics, stable across reloads
     ]
     # Then one --api-secret DIR=SECRET per mounted Secret volume (test_builders_role_secrets).
     mounted = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
@@ -131,7 +131,7 @@ def test_registry_container(builder_case):
     _, registry = containers(built(reg, facts)["Deployment"])
     scheme = "HTTPS" if reg.spec.http.tls else "HTTP"
     port_name = scheme.lower()
-    # Issue 29: the Berth image runs berth-supervise, which holds the listening socket for Distribution 3; the
+    # The Berth image runs berth-supervise, which holds the listening socket for Distribution 3; the
     # registry binary is spec.image's, copied by the init container after the agent.
     assert registry["image"] == facts.agent_image
     assert registry["command"] == ["berth-supervise"]
@@ -140,8 +140,8 @@ def test_registry_container(builder_case):
         {"name": "BERTH_REGISTRY_BIN", "value": "/opt/berth/registry/registry"},
         # Whatever the major: the supervisor holds it only for a binary that says it is v3 (spec.distribution is hot).
         {"name": "BERTH_LISTEN_ADDR", "value": f":{reg.spec.http.port}"},
-        {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # issue 9: the supervisor's files, read by the agent
-        # issue 21: the loopback debug ports the supervisor gives its registries (never the registry's own port)
+        {"name": "BERTH_STATE_DIR", "value": "/tmp/berth"},  # the supervisor's files, read by the agent
+        # the loopback debug ports the supervisor gives its registries (never the registry's own port)
         {"name": "BERTH_DEBUG_PORTS", "value": "5302 5303" if reg.spec.http.port == 5301 else "5301 5302"},
         {"name": "OTEL_TRACES_EXPORTER", "value": "none"},
     ]

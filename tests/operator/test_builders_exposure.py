@@ -1,5 +1,5 @@
-"""The pure builders of issue 30: the Service's spec.service fields, the Ingress's annotations and TLS, the
-HTTPRoute, the Certificates, and status.externalAddress from what was seen."""
+"""The pure builders of exposure (docs/decisions/0031-exposure.md): the Service's spec.service fields, the Ingress's
+annotations and TLS, the HTTPRoute, the Certificates, and status.externalAddress from what was seen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Deployment depends only on what needs a pod change (issue 4, item 3).
+"""The Deployment depends only on what needs a pod change.
 
 The walk enumerates every field of the Registry spec from the pydantic models, changes each to other valid
 values (validated by the models themselves) and proves the Deployment stays byte-identical, except for the
@@ -39,10 +39,10 @@ POD_SHAPING = {
     "http.tls.secretName",
     "redis.secret.name",
     "config.proxy.credentials.secretName",  # the upstream credentials' Secret volume
-    "config.notifications.secretName",  # the notification headers' Secret volume (issue 21)
-    "config.storage.azure.credentials.secret.name",  # the azure credentials' Secret volume (issue 31)
-    "config.storage.gcs.credentials.secret.name",  # the gcs key's Secret volume (issue 31)
-    "config.storage.s3.credentials.secretName",  # storage.s3's key Secret volume (issue 37)
+    "config.notifications.secretName",  # the notification headers' Secret volume
+    "config.storage.azure.credentials.secret.name",  # the azure credentials' Secret volume
+    "config.storage.gcs.credentials.secret.name",  # the gcs key's Secret volume
+    "config.storage.s3.credentials.secretName",  # storage.s3's key Secret volume
     *(f"config.storage.s3.ca.{kind}.name" for kind in ("secret", "configMap")),  # the CA's volume
     # Never valid alone: to or from default_credentials the Secret (its volume) comes or goes with it. Between
     # shared_key and client_secret (the IDs come or go) the volume stays, which the walk cannot reach.
@@ -53,7 +53,7 @@ POD_SHAPING = {
     *(f"{auth}.token.{field}.{kind}.name" for auth in AUTH_PLACES for field in ("rootCertBundle", "jwks")
       for kind in ("secret", "configMap")),
 }
-# issue 36: every field of these shapes the pod (spec.serviceAccount too: the EKS and AKS webhooks inject the identity
+# every field of these shapes the pod (spec.serviceAccount too: the EKS and AKS webhooks inject the identity
 # when a pod is made). test_pod_overrides_change_the_deployment checks every change of each, from POD_FULL.
 POD_SHAPING_PREFIXES = ("pod", "env", "serviceAccount")
 # Optional sections whose presence shapes the pod (a Secret volume, the claim); others are hot when toggled.
@@ -113,7 +113,8 @@ _FULL_OPTIONS = {
         "tcp": [{"addr": "redis.example:6379", "timeout": "3s", "interval": "10s", "threshold": 3}],
     },
     "validation": {"manifests": {"urls": {"allow": ["^https://layers\\.example/"], "deny": ["^http://"]}}},
-    # Garbage collection runs inside the pods (docs/design.md): none of its fields may touch the Deployment.
+    # Garbage collection runs inside the pods (docs/decisions/0019-garbage-collection-inside-the-pods.md): none of its
+    # fields may touch the Deployment.
     "garbageCollection": {"schedule": "0 3 * * sun", "deleteUntagged": False, "dryRun": False,
                           "readOnlyTimeout": "10m"},
 }
@@ -142,7 +143,7 @@ def _with_proxy(proxy: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_notifications() -> dict[str, Any]:
-    """Webhook notifications and a ServiceMonitor (issue 21): only the headers' Secret shapes the pod."""
+    """Webhook notifications and a ServiceMonitor: only the headers' Secret shapes the pod."""
     spec = _with_storage({"filesystem": {"storageClass": "standard"}})
     spec["config"]["notifications"] = {
         "secretName": "hooks", "events": {"includeReferences": False},
@@ -156,7 +157,7 @@ def _with_notifications() -> dict[str, Any]:
 
 
 def _exposed(tls: dict[str, Any], ingress_tls: dict[str, Any]) -> dict[str, Any]:
-    """Reached from outside (issue 30): a LoadBalancer Service with every field, an Ingress, an HTTPRoute. None
+    """Reached from outside: a LoadBalancer Service with every field, an Ingress, an HTTPRoute. None
     of them shapes the pod; a TLS certificate from an issuer mounts the Certificate's Secret (its name fixed)."""
     spec = _with_storage({"inmemory": {}})
     spec["http"]["tls"] = tls
@@ -220,7 +221,7 @@ BASES = [
     ("gcs-default", _with_storage({"gcs": {"bucket": "berth-registry",
                                            "credentials": {"type": "default_credentials"}}}),
      ClusterFacts(AGENT_IMAGE)),
-    # issue 37: storage.s3 with every option, keys from a Secret and a CA from a Secret; with the CA from a
+    # storage.s3 with every option, keys from a Secret and a CA from a Secret; with the CA from a
     # ConfigMap and the pod's identity
     ("s3-secret", _with_storage({"s3": {
         "bucket": "registry-data", "region": "eu-west-1", "regionEndpoint": "https://minio.example:9000",
@@ -265,7 +266,7 @@ POD_FULL = _with_storage({"inmemory": {}}, pod={
          {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}],
     serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/registry"}})
 BASES.append(("pod-full", POD_FULL, ClusterFacts(AGENT_IMAGE)))
-# issue 50: spec.networkPolicy, every peer kind in both lists; none of it reaches the Deployment.
+# spec.networkPolicy, every peer kind in both lists; none of it reaches the Deployment.
 _PEERS = [{"namespaceSelector": _SELECTOR, "podSelector": _SELECTOR},
           {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]
 BASES.append(("network-policy", _with_storage({"inmemory": {}}, networkPolicy={"from": _PEERS, "metricsFrom": _PEERS}),
@@ -289,7 +290,7 @@ _STRING_CANDIDATES = [
     "17s", "1m30s", "7Gi", "https://other.example.net", "other-name", "other.key", "^https://other/.*$",
     "cache.example:6380", "[::1]:7000", "*/5 1-4 * jan,jul mon-fri",
     "berthother", "core.chinacloudapi.cn", "11111111-2222-3333-4444-555555555555",  # azure account, realm, IDs
-    "10.9.0.0/16",  # a NetworkPolicy peer's ipBlock (issue 50)
+    "10.9.0.0/16",  # a NetworkPolicy peer's ipBlock
 ]
 
 
@@ -474,7 +475,7 @@ def test_walk_covers_every_field_of_the_models():
 
 
 def test_pod_overrides_change_the_deployment():
-    """Every valid change of every field of spec.pod, spec.env and spec.serviceAccount rolls the pods (issue 36)."""
+    """Every valid change of every field of spec.pod, spec.env and spec.serviceAccount rolls the pods."""
     before = deployment_json(POD_FULL, ClusterFacts(AGENT_IMAGE))
     changed = 0
     for path, _section, spec in mutations(POD_FULL):

@@ -1,4 +1,4 @@
-"""The metrics Service (issue 21): headless, not-ready addresses published, the agent's and the registry's metrics
+"""The metrics Service: headless, not-ready addresses published, the agent's and the registry's metrics
 ports by the names the pod template gives them."""
 
 from __future__ import annotations

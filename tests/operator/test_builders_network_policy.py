@@ -1,4 +1,4 @@
-"""spec.networkPolicy (issue 50): the NetworkPolicy selects the Registry's pods for ingress only, admits the
+"""spec.networkPolicy: the NetworkPolicy selects the Registry's pods for ingress only, admits the
 registry's port from the peers given (the Registry's namespace when none are) and the metrics ports from
 metricsFrom only, by the numbers the pod template serves them on; the model and its CEL rule refuse a peer
 that is neither or both kinds, and a bad CIDR."""

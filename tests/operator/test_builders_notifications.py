@@ -1,4 +1,4 @@
-"""spec.config.notifications in the pod (issue 21): the headers' Secret is mounted whole as the notifications volume
+"""spec.config.notifications in the pod: the headers' Secret is mounted whole as the notifications volume
 in the agent only, watched over the API (--api-secret notifications=NAME) and granted by name in the agent's Role;
 no Secret, no volume. The operator reports a missing Secret or key like every other."""
 

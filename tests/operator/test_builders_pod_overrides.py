@@ -1,6 +1,6 @@
-"""spec.pod, spec.env and spec.serviceAccount in the objects the builders make (issue 36): each field lands where
+"""spec.pod, spec.env and spec.serviceAccount in the objects the builders make: each field lands where
 Kubernetes reads it, Berth's own settings stay, and the user's spread and labels combine with Berth's as
-docs/design.md §4.3 ("The pod") says."""
+docs/decisions/0032-pod-overrides.md says."""
 
 from __future__ import annotations
 

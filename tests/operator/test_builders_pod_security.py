@@ -30,7 +30,7 @@ def test_pod_template_is_restricted(builder_case):
     assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
     assert {source for volume in pod["volumes"] for source in volume if source != "name"} <= ALLOWED_VOLUME_SOURCES
     containers = [*pod["initContainers"], *pod["containers"]]
-    assert [c["name"] for c in containers] == ["agent", "registry-binary", "registry"]  # issue 29: the copy
+    assert [c["name"] for c in containers] == ["agent", "registry-binary", "registry"]  # the copy
     for container in containers:
         context = container["securityContext"]
         assert context["runAsNonRoot"] is True

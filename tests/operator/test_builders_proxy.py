@@ -1,4 +1,4 @@
-"""A pull-through cache's credentials in the pod and the Role (issue 20): the Secret mounted whole as the `proxy`
+"""A pull-through cache's credentials in the pod and the Role: the Secret mounted whole as the `proxy`
 volume in the agent only, named to the agent (--api-secret proxy=NAME) and read by name; none for an anonymous
 upstream."""
 

@@ -1,4 +1,4 @@
-"""The agent Role's Secret rule (issue 11): get/list/watch on exactly the Secrets the registry pod mounts, by
+"""The agent Role's Secret rule: get/list/watch on exactly the Secrets the registry pod mounts, by
 name, matching the pod's volumes and the agent's --api-secret arguments; it follows the spec's Secret names,
 and an edit that renames no Secret changes neither the Role nor the Deployment."""
 

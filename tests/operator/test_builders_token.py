@@ -1,4 +1,4 @@
-"""Token auth's trust in the pod and the Role (issue 19): a Secret or a ConfigMap volume per trust source, mounted
+"""Token auth's trust in the pod and the Role: a Secret or a ConfigMap volume per trust source, mounted
 whole in the agent only, named to the agent (--api-secret / --api-configmap), and read by name."""
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_missing_secret_then_created(operator_harness, kube_api):
 
 
 def test_missing_proxy_credentials_secret_and_key(operator_harness, kube_api):
-    """Issue 20: the Secret of spec.config.proxy.credentials, and its username and password keys."""
+    """The Secret of spec.config.proxy.credentials, and its username and password keys."""
     harness = operator_harness([NS])  # no sweep: the watch by name wakes it (cluster/named.py)
     kube_api.create(registry("mirror", {"config": {"storage": {"inmemory": {}}, "proxy": {
         "remoteURL": "https://registry-1.docker.io", "credentials": {"secretName": "hub"}}}}))

@@ -21,7 +21,7 @@ def registry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 INMEMORY = {"config": {"storage": {"inmemory": {}}}}
 COSI_R2 = {"replicas": 2, "config": {"storage": {"objectStorage": {"bucketClass": "b", "bucketAccessClass": "a"}}}}
 
-# Fields the agent applies hot (design.md 4.2): one edit touching all of them.
+# Fields the agent applies hot (docs/decisions/0009-restart-in-place-not-a-new-pod.md): one edit touching all of them.
 HOT_EDIT = {
     "config": {
         "log": {"level": "debug"},
@@ -73,7 +73,7 @@ def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
 
     deployment = kube_api.get("apps/v1/deployments", NS, "img")
     pod = deployment["spec"]["template"]["spec"]
-    images = [c["image"] for c in [*pod["initContainers"], *pod["containers"]]]  # the binary's copy (issue 29)
+    images = [c["image"] for c in [*pod["initContainers"], *pod["containers"]]]  # the binary's copy
     assert "docker.io/library/registry:3.0.0" in images
     after = versions(harness, reg["metadata"]["uid"])
     changed = {key for key in before if before[key] != after[key]}
@@ -83,7 +83,7 @@ def test_image_edit_updates_the_deployment_only(operator_harness, kube_api):
 
 
 def test_placement_edit_rolls_the_deployment_and_progressing_says_so(operator_harness, kube_api):
-    """Issue 36: a spec.pod edit changes the Deployment's template only (a ServiceAccount annotation edit changes the
+    """A spec.pod edit changes the Deployment's template only (a ServiceAccount annotation edit changes the
     ServiceAccount too), and Progressing goes from Available to WaitingForPods at the new generation until the
     Deployment reports the new template rolled out (no controller rolls it here)."""
     harness = operator_harness([NS])
@@ -235,7 +235,7 @@ def test_sweep_recreates_a_deleted_object_without_any_edit(operator_harness, kub
 
 
 def test_naming_another_secret_moves_the_agent_role_to_it(operator_harness, kube_api):
-    """Issue 11: the agent Role reads exactly the Secrets the pod mounts; renaming one updates the Role's
+    """The agent Role reads exactly the Secrets the pod mounts; renaming one updates the Role's
     resourceNames (and the Deployment, whose volume changes), granting nothing beyond the new set."""
     for name in ("users", "users-2"):
         kube_api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},

@@ -1,4 +1,4 @@
-"""Volume expansion (issue 7, part 3), the operator in process against the test API server: a larger
+"""Volume expansion, the operator in process against the test API server: a larger
 spec.config.storage.filesystem.size grows the claim Berth created, and only that claim; shrinking and a
 class without allowVolumeExpansion are Degraded with the field and the class named; resize progress on
 the claim is Progressing; the Deployment never changes."""

@@ -2,7 +2,7 @@
 schedule fires at its time (no sleeping), the run-now annotation is taken once, a missed schedule runs once, a
 run's end is seen, a dead runner's run is marked Interrupted, and GC edits never touch the Deployment.
 
-The runner (the agent's half, docs/design.md "Garbage collection") is played by the test: it writes
+The runner (the agent's half, docs/design.md §4.5) is played by the test: it writes
 status.garbageCollection.active and lastRun as the contract says.
 """
 
@@ -162,9 +162,9 @@ def test_the_annotation_on_an_in_memory_registry_starts_nothing_and_says_why(ope
 
 
 def test_the_annotation_on_a_pull_through_cache_starts_nothing_and_says_why(operator_harness, kube_api):
-    """Issue 20: read-only mode does not stop a proxy from writing what it pulls through (measured, design
-    §4.6), so a collection would race the cache. The CRD refuses garbageCollection there; the annotation gets a
-    Warning naming the reason."""
+    """Read-only mode does not stop a proxy from writing what it pulls through (measured,
+    docs/decisions/0021-no-garbage-collection-on-a-proxy.md), so a collection would race the cache. The CRD refuses
+    garbageCollection there; the annotation gets a Warning naming the reason."""
     harness = operator_harness([NS], clock=SetClock(T0))
     body = registry("mirror")
     body["spec"]["config"]["proxy"] = {"remoteURL": "https://registry-1.docker.io"}

@@ -1,4 +1,4 @@
-"""spec.monitoring without the prometheus-operator CRDs (issue 21): Degraded MissingMonitoringCRD naming what is
+"""spec.monitoring without the prometheus-operator CRDs: Degraded MissingMonitoringCRD naming what is
 missing, everything else built as usual (the registry serves); no ServiceMonitor is asked for. The CRDs present,
 on the real API server: tests/apiserver/test_monitoring.py."""
 

@@ -1,4 +1,4 @@
-"""A roll on a ReadWriteOnce claim (issue 39): the new pod surges beside the running one; when it cannot start
+"""A roll on a ReadWriteOnce claim: the new pod surges beside the running one; when it cannot start
 there within spec.rollout.progressDeadlineSeconds, that roll goes on by Recreate (said in Degraded and an Event)
 and the next one surges again. The Deployment controller's and the scheduler's parts are played through the
 status subresources, as the API server would carry them."""

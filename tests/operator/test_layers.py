@@ -1,7 +1,7 @@
-"""The operator's layout holds (issue 27), as the agent's does (tests/agent/test_layers.py): no import cycle, and no
+"""The operator's layout holds, as the agent's does (tests/agent/test_layers.py): no import cycle, and no
 import from a lower layer to a higher one or sideways into another package of the same rank. Every import counts,
-also one inside a function or under TYPE_CHECKING (support.common.layers walks them all). docs/design.md ("Map of the
-operator") names the layers.
+also one inside a function or under TYPE_CHECKING (support.common.layers walks them all). docs/design.md §1.2
+names the layers.
 
 Across the repository too: berth_api and berth_supervise (the ground floor) import neither program nor each other,
 and neither program imports the other.

@@ -1,4 +1,4 @@
-"""Optional APIs (issue 26; docs/design.md §4.3 "Optional APIs"): one rule, read from the table of kinds.
+"""Optional APIs (docs/decisions/0025-optional-apis.md): one rule, read from the table of kinds.
 
 What a bare cluster does end to end is tests/apiserver/test_bare_cluster.py; here the rule's pieces: the table
 names each optional kind's API, the ClusterRole lets discovery read exactly those CRDs, the findings name kind,

@@ -1,4 +1,4 @@
-"""Why a registry pod cannot run, in the Registry's conditions (issue 36): engine.pod_problems on pod statuses as the
+"""Why a registry pod cannot run, in the Registry's conditions: engine.pod_problems on pod statuses as the
 kubelet and the scheduler write them (the messages below are v1.36's), through what the caches keep of a pod
 (cluster.pod_status), to the conditions."""
 

@@ -1,4 +1,4 @@
-"""A spec.image without /bin/registry (issue 29): the registry-binary init container fails, and the Registry is
+"""A spec.image without /bin/registry: the registry-binary init container fails, and the Registry is
 Degraded RegistryBinaryMissing, quoting what cp said."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The API's bounds are inside what both real registry versions accept at start (issue 9.5).
+"""The API's bounds are inside what both real registry versions accept at start.
 
 Every duration at the model's longest (999999h59m59.999s) and every count at its bound, rendered as the
 agent renders them and started with Debian's 2.8 and, when present, Distribution 3.1.1: the registry answers.

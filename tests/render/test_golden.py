@@ -93,7 +93,7 @@ _COMMON = {
     "version", "log.level", "storage.filesystem.rootdirectory", "storage.inmemory",
     "storage.s3.accesskey", "storage.s3.secretkey", "storage.s3.region", "storage.s3.regionendpoint",
     "storage.s3.bucket", "storage.s3.secure", "storage.s3.v4auth", "storage.s3.chunksize",
-    # the s3 options (issue 37; s3-aws/s3.go FromParameters at v2.8.2 and v3.1.1), filesystem's maxthreads
+    # the s3 options (s3-aws/s3.go FromParameters at v2.8.2 and v3.1.1), filesystem's maxthreads
     *(f"storage.s3.{key}" for key in ("encrypt", "keyid", "skipverify", "multipartcopychunksize",
                                       "multipartcopymaxconcurrency", "multipartcopythresholdsize", "rootdirectory",
                                       "storageclass", "objectacl")),

@@ -1,5 +1,6 @@
-"""What Distribution really does as a pull-through cache (issue 20), on the real 2.8.2 and 3.1.1 against a real
-upstream registry on 127.0.0.1 (support.registries.upstream): the facts the design rests on (docs/design.md §4.6), and
+"""What Distribution really does as a pull-through cache, on the real 2.8.2 and 3.1.1 against a real
+upstream registry on 127.0.0.1 (support.registries.upstream): the facts the design rests on
+(docs/decisions/0020-pull-through-cache-restarts.md), and
 the
 garbage-collection decision (refused on a proxy: berth_api.proxy.GC_PROXY_MESSAGE).
 

@@ -1,4 +1,5 @@
-"""The redis settings, answered on the real Distribution 3.1.1 binary and a real redis-server (docs/design.md §4.1).
+"""The redis settings, answered on the real Distribution 3.1.1 binary and a real redis-server
+(docs/decisions/0034-one-renderer-for-two-majors.md).
 
 Two questions were open: does v3 honour `redis.tls.enabled`, and does `pool.maxactive` map to `poolsize`?
 

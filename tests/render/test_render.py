@@ -59,7 +59,7 @@ def test_same_inputs_same_bytes_and_the_same_identity():
 
 
 def test_the_identity_covers_every_file_the_registry_reads():
-    """Issue 26: a TLS, trust bundle, JWKS or htpasswd change leaves config.yml as it was, and names a new state."""
+    """A TLS, trust bundle, JWKS or htpasswd change leaves config.yml as it was, and names a new state."""
     bundle = {"configMap": {"name": "trust", "field": "ca.pem"}}
     token = {"realm": "https://a.example/t", "service": "s", "issuer": "i", "rootCertBundle": bundle, "jwks": bundle}
     spec = spec_of(image="registry:3.1.1", config={"storage": {"inmemory": {}}, "auth": {"token": token}},
@@ -275,7 +275,7 @@ def test_restart_needed_ignores_an_htpasswd_only_change():
 
 
 def test_a_render_retires_a_credential_when_a_key_token_or_side_file_changes():
-    """Issue 48: the old registry is bounded by drainTimeout exactly when the new render retires a credential it
+    """The old registry is bounded by drainTimeout exactly when the new render retires a credential it
     served with: a storage key, the http or redis secret, a TLS or trust file, htpasswd; not on a log-level edit."""
     spec = spec_of(**S3_SPEC, redis=REDIS, http={"tls": {"secretName": "t"}, "secret": {"name": "h", "field": "k"}})
     base = MountedInputs(s3=S3, http_secret="one", redis=redis_at("redis://:pw1@cache:1"), tls_cert=b"C1",

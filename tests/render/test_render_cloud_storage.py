@@ -1,4 +1,4 @@
-"""spec.config.storage.azure and .gcs rendered (issue 31) from the mounted Secrets, and the rendered config run by
+"""spec.config.storage.azure and .gcs rendered from the mounted Secrets, and the rendered config run by
 the real registry-v3.1.1 against Azurite and fake-gcs-server (tests/support): a push and a pull through it."""
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def test_the_rendered_gcs_config_runs_the_real_registry(tmp_path: Path) -> None:
         assert any("blobs/sha256" in name for name in gcs.list_objects("berth-registry"))
 
 
-# COSI for Azure and GCS (docs/design.md §3): what COSI hands out cannot feed these drivers, and the agent says so.
+# COSI for Azure and GCS (docs/decisions/0036-azure-and-gcs-not-through-cosi.md): what COSI hands out cannot feed these
+# drivers, and the agent says so.
 AZURE_BUCKET_INFO = {"metadata": {"name": "ba-1"}, "spec": {
     "bucketName": "bc-1", "authenticationType": "Key", "protocols": ["Azure"], "secretS3": None,
     "secretAzure": {"accessToken": "https://berthdata.blob.core.windows.net/c?sv=2022&sig=SECRETSIG",

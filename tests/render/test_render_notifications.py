@@ -1,4 +1,4 @@
-"""spec.config.notifications rendered (issues 21 and 48): the registry's one endpoint is the pod's outbox; the
+"""spec.config.notifications rendered: the registry's one endpoint is the pod's outbox; the
 endpoints, their header values read from the mounted Secret (never in a repr or an error), go to the outbox's file
 beside config.yml; the 3.x-only fields refused for Distribution 2 naming the field; a rotated header value or a new
 endpoint restarts no registry."""

@@ -1,4 +1,4 @@
-"""spec.config.proxy rendered (issue 20): Distribution's proxy section, the credentials read from the mounted
+"""spec.config.proxy rendered: Distribution's proxy section, the credentials read from the mounted
 Secret (username and password keys), ttl and cacheWriteTimeout for 3.x only, and a restart when the
 credentials change (the registry reads them once, at start)."""
 

@@ -1,4 +1,4 @@
-"""Token and silly auth rendered (issue 19): the options each Distribution knows, the trust files beside
+"""Token and silly auth rendered: the options each Distribution knows, the trust files beside
 config.yml, a restart when only they change, and the 3.x-only fields refused for 2.8."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The agent's messages about the HTTPS pair name the field the user wrote (issue 30): spec.http.tls.secretName
+"""The agent's messages about the HTTPS pair name the field the user wrote: spec.http.tls.secretName
 with the user's Secret, or spec.http.tls.issuerRef with its issuer and the Certificate and Secret Berth made for
 it (named once, berth_api.server.certificate_name, which the operator's builder uses too). Never secretName for
 a pair that comes from an issuer."""

@@ -1,6 +1,6 @@
 """The token issuer fixture (support.services.token_issuer) on its own, then against the real registry, 2.8 and 3.1.1,
 configured by the agent's renderer: skopeo pushes and pulls with tokens, a plain client follows the challenge,
-and a token signed by a key the bundle does not trust, or for another service, gets 401 (issue 19)."""
+and a token signed by a key the bundle does not trust, or for another service, gets 401."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A test run started in the background (SIGINT and SIGQUIT ignored from its start, as under `.ci/run &` or a
-job runner) still stops berth-supervise with SIGINT (issue 26; tests/support/common/signals.py)."""
+job runner) still stops berth-supervise with SIGINT (tests/support/common/signals.py)."""
 
 from __future__ import annotations
 

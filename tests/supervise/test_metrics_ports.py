@@ -1,11 +1,11 @@
-"""The registry's metrics across overlapped restarts (issue 21): berth-supervise gives each registry a debug port no
+"""The registry's metrics across overlapped restarts: berth-supervise gives each registry a debug port no
 draining registry holds, names it in the state dir, and never lets a taken debug port fail a reload.
 
 Real berth-supervise, real registries (2.8 and 3.1.1).
 
 The alternation test runs the supervisor as the pod's template runs it (BERTH_LISTEN_ADDR set: 3.1.1 on the held
 socket, 2.8 binding its own) and restarts through the agent's one door (SupervisorRestarter: SIGHUP on the held
-socket, overlapped on 2.8). Until issue 52 its 3.1.1 case ran the overlapped restart of a 3.1.1 registry binding its
+socket, overlapped on 2.8). Until 2026-12-06 its 3.1.1 case ran the overlapped restart of a 3.1.1 registry binding its
 own listener, a path no pod runs (only a supervisor whose `registry --version` did not answer would), and it failed
 on a loaded machine (handed_over=False): see `_upload`. The taken-port test keeps the overlapped restart on purpose.
 """

@@ -1,4 +1,4 @@
-"""berth_supervise.notify: when a steered-away registry may go (issue 38), against a stand-in debug port serving what
+"""berth_supervise.notify: when a steered-away registry may go, against a stand-in debug port serving what
 3.1.1's serves (/debug/vars with the endpoints' settings and header values, /metrics with the gauges). The real
 registry's side is in e2e/test_e2e_notifications_reloads.py."""
 
@@ -69,8 +69,9 @@ def test_it_waits_while_its_queue_shrinks_and_goes_when_empty(debug):
 
 
 def test_a_bounded_wait_takes_no_in_flight_request_and_at_most_a_second_for_the_queues(debug):
-    """Issue 48 (`quick`: a credential retired, or GC's switch): requests in flight finish in the registry's own
-    drain, after the SIGTERM; the queues get at most QUEUE_SECONDS, or the drain timeout if shorter."""
+    """A bounded wait (`quick`: a credential retired, or GC's switch;
+    docs/decisions/0001-retirement-bounded-by-drain-timeout.md): requests in flight finish in the registry's own drain,
+    after the SIGTERM; the queues get at most QUEUE_SECONDS, or the drain timeout if shorter."""
     debug.in_flight, debug.pending["scanner"] = 4, 0
     assert Waiting(1, "127.0.0.1", debug.port, 30.0, 0.0).check(0.0) == "notification queues empty"
     debug.pending["scanner"] = 3

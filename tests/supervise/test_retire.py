@@ -7,7 +7,7 @@ exited, so only its own close makes a socket leave, and it closes one only when 
 names. Before, a registry's own close made its socket leave at a moment the supervisor saw only later; when a
 successor joined in between, the supervisor's order was wrong and the program named the old registry's slot:
 new connections went to a registry about to stop, and one in its handshake at the SIGTERM was reset (the CI
-failures of test_held.py and test_supervise_python.py, issue 38)."""
+failures of test_held.py and test_supervise_python.py)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def test_a_fifth_waiting_registry_stops_the_oldest_at_once_and_its_socket_gets_n
 
 
 def test_an_old_registry_still_running_at_its_drain_timeout_after_the_switch_is_killed(supervisor):
-    """Issue 48: after a reload that retires a credential, no request is served on the old one later than
+    """After a reload that retires a credential, no request is served on the old one later than
     drainTimeout after the switch, whatever the old registry is doing (here it ignores its SIGTERM). An unbounded
     handover (no credential retired) sets no such bound."""
     sup, held, _clients = supervisor

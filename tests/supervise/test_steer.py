@@ -59,7 +59,7 @@ def test_handshakes_are_asked_of_the_kernel_and_none_is_under_way_on_a_quiet_lis
 
 
 def test_a_socket_leaving_puts_the_program_past_the_end_and_a_closing_listener_resets_what_it_queued():
-    """The kernel's side of the residual "closed without a response" (issue 38): [A, B, C] with the program on C;
+    """The kernel's side of the residual "closed without a response": [A, B, C] with the program on C;
     A leaves, C takes its slot ([C, B]) and the index 2 is past the end, so the kernel's hash gives B (a waiting
     registry's socket) some new connections; B's last holder then closes it, and what waited in its queue is reset
     (net.ipv4.tcp_migrate_req, off by default, would move it to C instead)."""

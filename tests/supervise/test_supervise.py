@@ -117,7 +117,7 @@ def test_a_registry_that_fails_at_start_is_not_restarted_in_a_hot_loop(
     wait_for(lambda: _serving(registry_port), what="the registry to recover")
 
 
-# ---- overlapped restart (issue 8): the successor starts when the old registry stops listening -------------
+# ---- overlapped restart: the successor starts when the old registry stops listening -------------
 
 SHARED_SECRET = "  secret: shared-upload-secret\n"  # appended to minimal_config's http section
 
@@ -145,7 +145,7 @@ def test_handover_serves_the_port_while_an_upload_drains(supervisor_factory, reg
     assert result.ok, result.detail
     assert result.handed_over and result.old == [first]
     # The new registry serves while the old one is still finishing the upload: the port was not closed for
-    # the drain (before issue 8 the successor started only once the old process had exited).
+    # the drain (before the overlapped restart the successor started only once the old process had exited).
     assert first.alive(), "the old registry should still be draining the upload"
     assert answers(endpoint) == 200
     assert sorted(p.pid for p in supervisor.registries()) == sorted([first.pid, result.new.pid])
@@ -226,7 +226,7 @@ def test_a_lost_bind_race_is_retried_at_once(supervisor_factory, registry_port, 
     assert upload.error is None, upload.error
 
 
-# ---- garbage-collect beside the registry (issue 12): never counted as, nor confused with, a registry --------
+# ---- garbage-collect beside the registry: never counted as, nor confused with, a registry --------
 
 
 def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_factory, registry_port,

@@ -1,4 +1,4 @@
-"""berth-supervise's own parts (issue 29): the held socket of Distribution 3, whole-line redaction, state files.
+"""berth-supervise's own parts: the held socket of Distribution 3, whole-line redaction, state files.
 
 Starts, crash pauses, 2.8 handovers, the stop fan-out and garbage-collect beside the registry are in
 test_supervise.py, the debug ports in test_metrics_ports.py.
@@ -114,7 +114,7 @@ def test_the_container_log_and_registry_output_never_hold_the_headers(supervisor
         assert all(isinstance(json.loads(line), dict) for line in lines)
 
 
-# ---- the state files the agent reads (supervisor/state.py, output.py, metrics.py) ---------------------------
+# ---- the state files the agent reads (restart/supervisor_state.py, registry_output.py, metrics_proxy.py) ---------
 
 
 def _bytes(path) -> bytes:
@@ -201,7 +201,8 @@ def test_reloads_on_the_held_socket_refuse_nothing_while_an_upload_drains(superv
     assert upload.error is None, (upload.error, upload.statuses)
     assert upload.read_back() == upload.data
     # None is closed: the supervisor holds every registry's socket until that registry has exited, so
-    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load, design.md 4.2).
+    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load,
+    # docs/design.md §5.9).
     assert total.refused == 0 and total.failed == 0 and total.closed_without_response == 0, total
     assert total.answered > 100, total
     print(f"held socket, 5 reloads under 3 clients: {total.answered} answered, 0 refused, "
@@ -313,7 +314,7 @@ def test_a_2_8_binary_binds_its_own_listener_whatever_the_listen_addr(supervisor
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_prints_the_usage_and_the_environment_and_exits(flag, tmp_path):
-    """Issue 38.6: it used to ignore its arguments and wait for /etc/berth/config.yml."""
+    """It used to ignore its arguments and wait for /etc/berth/config.yml."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     env["BERTH_CONFIG"] = str(tmp_path / "never" / "config.yml")  # never written: a wait would hang the test
     done = subprocess.run([sys.executable, "-m", "berth_supervise", flag], env=env,
@@ -327,7 +328,7 @@ def test_help_prints_the_usage_and_the_environment_and_exits(flag, tmp_path):
 
 
 def test_each_command_prints_the_installed_version(tmp_path):
-    """Issue 40.6: berth-supervise, berth-agent and berth-operator answer --version with the package's version."""
+    """berth-supervise, berth-agent and berth-operator answer --version with the package's version."""
     import importlib.metadata
 
     version = importlib.metadata.version("berth")

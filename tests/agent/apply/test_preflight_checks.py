@@ -1,4 +1,4 @@
-"""Pre-flight checks of what the registry reads or reaches at start (issue 9.5, 9.7): the HTTPS pair, a new
+"""Pre-flight checks of what the registry reads or reaches at start: the HTTPS pair, a new
 listen port, the redis it will use; each refused with a message that names the field and holds no secret."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pre-flight of Azure Blob and GCS credentials (issue 31) against the real emulators: a live key passes, a
+"""Pre-flight of Azure Blob and GCS credentials against the real emulators: a live key passes, a
 regenerated (revoked) key, a deleted service-account key and a missing container or bucket are refused quoting the
 service's status and error code, never a credential; and check_render runs the check only when the credentials or
 the container/bucket change."""

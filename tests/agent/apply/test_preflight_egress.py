@@ -1,4 +1,4 @@
-"""The pre-flights go through the registry's egress proxy (issue 36): which requests take the proxy, as the
+"""The pre-flights go through the registry's egress proxy: which requests take the proxy, as the
 registry's Go net/http decides (golang.org/x/net/http/httpproxy), and a real upstream check and S3 check through a
 real proxy (Debian's tinyproxy), whose log shows them."""
 

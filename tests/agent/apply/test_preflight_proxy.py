@@ -1,4 +1,4 @@
-"""Pre-flight of a pull-through cache's upstream (issue 20): the credentials authenticate against the upstream's
+"""Pre-flight of a pull-through cache's upstream: the credentials authenticate against the upstream's
 /v2/ the way the registry will (basic, or a token from the realm the upstream's challenge names), against real
 registries on 127.0.0.1 (support.registries.upstream); a refusal carries the upstream's answer and never the
 password."""

@@ -1,4 +1,4 @@
-"""Pre-flight of token auth's trust (issue 19): a bundle of PEM certificates (at least one, none expired, a warning
+"""Pre-flight of token auth's trust: a bundle of PEM certificates (at least one, none expired, a warning
 within 7 days) and a JWKS with a key the allowed algorithms verify; errors name where the file came from."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reload Lease and the replica turn against the test API server (issue 8: one restart at a time)."""
+"""The reload Lease and the replica turn against the test API server (one restart at a time)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""berth_agent_upstream_auth_failures_total (issue 21, the BerthPullThroughUpstreamAuthFailing alert): one per
+"""berth_agent_upstream_auth_failures_total (the BerthPullThroughUpstreamAuthFailing alert): one per
 refusal of the credentials the upstream watch takes in; none for a success or an unreachable upstream."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_config_info_keeps_only_the_current_hash():
 
 
 def test_a_check_asked_on_every_question_turns_readiness_at_once(tmp_path):
-    """Issue 38.5: a fact read per probe (the supervisor is gone) wins over the registry watch's last look."""
+    """A fact read per probe (the supervisor is gone) wins over the registry watch's last look."""
     config = tmp_path / "config.yml"
     config.write_text("version: 0.1\n")
     health = Health(config_path=config)

@@ -1,4 +1,4 @@
-"""The metric names are an interface (docs/design.md, agent interfaces): check the exposition names."""
+"""The metric names are an interface (docs/design.md §4.4): check the exposition names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rotated credentials applied from the API, not at the kubelet's pace (issue 11, acceptance).
+"""Rotated credentials applied from the API, not at the kubelet's pace.
 
 `berth-agent run --registry default/reg --api-secret cosi=registry-creds` as a subprocess against the kmock API
 server (support.clusters.kube), with the real berth-supervise and docker-registry on S3 (moto, IAM enforced), and

@@ -1,4 +1,4 @@
-"""Bad input never breaks the running registry (issue 3, acceptance "Bad input").
+"""Bad input never breaks the running registry.
 
 Each case: a registry pod serving through the API (kmock), then a bad input (malformed COSI Secret, unreadable
 file, invalid CR edit, a config the registry refuses). The registry keeps serving on the last good config, the
@@ -189,7 +189,7 @@ def test_a_malformed_cosi_secret_keeps_the_last_good_config(pod, kube_api, tmp_p
                                  [k.access_key_id for k in (key, dead, fresh)])
 
 
-# ---- hostile mounts (issue 10): every key confined to its volume, a regular file, bounded ----------------------
+# ---- hostile mounts: every key confined to its volume, a regular file, bounded ----------------------
 
 PLANTED = "PLANTED-by-an-attacker-5c2e91"
 

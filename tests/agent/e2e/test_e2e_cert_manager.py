@@ -1,4 +1,4 @@
-"""A certificate from cert-manager (spec.http.tls.issuerRef, issue 30): no cert-manager runs, so the test writes
+"""A certificate from cert-manager (spec.http.tls.issuerRef): no cert-manager runs, so the test writes
 the Certificate's Secret as cert-manager does (kubernetes.io/tls with tls.crt, tls.key and ca.crt) into the
 pod's TLS mount. The registry serves that certificate; a renewal (cert-manager rewrites the Secret in place, the
 kubelet swaps the mount) is served by the same pod with 0 failed pulls over TLS, on 2.8 and 3.1.1."""

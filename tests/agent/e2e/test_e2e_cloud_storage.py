@@ -1,4 +1,4 @@
-"""Azure Blob and GCS, end to end on the real registry-v3.1.1 (issue 31): the agent, berth-supervise and the registry
+"""Azure Blob and GCS, end to end on the real registry-v3.1.1: the agent, berth-supervise and the registry
 against Azurite and fake-gcs-server (tests/support/clouds/azurite.py, gcs.py).
 
 - A key rotated through the API only (`--api-secret`, the fast path; the mount stays old) under a pull load: the

@@ -1,5 +1,5 @@
-"""CR edits applied hot through the Kubernetes API (kmock + our fixture), agent as `berth-agent run --registry`
-(issue 3, acceptance "CR edits hot-applied"), on Distribution 2.8 and on the real 3.1.1 (skipped without
+"""CR edits applied hot through the Kubernetes API (kmock + our fixture), agent as `berth-agent run --registry`,
+on Distribution 2.8 and on the real 3.1.1 (skipped without
 BERTH_REGISTRY3_BIN)."""
 
 from __future__ import annotations
@@ -126,14 +126,14 @@ def test_htpasswd_swap_changes_who_can_log_in_without_a_restart(api_pod, kube_ap
     # The file is in place before the agent counts it: the login can win that race, so wait for the count.
     wait_for(lambda: pod.metric("htpasswd_updates_total") == 1, what="the htpasswd update to be counted")
     assert pod.metric("reloads_total") == 0
-    # The same config.yml, a new state (issue 26): status and config_info name the new file's.
+    # The same config.yml, a new state: status and config_info name the new file's.
     wait_for(lambda: _applied(kube_api, pod), what="status to name the state with bob's htpasswd")
     assert pod.config_info() == [_disk_hash(pod)] and _disk_hash(pod) != identity_before
     assert "bob-pw" not in pod.agent_log_text() and "alice-pw" not in pod.agent_log_text()
 
 
 def test_data_path_capacity_and_free_space_on_status(api_pod, kube_api):
-    """Filesystem storage: the agent reports the data path's size on its own status record (issue 3: the PVC
+    """Filesystem storage: the agent reports the data path's size on its own status record (the PVC
     path's capacity and free space, as metrics and status); the probe was switched on by the spec itself."""
     pod = api_pod
     wait_for(lambda: "dataPath" in _status_of(kube_api), what="status.agents.pod-0.dataPath")

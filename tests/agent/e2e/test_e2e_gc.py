@@ -1,4 +1,4 @@
-"""Garbage collection end to end in one pod (issue 12, acceptance "End to end, real registry").
+"""Garbage collection end to end in one pod.
 
 `berth-agent run --registry default/reg` against the test API server, the real berth-supervise and the real
 registry (Distribution 2.8, and 3.1.1 with BERTH_REGISTRY3_BIN), on filesystem storage and on S3 (moto, IAM

@@ -1,5 +1,5 @@
-"""Garbage collection with two replicas coordinating through the test API server (issue 12, acceptance "Safety"
-and "Fault").
+"""Garbage collection with two replicas coordinating through the test API server: safety and
+faults (docs/design.md §4.5).
 
 Two registry pods (agent subprocess + berth-supervise + docker-registry 2.8 each; the safety test also on 3.1.1) on
 127.0.0.2 and 127.0.0.3, one data directory (a ReadWriteMany claim), one Registry (replicas: 2) with its reload
@@ -97,7 +97,8 @@ def test_gc_starts_after_both_replicas_serve_read_only_and_no_pull_fails(gc_repl
         before = blobs_on_disk(data)
         shared = a.layer_digests[0]
         # retry_seconds=0: a refused or reset connection is a failure here, not something to retry (on 3.x too:
-        # the old registry gets no new connection before its SIGTERM, docs/design.md §4.2).
+        # the old registry gets no new connection before its SIGTERM,
+        # docs/decisions/0007-held-socket-handover.md).
         loops = [PullLoop(f"{balancer.url}/v2/demo/app/blobs/{shared}", a.blobs[shared], retry_seconds=0)
                  for _ in range(2)]
         for loop in loops:

@@ -1,4 +1,4 @@
-"""Garbage collection end to end in one pod (issue 12, the agent's half): the real agent (API mode, the test API
+"""Garbage collection end to end in one pod (the agent's half): the real agent (API mode, the test API
 server), the real berth-supervise and registry (2.8 and 3.1.1), the real `registry garbage-collect`.
 
 The test plays the operator: it writes `status.garbageCollection.request` as gc_schedule would (the Leases come

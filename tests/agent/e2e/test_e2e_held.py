@@ -1,7 +1,8 @@
-"""One replica of Distribution 3.1.1 on the socket berth-supervise holds (issue 29): the real agent, the real
-supervisor, the real registry. 20 reloads (log-level edits; a notification header's rotation, which restarted the
-registry before issue 48, now goes to the pod's outbox alone and is made between them) under 3 clients pulling a
-blob on a new connection each time and an 8 s upload: nothing refused, nothing failed, the upload reads back."""
+"""One replica of Distribution 3.1.1 on the socket berth-supervise holds: the real agent, the real supervisor, the real
+registry. 20 reloads (log-level edits; a notification header's rotation, which restarted the registry before the outbox
+(docs/decisions/0002-a-notification-outbox-in-the-agent.md), now goes to the pod's outbox alone and is made between
+them) under 3 clients pulling a blob on a new connection each time and an 8 s upload: nothing refused, nothing failed,
+the upload reads back."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def test_twenty_reloads_under_pulls_and_an_upload_refuse_and_fail_nothing(tmp_pa
         assert upload.error is None, (upload.error, upload.statuses)
         assert upload.read_back() == upload.data
         # None is closed: the supervisor holds every registry's socket until that registry has exited, so
-        # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load, design.md 4.2).
+        # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load,
+        # docs/design.md §5.9).
         assert total.refused == 0 and total.failed == 0 and total.closed_without_response == 0, total
         assert total.answered > RELOADS * 10, total
         restarted = pod.actions("restarted")

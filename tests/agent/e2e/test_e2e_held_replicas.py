@@ -1,4 +1,4 @@
-"""Three replicas of Distribution 3.1.1 on held sockets (issue 29): no pod leaves its Service to reload, so an
+"""Three replicas of Distribution 3.1.1 on held sockets: no pod leaves its Service to reload, so an
 edit reaches all three in a few seconds (it took 3 x (2 x leave + restart) = about 31 s with the pod's 5 s leave).
 
 Real agents (API mode on the test API server, taking turns through the reload Lease) with berth-supervise and the

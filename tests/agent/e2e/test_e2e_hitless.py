@@ -1,4 +1,4 @@
-"""Hitless reloads in one pod (issue 8): `berth-agent run` + berth-supervise + the real registry (2.8 and 3.1.1).
+"""Hitless reloads in one pod: `berth-agent run` + berth-supervise + the real registry (2.8 and 3.1.1).
 
 A slow chunked upload is in flight when the Registry is edited. The successor registry starts as soon as the
 old one stopped listening (2.8), or beside it on the socket berth-supervise holds (3.1.1: no connect refused),
@@ -69,7 +69,7 @@ def test_an_upload_started_before_a_reload_completes_after_it(local_pod):
     windows = probe.stop()
     assert all(end <= upload.finished_at for _start, end in windows), windows
     assert "level: warn" in (pod.config_dir / "config.yml").read_text()
-    if pod.major == "3":  # berth-supervise holds the socket (issue 29): not one connect refused, no window
+    if pod.major == "3":  # berth-supervise holds the socket: not one connect refused, no window
         assert windows == [] and probe.attempts > 100, (windows, probe.attempts)
         assert restarted["no_listener_seconds"] == 0
         assert pod.metric("last_reload_no_listener_seconds") == 0

@@ -1,4 +1,4 @@
-"""The registry's own metrics across reloads (issue 21), on 2.8 and 3.1.1: `berth-agent run` with its stable
+"""The registry's own metrics across reloads, on 2.8 and 3.1.1: `berth-agent run` with its stable
 registry-metrics endpoint, the real berth-supervise alternating two loopback debug ports, the real registry, and a
 real Prometheus (Debian's 2.42) scraping through the agent.
 
@@ -159,7 +159,7 @@ def test_prometheus_scrapes_the_registry_through_the_agent_across_10_reloads(met
 
 
 def test_a_pull_through_cache_s_registry_proxy_metrics_pass_through_the_same_endpoint(tmp_path):
-    """Issue 20's pull-through cache on Distribution 3.1.1 (2.8 keeps these counters in expvar only): the misses of a
+    """A pull-through cache on Distribution 3.1.1 (2.8 keeps these counters in expvar only): the misses of a
     first pull and the hits of a second show in registry_proxy_* on the agent's stable endpoint, nothing to add."""
     import re
 

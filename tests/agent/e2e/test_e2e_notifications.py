@@ -1,6 +1,6 @@
-"""Webhook notifications (issue 21) with the real agent, berth-supervise and registry (2.8 and 3.1.1): a receiver on
+"""Webhook notifications with the real agent, berth-supervise and registry (2.8 and 3.1.1): a receiver on
 127.0.0.1 gets the push and pull events of a real skopeo push and pull, with an Authorization header read from the
-mounted notifications Secret, through the pod's outbox (issue 48); rotating the Secret restarts no registry and later
+mounted notifications Secret, through the pod's outbox; rotating the Secret restarts no registry and later
 events carry the new value; the value never appears in the agent's or the registry's log or metrics. And what a
 reload costs in events: N pushes around a reload, all N push events received (the old registry's queue is handed to
 the outbox within milliseconds), with a receiver that answers at once and one that takes 1 s."""

@@ -1,4 +1,4 @@
-"""Issues 38 and 48: on 3.x a reload loses no notification. The real agent, berth-supervise and registry 3.1.1, a
+"""On 3.x a reload loses no notification. The real agent, berth-supervise and registry 3.1.1, a
 real HTTP receiver that takes 1 s per request, skopeo pushes throughout, reloads (edits, and header-Secret rotations,
 which the pod's outbox takes with no restart) among them: every manifest and blob event arrives, counted by event id
 (duplicates counted apart). And an endpoint that is down: reloads still complete at once, the outbox holds the events
@@ -86,7 +86,7 @@ def test_no_event_is_lost_across_twenty_reloads_with_a_slow_receiver(tmp_path):
         try:
             _start(pod, receiver.url)
             done: list[str] = []
-            pusher = _push_stream(pod.host, "demo/stream", images, pushes, done, pause=0.0)  # issue 48: back to back
+            pusher = _push_stream(pod.host, "demo/stream", images, pushes, done, pause=0.0)  # back to back
             for index in range(reloads):
                 _reload(pod, receiver.url, index + 1)
                 _next_pushes(done, pushes)
@@ -200,7 +200,7 @@ def test_no_event_is_lost_on_two_replicas_behind_a_balancer(tmp_path, kube_api):
 
 
 def test_kept_alive_clients_lose_no_request_across_twenty_reloads(tmp_path):
-    """Issue 38.7: Python's http.client reusing one connection with no retry (GET, and a blob upload whose PUT has
+    """Python's http.client reusing one connection with no retry (GET, and a blob upload whose PUT has
     a body) and skopeo pushes, across 20 reloads: 0 failed requests. The old registry is stopped only once its
     clients have closed their connections (at most 90 s; this run is shorter)."""
     from support.traffic.kept_alive import KeptAliveClient

@@ -1,4 +1,4 @@
-"""Issue 48: the pod's notification outbox with the real agent, berth-supervise and registry (3.1.1 and 2.8.2), a
+"""The pod's notification outbox with the real agent, berth-supervise and registry (3.1.1 and 2.8.2), a
 receiver that takes 1 s per request and skopeo pushes back to back. Counted by event id and by tag: a kill -9 of
 the agent during the pushes loses nothing (the registry's queue tries the relay again until the agent is back; what
 the relay answered is on disk); at the pod's end the agent delivers what it holds before it exits; what is still

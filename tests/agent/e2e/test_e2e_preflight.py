@@ -1,4 +1,4 @@
-"""Configs the registry would refuse at start, or could not use, are refused before any restart (issue 9.5, 9.7).
+"""Configs the registry would refuse at start, or could not use, are refused before any restart.
 
 Each case runs what users run outside Kubernetes: `berth-agent run --registry-file`, the real berth-supervise and
 Debian's registry, with a real redis-server where redis is involved. While the bad input is in place a client

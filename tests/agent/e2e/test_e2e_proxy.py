@@ -1,11 +1,10 @@
-"""A pull-through cache with its upstream credentials rotated hot (issue 20, acceptance).
+"""A pull-through cache with its upstream credentials rotated hot.
 
 Real agents (`berth-agent run --registry default/reg --api-secret proxy=upstream-creds`), berth-supervise and
 registries, 2.8 and 3.1.1, with the test API server; the upstream is a second real registry on 127.0.0.1
 (support.registries.upstream): htpasswd (basic auth, Distribution 3 only: 2.8 cannot answer basic as a proxy), or token
 auth behind a one-port front that counts every request and tells which password got each token. Clients are
-skopeo and a plain HTTP client (support.traffic.pull_loop). The credential rotation runs against both upstreams (issue
-26):
+skopeo and a plain HTTP client (support.traffic.pull_loop). The credential rotation runs against both upstreams:
 with htpasswd, whose file holds one password per user, it moves to a second user and removes the first.
 """
 
@@ -199,7 +198,8 @@ class MissLoop(PullLoop):
 
 
 class KeptAliveMissLoop(KeptAlivePullLoop):
-    """The same misses on one kept-alive connection (issue 48: an old registry kept serving such a client with the
+    """The same misses on one kept-alive connection (before docs/decisions/0001-retirement-bounded-by-drain-timeout.md,
+    an old registry kept serving such a client with the
     old credentials for up to 90 s, and its misses failed after the revoke)."""
 
     def __init__(self, base: str, blobs: list[tuple[str, bytes]], **kwargs) -> None:
@@ -309,7 +309,8 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
         balancer = Balancer(backends(pods), check_interval=0.05).start()
         try:
             # 0: a refusal or a reset is a failure here. On 3.x no pod leaves the Service, and the old registry gets
-            # no new connection before its SIGTERM (issue 29: a socket each, steered; docs/design.md §4.2).
+            # no new connection before its SIGTERM (a socket each, steered;
+            # docs/decisions/0007-held-socket-handover.md).
             loops = load(tmp_path, upstream, balancer.url, retry_seconds=0)
             for loop in loops:
                 loop.start()
@@ -325,7 +326,7 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
         assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
-        # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload (issue 29).
+        # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload.
         if dist[0] == "3":  # no pod ever left (min_ready also covers the start, before the second one was seen)
             assert all(ready for _at, _pod, ready in balancer_stats.transitions), balancer_stats
         else:
@@ -343,7 +344,7 @@ def test_credential_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_pat
 def test_credential_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
     """One replica: 2.8's overlapped restart, whose refused connections are retried by the client, counted,
     shown; on 3.x the socket berth-supervise holds refuses none. A third client misses on one kept-alive connection:
-    the old password is revoked drainTimeout after the apply, and no miss fails (issue 48)."""
+    the old password is revoked drainTimeout after the apply, and no miss fails."""
     loops: list[PullLoop] = []
     with upstream_for(tmp_path, dist[2], dist[1], {OLD}) as upstream, \
             start(tmp_path, kube_api, dist, upstream, count=1) as pods:

@@ -1,4 +1,4 @@
-"""Ready after every kind of edit (issue 16): the operator, real agents and real registries, waited on as
+"""Ready after every kind of edit: the operator, real agents and real registries, waited on as
 `kubectl wait --for=condition=Ready` waits (the condition True at the Registry's generation).
 
 The operator runs in process (support.clusters.operator_harness); support.clusters.workload plays the Deployment

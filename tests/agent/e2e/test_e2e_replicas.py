@@ -1,4 +1,4 @@
-"""Two replicas reload one at a time, each out of the Service first (issue 8, acceptance "Two replicas").
+"""Two replicas reload one at a time, each out of the Service first.
 
 Two registry pods on this machine (agent subprocess + berth-supervise + docker-registry each), on their own
 loopback addresses (127.0.0.2 and 127.0.0.3, same port), sharing the data directory (a ReadWriteMany claim)

@@ -1,4 +1,4 @@
-"""Issue 48: an old registry's retirement. No request is served on an old configuration later than drainTimeout
+"""An old registry's retirement. No request is served on an old configuration later than drainTimeout
 after a reload, kept-alive clients included, so an old key revoked exactly when docs/guide/rotation.md says (the
 pod reports the new config, then drainTimeout) fails no pull.
 

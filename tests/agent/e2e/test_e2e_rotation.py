@@ -1,5 +1,5 @@
-"""Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats (issue 3, acceptance "Rotation") and
-storage.s3's own Secret (issue 37: the same code path, ten rotations).
+"""Credential rotation on S3 (moto, IAM enforced), both COSI Secret formats and
+storage.s3's own Secret (the same code path, ten rotations).
 
 Key 1 in a COSI Secret dir laid out as the kubelet's AtomicWriter does; push; create key 2, swap the Secret to
 key 2, delete key 1 once the old registry drained (as docs/guide/rotation.md says). The registry restarts in place under

@@ -1,4 +1,4 @@
-"""storage.s3 on real parts (issue 37): moto with IAM enforced, Distribution 2.8.2 and 3.1.1.
+"""storage.s3 on real parts: moto with IAM enforced, Distribution 2.8.2 and 3.1.1.
 
 Every S3 option reaches the registry (it starts with all of them, serves a push and a pull, and SSE-KMS leaves
 the blobs under the KMS key, as moto reports); a key the bucket refuses is stopped by the pre-flight with the

@@ -1,4 +1,4 @@
-"""storage.s3 with temporary credentials (issue 37: "an optional session token"), on moto with IAM enforced,
+"""storage.s3 with temporary credentials ("an optional session token"), on moto with IAM enforced,
 Distribution 2.8.2 and 3.1.1.
 
 The s3 driver has no session token parameter in either version, so the agent writes the key, its secret and the

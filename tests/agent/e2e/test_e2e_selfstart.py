@@ -1,5 +1,5 @@
 """Self-configuring start: from an empty config volume the agent writes the config before the registry may start,
-and the registry never runs without it (issue 3, acceptance "Self-configuring start")."""
+and the registry never runs without it."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_registry_starts_only_after_the_agent_wrote_its_config(pod):
     log = supervisor.log()
     assert log.index("waiting for") < log.index("started registry")
     assert log.count("started registry") == 1
-    # /readyz means the agent saw a registry answer on the config (issue 9): once it logged `written`.
+    # /readyz means the agent saw a registry answer on the config: once it logged `written`.
     wait_for(lambda: pod.actions("written"), what="the agent to see the registry answer")
     assert pod.health("/readyz") == 200 and pod.health("/livez") == 200
     assert len(pod.actions("written")) == 1

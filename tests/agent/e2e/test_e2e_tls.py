@@ -1,5 +1,5 @@
 """TLS certificate rotation: restart in place onto the new certificate. A certificate that does not match its
-key (PEM-valid, so it renders) is refused by the pre-flight before any restart (issue 9.5): the registry, which
+key (PEM-valid, so it renders) is refused by the pre-flight before any restart: the registry, which
 would refuse it at start, keeps serving the last good pair without a failed request."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_certificate_rotation_and_a_mismatched_pair(pod):
     wait_for(lambda: pod.actions("restarted"), what="the agent to record the restart")
     assert pod.metric("reloads_total") == 1
     assert (pod.config_dir / "tls" / "tls.key").read_bytes() == key_b
-    # config.yml is as it was; the state is not (issue 26): the metric and the log line name the new pair's.
+    # config.yml is as it was; the state is not: the metric and the log line name the new pair's.
     second = pod.disk_identity()
     assert second != first and pod.config_info() == [second]
     assert pod.actions("restarted")[-1]["config_hash"] == second

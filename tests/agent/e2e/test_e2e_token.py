@@ -1,4 +1,4 @@
-"""Token auth with its trust rotated hot (issue 19, acceptance).
+"""Token auth with its trust rotated hot.
 
 Real agents (`berth-agent run --registry default/reg --api-configmap token-bundle=issuer-trust`), berth-supervise and
 registries, 2.8 and 3.1.1, behind the test balancer (support.registries.replicas, support.traffic.balancer) with the
@@ -10,7 +10,7 @@ token from the issuer for every pull, as a client whose token just expired would
 The rotation is docs/guide/rotation.md's order: 1. the bundle gets {old, new}; 2. every pod's status.agents shows it
 applied; 3. the issuer switches to the new key; 4. the bundle drops the old one. No request fails and none is refused;
 the old key's tokens, minted at the end, are refused. Each trust change names a new state in
-status.agents.<pod>.configHash and in berth_agent_config_info (issue 26), though config.yml stays as it was.
+status.agents.<pod>.configHash and in berth_agent_config_info, though config.yml stays as it was.
 """
 
 from __future__ import annotations
@@ -178,8 +178,8 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
             pod_urls = [f"{pod.url}/v2/demo/app/blobs/{layer}" for pod in pods.values()]
             assert [bearer_status(u, old_token) for u in pod_urls] == [200, 200]
             # retry_seconds=0: a refused or reset connection is a failure here, not something to retry. On 3.x
-            # no pod leaves the Service, and the old registry gets no new connection before its SIGTERM (issue 29:
-            # a socket each, steered; docs/design.md §4.2), so none is closed without a response either.
+            # no pod leaves the Service, and the old registry gets no new connection before its SIGTERM (a socket
+            # each, steered; docs/decisions/0007-held-socket-handover.md), so none is closed without a response either.
             loops = pull_loops(url, image.blobs[layer], issuer, 2, retry_seconds=0)
             for loop in loops:
                 loop.start()
@@ -200,7 +200,7 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
         assert [s.failures for s in stats] == [[], []], [s.failures[:5] for s in stats]
         assert sum(s.refused_retries + s.reset_retries for s in stats) == 0, stats
         assert balancer_stats.refused == 0 and balancer_stats.no_backend == 0, balancer_stats
-        # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload (issue 29).
+        # 2.8: one pod out at a time, never both. 3.x: held sockets, no pod leaves the Service to reload.
         if dist[0] == "3":  # no pod ever left (min_ready also covers the start, before the second one was seen)
             assert all(ready for _at, _pod, ready in balancer_stats.transitions), balancer_stats
         else:
@@ -217,11 +217,12 @@ def test_key_rotation_with_two_replicas_fails_and_refuses_nothing(tmp_path, kube
 
 @pytest.mark.parametrize("dist", FLOWS)
 def test_key_rotation_with_one_replica_fails_nothing(tmp_path, kube_api, dist):
-    """One replica. 2.8, the overlapped restart: refused connections (the few ms between the old listener closing
-    and the new one) are retried by the client, counted and shown, as the hitless benchmarks do. 3.x, the socket
-    berth-supervise holds: none is refused. A second client keeps one connection alive throughout (issue 48: an
-    old registry, still trusting the old key only, served it for up to 90 s, and its new-key tokens got 401); a
-    trust change retires a credential, so the old registry goes within drainTimeout and that client reconnects."""
+    """One replica. 2.8, the overlapped restart: refused connections (the few ms between the old listener closing and
+    the new one) are retried by the client, counted and shown, as the hitless benchmarks do. 3.x, the socket
+    berth-supervise holds: none is refused. A second client keeps one connection alive throughout (before
+    docs/decisions/0001-retirement-bounded-by-drain-timeout.md, an old registry, still trusting the old key only, served
+    it for up to 90 s, and its new-key tokens got 401); a trust change retires a credential, so the old registry goes
+    within drainTimeout and that client reconnects."""
     trust, issuer, replicas = start(tmp_path, kube_api, dist, count=1)
     loops: list[PullLoop] = []
     with issuer, replicas as pods:
@@ -289,7 +290,7 @@ def test_malformed_trust_is_refused_before_any_restart(tmp_path, kube_api, dist)
                              and problem in e and e, timeout=30,
                              what=lambda problem=problem: f"the refusal ({problem})\n{pod.agent_log_text()[-2000:]}")
             assert f"spec.config.auth.token.{field} (ConfigMap {TRUST} key {trust.key_name})" in error
-            # The refused state is named, not the one still serving (issue 26), which status and metric keep.
+            # The refused state is named, not the one still serving, which status and metric keep.
             assert error.startswith("config ") and " not applied: " in error and running[:12] not in error, error
             assert identities(kube_api, pods) == {"pod-a": running}
             assert pod.registry_pid() == pid and pod.registry_starts() == starts, "the registry was restarted"

@@ -1,4 +1,4 @@
-"""The agent tells the truth and recovers by itself (issue 9): faults an adversarial user found.
+"""The agent tells the truth and recovers by itself: faults an adversarial user found.
 
 Each case runs what users run outside Kubernetes: `berth-agent run --registry-file`, the real berth-supervise
 and Debian's registry on loopback (3.1.1 too where the held socket changes the case), and kills
@@ -68,7 +68,7 @@ def _squat(port: int, host: str = "127.0.0.2") -> socket.socket:
 
 
 def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
-    """Issue 9.1: the agent is killed right after writing a config the registry refuses; the agent started
+    """The agent is killed right after writing a config the registry refuses; the agent started
     again must not adopt it (the supervisor crash-loops on it) but roll back to the last config verified good,
     which a marker on the config volume names."""
     _start(pod)
@@ -104,7 +104,7 @@ def test_a_restarted_agent_rolls_back_a_config_on_disk_that_is_not_served(pod):
 
 @pytest.mark.parametrize("dist", registry_binaries())
 def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_config(pod, dist):
-    """Issue 9.2 and 29: kill -9 of berth-supervise, the registry container's main process. The runtime kills the
+    """Kill -9 of berth-supervise, the registry container's main process. The runtime kills the
     rest of the container with it (support.registries.supervisor does as it does), so nothing serves until the kubelet
     starts the container again. The agent reports it (status, Event, metric, /readyz 503), restarts nothing while
     it is gone, and applies the edit made meanwhile once a supervisor is back (on 3.x on a socket created
@@ -112,7 +112,7 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
     major = dist[0]
     _start(pod, on_distribution(_spec(pod), major))
     wait_for(lambda: pod.health("/readyz") == 200, what="/readyz 200 before the kill")
-    with ReadyzProbe(pod.health_port) as probe:  # issue 38.5: asked every 10 ms throughout
+    with ReadyzProbe(pod.health_port) as probe:  # asked every 10 ms throughout
         pod.supervisor.process.kill()
         pod.supervisor.process.wait(5)
         dead = time.time()  # reaped: from here on nothing serves (the harness ends the container's rest)
@@ -155,7 +155,7 @@ def test_a_missing_supervisor_is_reported_and_its_return_applies_the_wanted_conf
 
 
 def test_a_refused_config_is_retried_until_its_cause_clears(pod):
-    """Issue 9.3 and 9.4: the registry refuses a config (its address is held); the failure names the
+    """The registry refuses a config (its address is held); the failure names the
     registry's own error, the rollback names both hashes; once the port is free, the retry on the backoff
     applies the config with no one touching anything."""
     _start(pod)
@@ -179,7 +179,7 @@ def test_a_refused_config_is_retried_until_its_cause_clears(pod):
 
 
 def test_a_killed_registry_is_counted_and_logged(pod):
-    """Issue 9.7: kill -9 of the registry. The supervisor restarts it at once; the agent counts the exit in
+    """Kill -9 of the registry. The supervisor restarts it at once; the agent counts the exit in
     berth_agent_registry_exits_total{reason="signal"} and logs it."""
     _start(pod)
     pid = pod.registry_pid()
@@ -194,7 +194,7 @@ def test_a_killed_registry_is_counted_and_logged(pod):
 
 
 def test_an_agent_restarted_while_the_registry_is_invalid_keeps_a_serving_pod_ready(pod):
-    """Issue 9.6: the Registry is invalid when the agent starts again; the registry serves the config on disk,
+    """The Registry is invalid when the agent starts again; the registry serves the config on disk,
     so /startupz and /readyz answer 200 and the error is reported."""
     _start(pod)
     assert pod.stop_agent() == 0
@@ -214,7 +214,7 @@ def test_an_agent_restarted_while_the_registry_is_invalid_keeps_a_serving_pod_re
 
 
 def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(pod):
-    """Issue 9, "never claim applied unless seen answering", for the very first config: with no registry
+    """Never claim applied unless seen answering, for the very first config: with no registry
     container started yet the config is written (/startupz 200, so the kubelet may start it) but not reported
     applied, config_info shows nothing and /readyz is 503; once the supervisor starts, it is."""
     write_secret_dir(pod.mounts / "http-secret", {"secret": HTTP_SECRET})
@@ -242,7 +242,7 @@ def test_the_first_config_counts_as_applied_only_once_a_registry_answers_on_it(p
 
 
 def test_a_crash_loop_on_the_running_config_is_reported_and_clears_when_it_serves(pod):
-    """Issue 9.2, the crash loop: the registry is killed and its port taken before the supervisor restarts it,
+    """The crash loop: the registry is killed and its port taken before the supervisor restarts it,
     so every start fails. The agent counts each start failure, reports the loop (status, Event, the registry's
     own error) and turns /readyz 503; once the port is free the supervisor's next start serves and it clears."""
     _start(pod)

@@ -1,5 +1,4 @@
-"""docs/guide/local-run.md (and README.md's copy of its first steps), as a new user follows it, offline (issue 10,
-"From a fresh clone, offline").
+"""docs/guide/local-run.md (and README.md's copy of its first steps), as a new user follows it, offline.
 
 `bash examples/local/run` starts (on a free port and a temporary state dir: the only changes), then the guide's
 push/pull block runs line by line exactly as written, with 127.0.0.1:5000 and /tmp/ pointed at this test's port
@@ -162,7 +161,7 @@ def test_run_it_push_pull_and_read_only_work_offline_as_written(local_run, tmp_p
 
 @requires_registry3
 def test_a_distribution_3_binary_runs_on_the_held_socket_and_reloads_refuse_nothing(tmp_path):
-    """The guide's Distribution 3 variant (issue 29): the same supervisor as the registry container's, started
+    """The guide's Distribution 3 variant: the same supervisor as the registry container's, started
     with the variables the guide names (running_local sets them as the guide's command does)."""
     (command,) = commands("local-run-distribution-3")
     assignments = [word.split("=", 1)[0] for word in shlex.split(command) if "=" in word]

@@ -339,7 +339,7 @@ def test_a_new_agent_stops_the_orphan_of_an_old_one(supervisor_factory, registry
     _no_registry_exit(supervisor, registry)
 
 
-# A supervisor from before garbage collection (issue 12): it starts the registry without BERTH_SUPERVISE_GC=1 and
+# A supervisor from before garbage collection: it starts the registry without BERTH_SUPERVISE_GC=1 and
 # does not handle SIGUSR2, so the signal would end it (and its container).
 OLDER_SUPERVISOR = """#!/bin/sh
 echo $$ >"${BERTH_CONFIG%/*}/supervisor.pid"

@@ -106,7 +106,7 @@ def test_the_runner_starts_only_when_every_record_acknowledged_and_enough_of_the
     assert not acknowledgements(registry({}, agents={}), "r1").complete  # never with nobody
     assert not acknowledgements(registry({}, agents={"pod-a": {"readOnlyFor": "r0"}}), "r1").complete
     assert acknowledgements(registry({}, agents={"pod-a": {"readOnlyFor": "r1"}}), "r1").complete
-    # A roll's new pod beside the old one (ReadWriteOnce, issue 39): counted by the Deployment before it is ready
+    # A roll's new pod beside the old one (ReadWriteOnce): counted by the Deployment before it is ready
     # or has written its record, so the runner waits for it too.
     rolling = registry({}, agents={"pod-a": {"readOnlyFor": "r1"}}, ready=1)
     rolling["status"]["replicas"] = 2

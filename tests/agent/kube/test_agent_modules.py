@@ -1,7 +1,8 @@
-"""An API-mode agent, wired and running, has not loaded the official kubernetes client nor urllib3 (issue 52: they
-cost a pod 5.3 MiB; kube/client.py does the agent's calls). `berth-agent run --registry` in a process of its own,
-as a pod runs it, against the test API server, beside berth-supervise and the real registry; once its config is
-applied and reported, the process says which of those packages it holds."""
+"""An API-mode agent, wired and running, has not loaded the official kubernetes client nor urllib3 (they cost a pod 5.3
+MiB, docs/decisions/0040-agent-api-client-on-the-standard-library.md; kube/client.py does the agent's calls).
+`berth-agent run --registry` in a process of its own, as a pod runs it, against the test API server, beside
+berth-supervise and the real registry; once its config is applied and reported, the process says which of those packages
+it holds."""
 
 from __future__ import annotations
 

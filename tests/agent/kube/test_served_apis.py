@@ -1,7 +1,7 @@
-"""The agent asks the API server only for what every cluster Berth runs on serves (issue 26, part 2): core Secrets,
+"""The agent asks the API server only for what every cluster Berth runs on serves: core Secrets,
 ConfigMaps and Events, coordination.k8s.io Leases and its own Registry (berth.dev, installed with Berth). No
 optional API (COSI, prometheus-operator): the COSI credentials come from a mounted Secret, never from a COSI
-object. Were one added, the operator's rule (docs/design.md §4.3, "Optional APIs") would have to apply here too:
+object. Were one added, the operator's rule (docs/decisions/0025-optional-apis.md) would have to apply here too:
 this test names every API group the agent's code addresses, so adding one fails here first.
 """
 

@@ -264,8 +264,9 @@ class RecordingReporter(LogReporter):
 
 def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp_path, supervisor_factory,
                                                                                registry_port):
-    """The record rule (docs/design.md §4.2): a new generation rendering what runs is reported at once with no
-    restart; the same generation again is not rewritten; a refused write is made again on the next round."""
+    """The record rule (docs/decisions/0017-status-records-and-ready.md): a new generation rendering what runs is
+    reported at once with no restart; the same generation again is not rewritten; a refused write is made again on the
+    next round."""
     config_dir = tmp_path / "config"
     config_dir.mkdir()
     (tmp_path / "data").mkdir()
@@ -310,7 +311,7 @@ def test_each_generation_served_is_reported_once_whether_or_not_it_restarted(tmp
 
 def test_a_refused_input_replaced_by_a_good_one_is_logged_recovered_once_at_info(tmp_path, supervisor_factory,
                                                                                 registry_port, caplog):
-    """Issue 26: the pod back on a good state after a refused input says so at INFO (it was DEBUG only), once,
+    """The pod back on a good state after a refused input says so at INFO (it was DEBUG only), once,
     naming the state it serves and the error it clears."""
     config_dir = tmp_path / "config"
     config_dir.mkdir()

@@ -1,4 +1,4 @@
-"""The pipeline's bounds (issue 10): a render overtaken by a newer input is never applied, a render that never
+"""The pipeline's bounds: a render overtaken by a newer input is never applied, a render that never
 returns does not hold the loop and turns /livez red, and an I/O failure is reported with its errno and path.
 
 In process, with the real Applier, berth-supervise and registry; the one thing a test changes is *when* something

@@ -51,7 +51,8 @@ def test_ten_restarts_under_three_clients_refuse_nothing(held):
     print(f"10 restarts through the agent: {total.answered} answered, {total.refused} refused, "
           f"{total.closed_without_response} closed without a response, {total.failed} failed")
     # None is closed: the supervisor holds every registry's socket until that registry has exited, so
-    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load, design.md 4.2).
+    # the program always names the serving one (before: 1 to 5 per 10 reloads under CI's load,
+    # docs/design.md §5.9).
     assert total.refused == 0 and total.failed == 0 and total.closed_without_response == 0, total
     assert total.answered > 100
     wait_for(lambda: len(supervisor.registries()) == 1, what="the old registries to finish")
@@ -74,7 +75,7 @@ def test_a_config_refused_at_start_fails_the_restart_and_the_old_registry_serves
 
 
 def test_a_registry_missed_by_a_scan_before_the_write_is_replaced_not_taken_for_the_new_one(held):
-    """Issue 38.5, the CI failure of test_e2e_truth's missing supervisor on 3.x: the agent scanned /proc before
+    """The CI failure of test_e2e_truth's missing supervisor on 3.x: the agent scanned /proc before
     writing config.yml and found nothing (the supervisor, just back, was starting its registry); that registry read
     the old config. Taken for the new one, the restart said "restarted" while the old config served, and the
     registry watch rightly kept /readyz 503 for ever. Looked for again after the write, it is replaced."""

@@ -1,5 +1,5 @@
 """ApiSecrets: which copy of a mounted Secret a render reads, mount or API, and the API copy materialised so
-read_inputs parses it exactly as a mount (issue 11). Real AtomicWriter volumes (support.registries.secretdir) in
+read_inputs parses it exactly as a mount. Real AtomicWriter volumes (support.registries.secretdir) in
 tmp_path."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """SecretApiWatcher against the test API server (kmock plus our gap fillers, real HTTP on 127.0.0.1): one mounted
-Secret, watched by name through the same list/watch machinery as the Registry (issue 11)."""
+Secret, watched by name through the same list/watch machinery as the Registry."""
 
 from __future__ import annotations
 

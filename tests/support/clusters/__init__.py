@@ -6,7 +6,7 @@ run against them.
 the
   product gives them
 - `apiserver_users`: People on the real API server (support.clusters.apiserver), with the roles a cluster admin gives
-  them (issue 50): static-token users, the documented install, the clusterrole-aggregation controller, RoleBindings.
+  them: static-token users, the documented install, the clusterrole-aggregation controller, RoleBindings.
 - `control_plane`: kube-controller-manager and kube-scheduler v1.36 beside a real API server
 (support.clusters.apiserver), as
   a cluster runs them: Deployments make ReplicaSets and Pods, the garbage collector deletes what lost its owner, a

@@ -1,4 +1,4 @@
-"""People on the real API server (support.clusters.apiserver), with the roles a cluster admin gives them (issue 50).
+"""People on the real API server (support.clusters.apiserver), with the roles a cluster admin gives them.
 
 A user is a static-token user of the API server (`--token-auth-file`, as a cluster's OIDC or certificate users are:
 a name, no ServiceAccount), given at start; a RoleBinding to one of the built-in user-facing ClusterRoles (`view`,

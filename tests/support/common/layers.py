@@ -1,6 +1,6 @@
 """A program's import graph, for the layer tests of the agent (tests/agent/test_layers.py) and the operator
 (tests/operator/test_layers.py): every import counts, also one inside a function or under TYPE_CHECKING (a cycle
-hidden that way is still one a reader has to untangle). Each test names its own ranks (docs/design.md's maps).
+hidden that way is still one a reader has to untangle). Each test names its own ranks (docs/design.md §1.1 and §1.2).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The node tier (tests/node) is the run's critical path: one node, tests that hold it alone (node_exclusive: an
 install, an uninstall, an upgrade) one after the other, and shared ones that load the two cores with pods. Left in
-collection order it came last, on whichever worker it fell to, after every other tier was done (docs/design.md's
-test plan, "How the suite is scheduled").
+collection order it came last, on whichever worker it fell to, after every other tier was done (docs/design.md
+§5.8).
 
 `--dist worksteal` first hands each worker a contiguous block of the collection, in equal counts, and a worker
 that runs dry steals the back half of the longest queue. So the collection is laid out in those blocks:

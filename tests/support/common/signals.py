@@ -2,7 +2,7 @@
 
 A signal ignored (SIG_IGN) is inherited through fork and exec, and a POSIX shell cannot trap a signal that was
 ignored when it started: the shell supervisor's `trap 'stop INT' INT` did nothing, and a SIGINT test waited out
-its timeout (issue 26: test_sigint_stops_the_registry_gracefully[dash] and [busybox], TimeoutExpired after 15 s).
+its timeout (test_sigint_stops_the_registry_gracefully[dash] and [busybox], TimeoutExpired after 15 s).
 berth-supervise sets its handlers over SIG_IGN, but the registry and any shell a test starts inherit it.
 pytest inherits SIGINT and SIGQUIT ignored whenever it is started in the background by a non-interactive shell
 (`.ci/run &`, a job runner; POSIX gives an asynchronous list SIG_IGN for both), and Python then leaves them so.

@@ -9,7 +9,7 @@ collection, the Secret volumes they read.
 - `replicas`: Two (or more) registry pods of one Registry on this machine, taking turns through its reload Lease.
 - `supervisor`: berth-supervise, the registry container's command, running the real registry, for the agent's tests
   and benchmarks.
-- `gc`: Garbage collection end to end (issue 12): asking for a run as the operator does, waiting for its result, and
+- `gc`: Garbage collection end to end: asking for a run as the operator does, waiting for its result, and
   looking at what it left on the storage.
 - `gc_store`: A registry store with many blobs, about half of them unreferenced: what a garbage collection has to
   walk.

@@ -1,4 +1,4 @@
-"""Garbage collection end to end (issue 12): asking for a run as the operator does, waiting for its result,
+"""Garbage collection end to end: asking for a run as the operator does, waiting for its result,
 and looking at what it left on the storage.
 
     a, b = images_a_b(tmp_path)                         # shared layer + a unique one each
@@ -211,7 +211,7 @@ def blob_upload_status(base_url: str, repo: str = "demo/push") -> int:
 
 def writable(base_url: str) -> bool:
     """For waits: a push would start (202). A connection refused in the few milliseconds one pod's registry
-    hands over to its successor (docs/design.md §4.2) is "not yet", not an answer."""
+    hands over to its successor (docs/design.md §4.3) is "not yet", not an answer."""
     try:
         return blob_upload_status(base_url) == 202
     except OSError:  # urllib's URLError included

@@ -56,7 +56,7 @@ def filesystem_spec(port: int, *, major: str = "2", **overrides: Any) -> dict[st
     return spec
 
 
-# What the agent writes beside config.yml for the registry (docs/design.md §4.1).
+# What the agent writes beside config.yml for the registry (docs/design.md §3).
 SIDE_FILES = ("htpasswd", "tls/tls.crt", "tls/tls.key", "token/rootcertbundle.pem", "token/jwks.json",
               "gcs/key.json")
 
@@ -222,9 +222,9 @@ class RegistryPod:
         return re.findall(r'^berth_agent_config_info\{hash="([0-9a-f]*)"\} 1\.0$', self.metrics_text(), re.M)
 
     def disk_identity(self) -> str:
-        """The identity of what the config dir holds, as docs/design.md §4.1 defines it (computed here on its own,
-        not with the agent's code): sha256 of config.yml, then per file beside it, sorted by name, NUL name NUL
-        sha256 digest."""
+        """The identity of what the config dir holds, as docs/decisions/0018-one-identity-per-applied-state.md defines
+        it (computed here on its own, not with the agent's code): sha256 of config.yml, then per file beside it, sorted
+        by name, NUL name NUL sha256 digest."""
         return config_identity(self.config_dir)
 
     # ---- teardown --------------------------------------------------------------------------------------------

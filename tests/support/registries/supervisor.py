@@ -6,7 +6,7 @@ support.registries.registry.registry_binaries()), and finds the registry childre
 
 It behaves as a container does: when the supervisor (the container's main process) ends, however it ends,
 whatever it started is killed at once, as the container runtime kills the rest of a container whose main process
-died (docs/design.md §4.2, "kill -9 of the supervisor"); starting a new Supervisor on the same dirs is the
+died (docs/design.md §4.3); starting a new Supervisor on the same dirs is the
 kubelet's restart. `stop()` ends it and anything it started.
 """
 

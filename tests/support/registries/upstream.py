@@ -10,7 +10,8 @@ auth, whose requests are counted.
         up.front.log                        # every request: (time, method, path, status, password label or None)
 
 Distribution 3.1 sends a proxy's credentials only to a token realm on the upstream's host:port (or its domain;
-never to another port of 127.0.0.1: `realmAllowed`, docs/design.md §4.6), as Docker Hub's realm is under
+never to another port of 127.0.0.1: `realmAllowed`,
+docs/decisions/0020-pull-through-cache-restarts.md), as Docker Hub's realm is under
 docker.io. So the token upstream is a front on one port that serves `/token` itself (minting with
 support.services.token_issuer, which the registry trusts) and forwards everything else to the registry. The front tells
 which password got each token (its label), so a test can show that nothing is pulled with a revoked password.

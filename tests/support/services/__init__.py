@@ -6,7 +6,7 @@ and the certificates they serve.
 - `prometheus`: A real Prometheus (Debian's `prometheus` 2.42 package) on 127.0.0.1, started by a test, never as a
   service.
 - `tinyproxy`: A real HTTP egress proxy (Debian's tinyproxy) for the pre-flights and the registry's pull-through
-  cache (issue 36).
+  cache.
 - `notifications`: A webhook receiver on 127.0.0.1 for Distribution's notifications: records every event envelope it
   is POSTed, with the request headers, and answers 200 (after `delay` seconds, to stand for a slow consumer).
 - `token_issuer`: A token issuer for the distribution token protocol, on 127.0.0.1, and a client that follows the

@@ -1,4 +1,4 @@
-"""A real HTTP egress proxy (Debian's tinyproxy) for the pre-flights and the registry's pull-through cache (issue 36).
+"""A real HTTP egress proxy (Debian's tinyproxy) for the pre-flights and the registry's pull-through cache.
 
     with running_tinyproxy(tmp_path) as proxy:
         proxy.url                      # http://127.0.0.1:PORT
