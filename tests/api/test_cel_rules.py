@@ -258,7 +258,8 @@ def test_rules_see_absent_and_empty_differently() -> None:
 
 
 def test_proxy_refusals_name_the_field() -> None:
-    """ttl and cacheWriteTimeout only on Distribution 3; garbageCollection never on a proxy (design §4.6)."""
+    """ttl and cacheWriteTimeout only on Distribution 3; garbageCollection never on a proxy
+    (docs/decisions/0021-no-garbage-collection-on-a-proxy.md)."""
     verdicts = {}
     for spec in proxy_documents():
         problems = model_problems({"spec": spec})
