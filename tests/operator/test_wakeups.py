@@ -10,6 +10,7 @@ import pytest
 
 from berth_operator.reactor.wakeups import Wakeups
 from support.common.clock import SetClock
+from support.common.polling import until
 
 T0 = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.UTC)
 KEY = ("ns", "reg")
@@ -22,15 +23,6 @@ def later(minutes: float) -> datetime.datetime:
 async def settle() -> None:
     """Give sleepers a chance to (wrongly) fire: SetClock's sleepers poll every 10 ms of real time."""
     for _ in range(20):
-        await asyncio.sleep(0.01)
-
-
-async def until(predicate, what: str, timeout: float = 30.0) -> None:
-    """Wait for what must happen; the timeout only turns a hang into a failure."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.01)
 
 

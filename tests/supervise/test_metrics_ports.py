@@ -27,10 +27,11 @@ from berth_agent.restart.overlapped_restart import restart_registry
 from berth_agent.restart.probe import answers
 from berth_agent.restart.restarter import SupervisorRestarter
 from berth_supervise.protocol import METRICS_NAME
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.common.processes import exited_unreaped
 from support.registries.registry import REGISTRY3_BINARY, registry_binaries, requires_registry3
-from support.registries.supervisor import minimal_config, wait_for
+from support.registries.supervisor import minimal_config
 from support.traffic.upload import SlowUpload
 
 SHARED_SECRET = "  secret: metrics-test-secret\n"  # under http: an upload finishes on the successor

@@ -8,7 +8,8 @@ import http.client
 from berth_agent.core.write import write_atomic
 from berth_agent.restart.endpoint import Endpoint
 from berth_agent.restart.probe import answers
-from support.registries.supervisor import minimal_config, wait_for
+from support.common.polling import wait_for
+from support.registries.supervisor import minimal_config
 
 
 def _noisy_requests(port: int, count: int) -> None:

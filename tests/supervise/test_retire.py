@@ -26,8 +26,8 @@ from berth_supervise.settings import Settings
 from berth_supervise.spawn import free_loopback_port, listening_socket
 from berth_supervise.steer import accept_queue
 from berth_supervise.waiting import MAX_WAITING
+from support.common.polling import wait_for
 from support.common.processes import exited_unreaped
-from support.registries.supervisor import wait_for
 
 HOLD = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(60)"
 STUCK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"  # drains for ever

@@ -24,9 +24,10 @@ from berth_agent.restart.handover import hand_over
 from berth_agent.restart.overlapped_restart import restart_registry
 from berth_agent.restart.probe import ServingWait, answers, wait_until_serving
 from berth_agent.restart.procfs import listening
+from support.common.polling import wait_for
 from support.registries.registry import registry_binaries
 from support.registries.stuck_store import make_stuck_store
-from support.registries.supervisor import children_of, minimal_config, wait_for
+from support.registries.supervisor import children_of, minimal_config
 from support.traffic.upload import ConnectProbe, SlowUpload
 
 
@@ -245,7 +246,8 @@ def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_fac
         "beside", dry_run=True, delete_untagged=False, stop=stop, timeout_seconds=120)))
     runner.start()
     try:
-        gc_pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text()).split()[0])
+        gc_pid = int(wait_for(lambda: (state / "gc.pid").exists() and (state / "gc.pid").read_text(),
+                              "the garbage-collect command's pid").split()[0])
 
         # A handover while it runs: the successor starts as usual, the command runs on.
         upload = _slow_upload(registry_port, seconds=2.0)
@@ -257,7 +259,7 @@ def test_garbage_collect_runs_beside_handovers_and_registry_exits(supervisor_fac
                  what="the drained registry to be collected")
         # A registry that dies is restarted and recorded; the command is not touched.
         os.kill(result.new.pid, signal.SIGKILL)
-        third = wait_for(lambda: [p for p in supervisor.registries() if p != result.new])[0]
+        third = wait_for(lambda: [p for p in supervisor.registries() if p != result.new], "the new registry")[0]
         wait_for(lambda: _serving(registry_port), what="the restarted registry to answer")
         assert (state / "registry-exit").read_text().split()[:2] == [str(result.new.pid), "137"]
         assert b"garbage-collect" in _cmdline(gc_pid)

@@ -20,9 +20,10 @@ from berth_agent.core.write import write_atomic
 from berth_agent.restart.endpoint import Endpoint
 from berth_agent.restart.probe import answers
 from berth_supervise.lines import LineSplitter, redact
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.registry import REGISTRY3_BINARY, requires_registry3
-from support.registries.supervisor import minimal_config, wait_for
+from support.registries.supervisor import minimal_config
 from support.traffic.new_connections import NewConnectionLoop
 from support.traffic.upload import SlowUpload
 

@@ -10,9 +10,10 @@ from berth_agent.restart.endpoint import Endpoint
 from berth_agent.restart.probe import answers
 from berth_agent.restart.procfs import started_after
 from berth_agent.restart.restarter import SupervisorRestarter
+from support.common.polling import wait_for
 from support.common.ports import free_port
 from support.registries.registry import REGISTRY3_BINARY, requires_registry3
-from support.registries.supervisor import minimal_config, wait_for
+from support.registries.supervisor import minimal_config
 from support.traffic.new_connections import NewConnectionLoop
 
 pytestmark = requires_registry3

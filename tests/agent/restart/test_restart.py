@@ -10,7 +10,8 @@ from berth_agent.restart.endpoint import Endpoint
 from berth_agent.restart.overlapped_restart import restart_registry
 from berth_agent.restart.probe import ServingWait, answers, wait_until_serving
 from berth_agent.restart.procfs import find_registry_processes
-from support.registries.supervisor import minimal_config, registry_env, wait_for
+from support.common.polling import wait_for
+from support.registries.supervisor import minimal_config, registry_env
 
 
 def test_finds_only_the_process_serving_our_config(supervisor_factory, registry_port, tmp_path):

@@ -17,12 +17,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from berth_agent.restart.procfs import RegistryProcess, find_registry_processes
+from support.common.polling import wait_for
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 # The console script berth-supervise runs the same main(); the module needs no PATH.
@@ -71,19 +71,6 @@ def children_of(pid: int) -> list[int]:
 def session_pids(sid: int) -> list[int]:
     """Live processes of session `sid` (a supervisor's: the support starts it in a session of its own)."""
     return [member for member, fields in _live_processes() if int(fields[3]) == sid]
-
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str | Callable[[], str] = "condition"):
-    """Poll until predicate() is truthy (returns its value); AssertionError naming `what` after timeout (a callable
-    `what` is asked then: logs read at the timeout, not when the wait began)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
-        time.sleep(interval)
 
 
 class Supervisor:
@@ -137,7 +124,7 @@ class Supervisor:
         return [p for p in find_registry_processes(self.config_path) if p.pid in children]
 
     def registry(self, timeout: float = 20.0) -> RegistryProcess:
-        return wait_for(lambda: (self.registries() or [None])[0], timeout, what="a registry child")
+        return wait_for(lambda: (self.registries() or [None])[0], "a registry child", timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
