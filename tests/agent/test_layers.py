@@ -25,7 +25,7 @@ ROOT = Path(berth_agent.__file__).parent
 # into another package of the same rank, never up.
 RANKS = {
     "core": 0,
-    "kube": 1, "restart": 1, "inputs": 1, "outbox": 1,
+    "kube": 1, "restart": 1, "mounted": 1, "outbox": 1,
     "sources": 2, "render": 2,
     "apply": 3,
     "gc": 4,

@@ -24,7 +24,7 @@ MIRROR = REPO / "examples" / "dockerhub-mirror"
 
 
 def test_the_docker_hub_mirror_example_is_a_registry_and_the_secret_it_reads(tmp_path: Path) -> None:
-    from berth_agent.inputs.mounts import read_inputs
+    from berth_agent.mounted.mounts import read_inputs
     from berth_agent.render.config import render
     from berth_api.pod import PROXY_PASSWORD_KEY, PROXY_USERNAME_KEY
     from support.registries.secretdir import write_secret_dir

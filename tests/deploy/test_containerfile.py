@@ -171,4 +171,4 @@ def test_dockerignore_lets_every_copied_source_in() -> None:
         if keyword == "COPY" and not rest.startswith("--from"):
             for source in rest.split()[:-1]:
                 assert included(source), f"{source} is excluded by .dockerignore"
-    assert not included("tests/kube/test_api_server.py")  # the context stays small
+    assert not included("tests/kube_emulator/test_api_server.py")  # the context stays small

@@ -26,7 +26,7 @@ def collection() -> list[Item]:
     items = [Item(pathlib.Path(f"/r/tests/agent/test_{m}.py"), f"a{m}-{i}") for m in range(7) for i in range(9)]
     items += [Item(pathlib.Path(f"/r/tests/node/test_{m}.py"), f"n{m}-{i}", exclusive=(m == 1 and i < 2))
               for m in range(4) for i in range(3)]
-    return items + [Item(pathlib.Path("/r/tests/render/test_x.py"), f"r{i}") for i in range(20)]
+    return items + [Item(pathlib.Path("/r/tests/agent/render/test_x.py"), f"r{i}") for i in range(20)]
 
 
 def test_blocks_are_what_worksteal_hands_out() -> None:

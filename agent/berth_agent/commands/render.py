@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from berth_api import Registry, describe_validation_error
 
 from ..core.errors import InputError
-from ..inputs.mounts import DEFAULT_MOUNT_ROOT, read_inputs
-from ..inputs.registry_yaml import RegistryFileProblem, read_registry_document
+from ..mounted.mounts import DEFAULT_MOUNT_ROOT, read_inputs
+from ..mounted.registry_yaml import RegistryFileProblem, read_registry_document
 from ..render.config import RenderPaths, render
 
 EXIT_BAD_INPUT = 2

@@ -18,7 +18,7 @@ from typing import Any
 from berth_api.pod import INPUT_VOLUMES
 
 from ..core.health import Health
-from ..inputs.secret_volume import volume_fingerprint
+from ..mounted.secret_volume import volume_fingerprint
 from ..sources import Change
 
 LIVENESS_NAME = "render"

@@ -21,7 +21,7 @@ from ..core.errors import InputError
 from ..core.health import Health
 from ..core.write import local_http_secret
 from ..gc.mode import with_read_only
-from ..inputs.mounts import read_inputs
+from ..mounted.mounts import read_inputs
 from ..render.config import Rendered, RenderPaths, render
 from ..sources.pvc import PvcProbe
 from .guard import BoundedThread, Overrun, inputs_fingerprint

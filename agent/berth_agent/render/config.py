@@ -19,7 +19,7 @@ from berth_api.s3 import S3_PATH
 from berth_api.types import duration_seconds
 
 from ..core.errors import InputError
-from ..inputs.mounts import MountedInputs, trust_origin
+from ..mounted.mounts import MountedInputs, trust_origin
 from .paths import (
     HTPASSWD_FILE,
     OUTBOX_FILE,
@@ -265,7 +265,7 @@ def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths
             raise InputError(source, "asks for TLS to redis, which Distribution 3.0 does only with a client "
                              "certificate (it would send the password in clear text); use 3.1 or newer")
         # 3.x: go-redis UniversalOptions inline: addrs list, flat pool fields (configuration.md v3); the pool
-        # keys reach go-redis as PoolSize, MaxIdleConns, ConnMaxIdleTime (tests/render/test_real_redis.py).
+        # keys reach go-redis as PoolSize, MaxIdleConns, ConnMaxIdleTime (tests/agent/render/test_real_redis.py).
         section = {"addrs": [address.addr]}
         if address.username:
             section["username"] = address.username
@@ -279,8 +279,8 @@ def _redis(spec: RegistrySpec, inputs: MountedInputs, major: Distribution, paths
                 section[key] = value
     if tls:
         # 3.1 has no redis.tls.enabled (its configuration.md example shows one, but the parser ignores it and the
-        # registry connects in clear text: tests/render/test_real_redis.py). TLS is on when `rootcas` is given, and
-        # the server's certificate is checked against exactly those CAs.
+        # registry connects in clear text: tests/agent/render/test_real_redis.py). TLS is on when `rootcas` is
+        # given, and the server's certificate is checked against exactly those CAs.
         section["tls"] = {"rootcas": [str(paths.ca_bundle)]}
     return section
 

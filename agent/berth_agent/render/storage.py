@@ -10,7 +10,7 @@ from berth_api.cloud_storage import AZURE_PATH, GCS_PATH, AzureStorage, GcsStora
 from berth_api.s3 import S3_PATH, S3Options
 
 from ..core.errors import InputError
-from ..inputs.mounts import MountedInputs, S3Credentials
+from ..mounted.mounts import MountedInputs, S3Credentials
 from .paths import GCS_KEY_FILE, S3_CA_FILE, S3_CREDENTIALS_FILE, RenderPaths
 
 # S3Options attribute -> the s3-aws driver's parameter: the option's API name lowercased, as the driver spells

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..core import metrics
 from ..core.write import DIR_MODE, write_atomic
-from ..inputs.secret_volume import list_keys
+from ..mounted.secret_volume import list_keys
 from .change import Change
 from .secret_api import SecretCopy, data_fingerprint
 

@@ -20,7 +20,7 @@ from watchdog.events import FileSystemEvent
 
 from ..core import metrics
 from ..core.health import Health
-from ..inputs.registry_yaml import RegistryFileProblem, read_registry_document
+from ..mounted.registry_yaml import RegistryFileProblem, read_registry_document
 from .change import Change, Emit
 from .observer import DirectorySource, ObserverFactory
 

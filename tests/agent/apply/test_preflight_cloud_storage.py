@@ -13,7 +13,7 @@ from berth_agent.apply.preflight import check_render
 from berth_agent.apply.preflight_azure import azure_target, check_container
 from berth_agent.apply.preflight_gcs import check_bucket, gcs_target
 from berth_agent.core.errors import PreflightError
-from berth_agent.inputs.mounts import MountedInputs, parse_gcs_key
+from berth_agent.mounted.mounts import MountedInputs, parse_gcs_key
 from berth_agent.render.config import render
 from berth_api import Registry
 from support.clouds.azurite import new_account_key, requires_azurite, running_azurite

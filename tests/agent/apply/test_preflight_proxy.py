@@ -170,7 +170,7 @@ def test_an_upstream_that_echoes_the_password_does_not_get_it_into_the_message()
 
 
 def rendered_proxy(url: str, creds: tuple[str, str] | None, major: str = "3"):
-    from berth_agent.inputs.mounts import MountedInputs
+    from berth_agent.mounted.mounts import MountedInputs
     from berth_agent.render.config import render
     from berth_api import Registry
 

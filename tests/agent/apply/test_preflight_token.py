@@ -11,7 +11,7 @@ import pytest
 from berth_agent.apply.preflight import check_render
 from berth_agent.apply.preflight_token import check_bundle, check_jwks
 from berth_agent.core.errors import PreflightError
-from berth_agent.inputs.mounts import MountedInputs
+from berth_agent.mounted.mounts import MountedInputs
 from berth_agent.render.config import render
 from berth_agent.render.paths import TOKEN_BUNDLE_FILE
 from berth_api import Registry

@@ -202,8 +202,8 @@ def test_hostile_mounts_never_reach_the_registry(pod, kube_api, tmp_path):
     volume and key, /livez stays green (nothing is stuck), and putting the good payload back clears the error.
     A CR edit made while a FIFO sits in a volume is applied once the FIFO is gone. Nothing planted and no secret
     appears in the log, status, Events or metrics."""
-    from berth_agent.inputs.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
-    from render.mountkit import htpasswd_entry
+    from berth_agent.mounted.secret_volume import DOCUMENT_LIMIT, HTPASSWD_LIMIT, SCALAR_LIMIT
+    from support.registries.mountkit import htpasswd_entry
     from support.registries.secretdir import swap_payload
     from support.services.certs import self_signed_pair
     from support.services.redisserver import running_redis

@@ -18,7 +18,7 @@ from berth_agent.gc.decide import (
     time_bound,
 )
 from berth_agent.gc.mode import read_only_for, with_read_only
-from berth_agent.inputs.mounts import MountedInputs
+from berth_agent.mounted.mounts import MountedInputs
 from berth_agent.render.config import render
 from berth_agent.sources.registry_api import status_digest
 from berth_api import GC_STORAGE_MESSAGE, GarbageCollectionRun, RegistrySpec

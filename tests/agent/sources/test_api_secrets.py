@@ -10,7 +10,7 @@ import pytest
 
 from berth_agent.core import metrics
 from berth_agent.core.errors import InputError
-from berth_agent.inputs.mounts import read_inputs
+from berth_agent.mounted.mounts import read_inputs
 from berth_agent.sources import Change
 from berth_agent.sources.api_secrets import STORE_NAME, ApiSecrets, mount_fingerprint
 from berth_agent.sources.secret_api import SecretCopy, data_fingerprint

@@ -16,6 +16,8 @@ collection, the Secret volumes they read.
 - `stuck_store`: A filesystem registry store on which the real `registry garbage-collect` blocks until it is killed.
 - `secretdir`: Secret volumes laid out on disk exactly as the kubelet's AtomicWriter writes them
   (docs/upstream.md#k8s-atomic-writer).
+- `mountkit`: Mount roots for rendering tests: every Secret an example Registry needs, laid out as the kubelet lays
+  them out, each value remembered so a test can assert none leaks.
 - `sources`: Running an agent source (anything with `async run(emit)`) for the length of a test block.
 - `readyz`: Ask an agent's /readyz every 10 ms in a thread, keeping (wall time the question was sent, status) per
   answer.
