@@ -8,7 +8,7 @@ import pytest
 
 from support.common.polling import until
 from support.common.ports import free_port
-from support.registries.supervisor import Supervisor
+from support.registries.supervisor import supervisors
 
 
 @pytest.fixture(autouse=True)
@@ -30,18 +30,7 @@ def registry_port() -> int:
 @pytest.fixture
 def supervisor_factory(tmp_path):
     """Start berth-supervise (config in tmp_path/config) and stop it, and whatever it started, afterwards."""
-    started: list[Supervisor] = []
-
-    def start(config_dir=None, binary: str | None = None, env=None) -> Supervisor:
-        directory = config_dir or tmp_path / "config"
-        directory.mkdir(exist_ok=True)
-        supervisor = Supervisor(directory, binary=binary or "", env=env).start()
-        started.append(supervisor)
-        return supervisor
-
-    yield start
-    for supervisor in started:
-        supervisor.stop()
+    yield from supervisors(tmp_path / "config")
 
 
 # ---- sources and reporting (sources engineer) ----
