@@ -42,6 +42,10 @@ S3_CREDENTIALS_NAME = "s3/credentials"
 
 SUPERVISOR_PID_NAME = "supervisor.pid"  # the supervisor's pid: a missing supervisor told from a quiet one
 EXIT_NAME = "registry-exit"  # "pid status seconds-it-ran" of the last registry that exited
+# "seq pid status seconds-it-ran" of the last EXIT_HISTORY_LINES exits, oldest first: the agent looks once a second,
+# and a crash loop (or a kill -9 followed by refused starts) can exit more often than that.
+EXIT_HISTORY_NAME = "registry-exits"
+EXIT_HISTORY_LINES = 64
 OUTPUT_NAME = "registry-output"  # the registry's stdout and stderr since its last start
 PREVIOUS_OUTPUT_NAME = OUTPUT_NAME + ".1"  # ... and before it, moved there when a registry exits
 GC_REQUEST_NAME = "gc-request"  # the agent's "ID [--dry-run] [--delete-untagged]" line, taken on GC_SIGNAL
@@ -179,11 +183,30 @@ def record_exit(state: Path, pid: int, status: int, seconds: float) -> None:
     next start begins on an empty registry-output)."""
     state = Path(state)
     _put(state / EXIT_NAME, f"{pid} {status} {int(seconds)}")
+    history = read_exit_history(state)[-(EXIT_HISTORY_LINES - 1):]
+    seq = history[-1][0] + 1 if history else 1
+    _put(state / EXIT_HISTORY_NAME, "\n".join(" ".join(map(str, record)) for record in
+                                                [*history, (seq, pid, status, int(seconds))]))
     try:
         _replace(state / PREVIOUS_OUTPUT_NAME, (state / OUTPUT_NAME).read_bytes())
         os.truncate(state / OUTPUT_NAME, 0)
     except OSError:
         pass
+
+
+def read_exit_history(state: Path) -> list[tuple[int, int, int, int]]:
+    """(seq, pid, status, seconds it ran) of the last exits, oldest first; seq counts every exit the supervisor
+    recorded in this state dir. Lines that do not parse are skipped."""
+    try:
+        lines = (Path(state) / EXIT_HISTORY_NAME).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        words = line.split()
+        if len(words) == 4 and all(word.isdigit() for word in words):
+            found.append((int(words[0]), int(words[1]), int(words[2]), int(words[3])))
+    return found
 
 
 def read_exit_line(state: Path) -> str:
@@ -309,12 +332,12 @@ def read_gc_result(state: Path, run_id: str) -> tuple[int, bool] | None:
 
 
 __all__ = [
-    "CONFIG_NAME", "DEFAULT_CONFIG", "DROPPED_NAME", "EXIT_NAME", "GC_FLAGS", "GC_HEARTBEAT_NAME", "GC_MARKER",
-    "GC_OUTPUT_NAME", "GC_PID_NAME", "GC_REQUEST_NAME", "GC_RESULT_NAME", "GC_SIGNAL", "HANDOVER_MARKER",
-    "HANDOVER_NAME", "HANDOVER_SIGNAL", "HELD_SOCKET_SIGNAL", "METRICS_NAME", "OUTPUT_NAME", "PREVIOUS_OUTPUT_NAME",
-    "QUICK_WORD", "S3_CREDENTIALS_NAME", "SOCKET_MARKER", "SUPERVISOR_PID_NAME", "SUPERVISOR_WORD", "beat",
-    "handover_names", "handover_path", "last_beat", "markers", "parse_exit", "parse_gc_request", "read_current",
-    "read_dropped", "read_exit_line", "read_gc_pid", "read_gc_result", "read_handover", "read_supervisor_pid",
-    "record_exit", "remove", "split_addr", "write_current", "write_dropped", "write_gc_pid", "write_gc_request",
-    "write_gc_result", "write_handover", "write_supervisor_pid",
+    "CONFIG_NAME", "DEFAULT_CONFIG", "DROPPED_NAME", "EXIT_HISTORY_LINES", "EXIT_HISTORY_NAME", "EXIT_NAME", "GC_FLAGS",
+    "GC_HEARTBEAT_NAME", "GC_MARKER", "GC_OUTPUT_NAME", "GC_PID_NAME", "GC_REQUEST_NAME", "GC_RESULT_NAME", "GC_SIGNAL",
+    "HANDOVER_MARKER", "HANDOVER_NAME", "HANDOVER_SIGNAL", "HELD_SOCKET_SIGNAL", "METRICS_NAME", "OUTPUT_NAME",
+    "PREVIOUS_OUTPUT_NAME", "QUICK_WORD", "S3_CREDENTIALS_NAME", "SOCKET_MARKER", "SUPERVISOR_PID_NAME",
+    "SUPERVISOR_WORD", "beat", "handover_names", "handover_path", "last_beat", "markers", "parse_exit",
+    "parse_gc_request", "read_current", "read_dropped", "read_exit_history", "read_exit_line", "read_gc_pid",
+    "read_gc_result", "read_handover", "read_supervisor_pid", "record_exit", "remove", "split_addr", "write_current",
+    "write_dropped", "write_gc_pid", "write_gc_request", "write_gc_result", "write_handover", "write_supervisor_pid",
 ]

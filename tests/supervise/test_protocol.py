@@ -133,6 +133,18 @@ def test_the_supervisor_s_pid_and_the_last_exit(tmp_path):
     protocol.record_exit(tmp_path / "missing", 77, 1, 2.0)  # berth-supervise's writes fail quietly
 
 
+def test_the_exit_history_numbers_every_exit_and_keeps_the_last_ones(tmp_path):
+    assert protocol.read_exit_history(tmp_path) == []
+    for pid in range(1, protocol.EXIT_HISTORY_LINES + 11):
+        protocol.record_exit(tmp_path, pid, 137 if pid % 2 else 1, pid % 3)
+    history = protocol.read_exit_history(tmp_path)
+    assert len(history) == protocol.EXIT_HISTORY_LINES
+    assert history[0] == (11, 11, 137, 2) and history[-1] == (74, 74, 1, 2)
+    assert [seq for seq, *_ in history] == list(range(11, 75))
+    (tmp_path / protocol.EXIT_HISTORY_NAME).write_text("garbage\n3 4 5\n75 80 1 0\n")
+    assert protocol.read_exit_history(tmp_path) == [(75, 80, 1, 0)]  # what does not parse is skipped
+
+
 def test_the_current_registry_and_its_metrics_port(tmp_path):
     assert protocol.read_current(tmp_path) is None
     protocol.write_current(tmp_path, 51, 5001)

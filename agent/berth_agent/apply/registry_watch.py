@@ -7,9 +7,10 @@
   nothing serves (in a pod the runtime ends the container's registries with it), so readiness turns at once.
   While nothing serves the watch looks every FAST_INTERVAL_SECONDS, so readiness returns soon after a registry
   answers again.
-- Unexpected exits: berth-supervise writes "pid status seconds" to registry-exit each time a registry exits on
-  its own (a registry the agent SIGTERMs is handed over, or exits 0). Each new line is counted in
-  berth_agent_registry_exits_total{reason} and logged; a kill -9 shows as reason "signal".
+- Unexpected exits: berth-supervise appends "seq pid status seconds" to registry-exits each time a registry exits
+  on its own (a registry the agent SIGTERMs is handed over, or exits 0). Each exit with a new seq is counted in
+  berth_agent_registry_exits_total{reason} and logged, however many came between two looks (a kill -9 and the
+  refused starts after it can exit faster than the watch looks); a kill -9 shows as reason "signal".
 - A crash loop: CRASH_LOOP_EXITS exits within CRASH_LOOP_SECONDS with nothing serving.
 - A missing supervisor: berth-supervise wrote its pid in supervisor.pid and that process is gone. A /readyz
   that finds it gone wakes the watch, so it is reported within a probe's period, not only at the next look.
@@ -39,7 +40,13 @@ from dataclasses import dataclass
 from ..core import metrics
 from ..core.health import Health
 from ..restart.registry_output import first_error, keep_bounded
-from ..restart.supervisor_state import dropped_events, exit_line, supervisor_gone, supervisor_pid, supervisor_started
+from ..restart.supervisor_state import (
+    dropped_events,
+    exit_history,
+    supervisor_gone,
+    supervisor_pid,
+    supervisor_started,
+)
 from ..sources import Change, Emit
 from .applier import Applier
 
@@ -64,7 +71,7 @@ class Finding:
     serving: bool
     serving_reason: str
     supervisor: bool  # berth-supervise runs (or has never been seen: it has not written its pid yet)
-    exit_line: str  # the last line of registry-exit ("" when none)
+    exits: tuple[tuple[int, int, int, int], ...]  # (seq, pid, status, seconds ran) of the last exits, oldest first
     registry_said: str | None  # the registry's first error line, scrubbed, when it is not serving
     dropped: dict[str, int] | None = None  # notification events dropped at the bound, per endpoint (cumulative)
     supervisor_pid: int | None = None  # the running supervisor's pid (None: gone, or not started yet)
@@ -104,7 +111,7 @@ class RegistryWatch:
         self.report = report  # (reason, problem or None): the pipeline's watch_problem
         self.notify = notify  # (reason, message): a Warning Event for what is over already (watch_event)
         self._exits: deque[float] = deque(maxlen=16)
-        self._last_exit_line: str | None = None
+        self._last_exit_seq: int | None = None
         self._supervisor_seen = False
         self._supervisor_pid: int | None = None  # the last running supervisor seen
         self._wake: asyncio.Event | None = None  # set (from /readyz) to look now
@@ -127,7 +134,7 @@ class RegistryWatch:
         keep_bounded(self.state_dir)
         pid = supervisor_pid(self.state_dir)
         supervisor = pid is not None or not supervisor_started(self.state_dir)
-        last_exit = exit_line(self.state_dir)
+        exits = exit_history(self.state_dir)
         believed = self.applier.current or self.applier.on_disk(set())
         if not supervisor:
             serving, reason = False, SUPERVISOR_MISSING  # an orphaned registry still answering dies with its pipe
@@ -138,7 +145,7 @@ class RegistryWatch:
         else:
             serving, reason = False, f"no registry started on config {believed.identity[:12]} answers"
         said = None if serving else first_error(self.state_dir)
-        return Finding(serving, reason, supervisor, last_exit, said, dropped_events(self.state_dir), pid)
+        return Finding(serving, reason, supervisor, exits, said, dropped_events(self.state_dir), pid)
 
     async def run(self, emit: Emit) -> None:
         self.health.register(self.name, MAX_SILENCE_SECONDS)
@@ -178,6 +185,17 @@ class RegistryWatch:
                     "why": "an old registry still held them when its wait after a reload reached its bound"}})
         self._dropped = dict(dropped)
 
+    def _new_exits(self, exits: tuple[tuple[int, int, int, int], ...]) -> tuple[tuple[int, int, int, int], ...]:
+        """The exits recorded since the last look. At the agent's start, an exit from before is not news; a seq
+        below the last one seen is a new state dir's (its history starts again)."""
+        newest = exits[-1][0] if exits else 0
+        if self._last_exit_seq is None:
+            self._last_exit_seq = newest
+            return ()
+        since = self._last_exit_seq if newest >= self._last_exit_seq else 0
+        self._last_exit_seq = newest
+        return tuple(exit for exit in exits if exit[0] > since)
+
     async def _act(self, finding: Finding, emit: Emit) -> None:
         now = time.monotonic()
         back = finding.supervisor and not self._supervisor_seen and self._problem and "supervisor" in self._problem
@@ -194,19 +212,14 @@ class RegistryWatch:
         metrics.registry_serving.set(1 if finding.serving else 0)
         metrics.supervisor_up.set(1 if finding.supervisor else 0)
         self._count_dropped(finding.dropped or {})
-        if self._last_exit_line is None:
-            self._last_exit_line = finding.exit_line  # at the agent's start: an exit from before is not news
-        elif finding.exit_line != self._last_exit_line:
-            self._last_exit_line = finding.exit_line
-            parts = finding.exit_line.split()
-            if len(parts) == 3 and all(p.isdigit() for p in parts):
-                reason = exit_reason(int(parts[1]), int(parts[2]))
-                if reason is not None:
-                    metrics.registry_exits_total.labels(reason=reason).inc()
-                    self._exits.append(now)
-                    log.warning("registry exited", extra={"fields": {
-                        "pid": int(parts[0]), "status": int(parts[1]), "ran_seconds": int(parts[2]),
-                        "reason": reason, "registry_said": finding.registry_said}})
+        for _seq, pid, status, ran in self._new_exits(finding.exits):
+            reason = exit_reason(status, ran)
+            if reason is not None:
+                metrics.registry_exits_total.labels(reason=reason).inc()
+                self._exits.append(now)
+                log.warning("registry exited", extra={"fields": {
+                    "pid": pid, "status": status, "ran_seconds": ran, "reason": reason,
+                    "registry_said": finding.registry_said}})
         recent = [t for t in self._exits if now - t <= CRASH_LOOP_SECONDS]
         problem, reason = None, ""
         if not finding.supervisor:

@@ -48,6 +48,11 @@ def exit_line(state_dir: Path) -> str:
     return protocol.read_exit_line(Path(state_dir))
 
 
+def exit_history(state_dir: Path) -> tuple[tuple[int, int, int, int], ...]:
+    """(seq, pid, status, seconds it ran) of the supervisor's last exits, oldest first (protocol.read_exit_history)."""
+    return tuple(protocol.read_exit_history(Path(state_dir)))
+
+
 def last_exit(state_dir: Path) -> tuple[int, int, int] | None:
     """(pid, status, seconds it ran) of the last registry exit; None when none."""
     return protocol.parse_exit(exit_line(state_dir))
@@ -64,5 +69,5 @@ def current_pid(state_dir: Path) -> int | None:
     return current[0] if current is not None else None
 
 
-__all__ = ["current_pid", "dropped_events", "exit_line", "last_exit", "supervisor_gone", "supervisor_pid",
-           "supervisor_running", "supervisor_started"]
+__all__ = ["current_pid", "dropped_events", "exit_history", "exit_line", "last_exit", "supervisor_gone",
+           "supervisor_pid", "supervisor_running", "supervisor_started"]

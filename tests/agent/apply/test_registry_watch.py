@@ -13,8 +13,9 @@ import pytest
 
 from berth_agent.apply.applier import Applier
 from berth_agent.apply.registry_watch import CRASH_LOOP_EXITS, Finding, RegistryWatch, exit_reason, stable_words
+from berth_agent.core import metrics
 from berth_agent.core.health import Health
-from berth_supervise.protocol import EXIT_NAME, SUPERVISOR_PID_NAME
+from berth_supervise.protocol import EXIT_NAME, SUPERVISOR_PID_NAME, record_exit
 
 
 @pytest.mark.parametrize("status, lived, reason", [
@@ -33,15 +34,17 @@ def _watch(tmp_path) -> RegistryWatch:
 
 def test_before_any_config_nothing_serves_and_a_supervisor_not_seen_yet_counts_as_running(tmp_path):
     finding = _watch(tmp_path).check()
-    assert (finding.serving, finding.serving_reason, finding.supervisor, finding.exit_line) == (
-        False, "config not written yet", True, "")
+    assert (finding.serving, finding.serving_reason, finding.supervisor, finding.exits) == (
+        False, "config not written yet", True, ())
 
 
 def test_a_supervisor_pid_that_is_gone_and_the_last_exit_are_read(tmp_path):
     (tmp_path / SUPERVISOR_PID_NAME).write_text("999999999\n")
-    (tmp_path / EXIT_NAME).write_text("41 1 0\n")
+    record_exit(tmp_path, 40, 137, 5)
+    record_exit(tmp_path, 41, 1, 0)
     finding = _watch(tmp_path).check()
-    assert (finding.supervisor, finding.exit_line) == (False, "41 1 0")
+    assert (finding.supervisor, finding.exits) == (False, ((1, 40, 137, 5), (2, 41, 1, 0)))
+    assert (tmp_path / EXIT_NAME).read_text() == "41 1 0\n"  # the last exit, as before
 
 
 def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
@@ -51,7 +54,10 @@ def test_the_own_pid_running_no_supervise_is_no_supervisor(tmp_path):
 
 def _finding(exit_line: str = "", *, supervisor: bool = True, serving: bool = False,
              pid: int | None = None, said: str = "bind: address already in use") -> Finding:
-    return Finding(serving, "" if serving else "down", supervisor, exit_line, said,
+    """A look at the supervisor's files; `exit_line` "pid status seconds" is its newest exit, whose seq is its pid
+    (the tests number their exits 1, 2, 3 ...)."""
+    exits = ((int(exit_line.split()[0]), *map(int, exit_line.split())),) if exit_line else ()
+    return Finding(serving, "" if serving else "down", supervisor, exits, said,
                    supervisor_pid=pid if supervisor else None)
 
 
@@ -84,6 +90,25 @@ def test_repeated_exits_are_a_crash_loop_reported_once_with_the_registry_s_words
     for more in range(n + 1, n + 5):  # more exits of the same failure: the same message, not reported again
         _act(watch, _finding(f"{more} 1 0"))
     assert len(reports) == 1
+
+
+def test_every_exit_between_two_looks_is_counted_by_its_reason(tmp_path):
+    """A kill -9 and the refused starts after it can all come between two looks (a loaded machine, a supervisor
+    quicker than the watch): each is counted, not only the last."""
+    watch, reports = _reporting(_watch(tmp_path))
+    record_exit(tmp_path, 10, 1, 0)
+    _act(watch, watch.check())  # at the agent's start: not news
+    signals = metrics.registry_exits_total.labels(reason="signal")._value.get()
+    starts = metrics.registry_exits_total.labels(reason="start-failure")._value.get()
+    record_exit(tmp_path, 11, 137, 40)  # the kill -9
+    for pid in (12, 13, 14):
+        record_exit(tmp_path, pid, 1, 0)  # its port taken: every start fails
+    _act(watch, watch.check())
+    assert metrics.registry_exits_total.labels(reason="signal")._value.get() - signals == 1
+    assert metrics.registry_exits_total.labels(reason="start-failure")._value.get() - starts == 3
+    assert [reason for reason, _ in reports] == ["RegistryCrashLooping"]
+    _act(watch, watch.check())  # nothing new: nothing counted again
+    assert metrics.registry_exits_total.labels(reason="start-failure")._value.get() - starts == 3
 
 
 # Distribution 3.1.1's panic with its upstream unreachable, two starts apart: only the ephemeral port moves.
